@@ -1,0 +1,64 @@
+"""``JobSubmission``: what every front end produces and the controller API accepts.
+
+The scheduling core only needs the ``JobSpec``; the rest (script, environment, output
+paths, array range, signals) is what the controller stores and the agent needs to launch.
+Front ends (``corral submit``, ``sbatch``, ``qsub``, Volcano YAML, the web form) build one
+of these; ``to_json``/``from_json`` are the wire form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.core.model.job import Dependency, DependencyKind, DependencySpec, JobSpec, TaskGroup
+
+
+@dataclass(frozen=True)
+class JobSubmission:
+    spec: JobSpec
+    script: str | None = None  # batch script text (read at submit time)
+    argv: tuple[str, ...] = ()  # command to run when there is no script (--wrap, srun)
+    workdir: str = "/"
+    env: dict[str, str] = field(default_factory=dict)
+    stdout: str | None = None  # filename pattern (%j %x %u %A %a %N ...); None: dialect default
+    stderr: str | None = None  # None: same file as stdout
+    stdin: str | None = None
+    array: str | None = None  # array spec text, e.g. "1-10:2%4"
+    signal: str | None = None  # "[B:]SIG@secs" as in --signal
+    open_mode: str = "truncate"  # or "append"
+    hold: bool = False
+    dialect: str = "native"  # native | slurm | pbs | volcano
+    interactive: bool = False  # salloc/srun allocation without a batch script
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> JobSubmission:
+        d = dict(data)
+        d["spec"] = spec_from_json(d["spec"])
+        d["argv"] = tuple(d.get("argv") or ())
+        return JobSubmission(**d)
+
+
+def spec_from_json(data: dict[str, Any]) -> JobSpec:
+    d = dict(data)
+    for key in ("partitions", "nodelist", "exclude"):
+        d[key] = tuple(d.get(key) or ())
+    for key in ("gres", "licenses"):
+        d[key] = tuple((str(k), int(v)) for k, v in (d.get(key) or ()))
+    d["task_groups"] = tuple(TaskGroup(**g) for g in d.get("task_groups") or ())
+    dep = d.get("dependency")
+    if dep is not None:
+        d["dependency"] = DependencySpec(
+            items=tuple(
+                Dependency(DependencyKind(i["kind"]), tuple(i.get("job_ids") or ()),
+                           int(i.get("delay_s", 0)))
+                for i in dep.get("items") or ()
+            ),
+            any_of=bool(dep.get("any_of", False)),
+        )
+    return JobSpec(**d)
