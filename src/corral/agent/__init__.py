@@ -1,0 +1,1 @@
+"""corral.agent: the node agent (discovery, launch, isolation, enforcement)."""

@@ -1,0 +1,75 @@
+"""What the controller asks an agent to run, and what the agent reports back.
+
+``LaunchRequest`` carries everything needed to start a batch job (or a step) on this node:
+identity, script, environment, output patterns, the exact allocation on this node, and the
+limits to enforce. ``JobExit`` is the final report. Both travel as JSON (``to_json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    job_id: int
+    name: str
+    user: str
+    uid: int
+    gid: int
+    workdir: str
+    script: str | None = None  # batch script text; run under its shebang interpreter
+    argv: tuple[str, ...] = ()  # or a command line (when there is no script)
+    env: dict[str, str] = field(default_factory=dict)  # submit env + SLURM_*/CORRAL_* from the controller
+    stdout: str | None = None  # pattern, expanded by the agent (%j %x %u %A %a %N %n %t %%)
+    stderr: str | None = None  # None: same as stdout
+    stdin: str | None = None
+    open_mode: str = "truncate"
+    cores: tuple[int, ...] = ()  # allocated core ids on this node (core numbering of NodeSpec)
+    cpus: tuple[int, ...] = ()  # logical CPU ids to pin (derived from cores by the controller)
+    mem_mb: int = 0  # memory limit on this node (0: none)
+    gpus: tuple[int, ...] = ()  # GPU indices for CUDA_VISIBLE_DEVICES
+    time_limit_s: int | None = None
+    kill_grace_s: int = 30  # KillWait: SIGTERM, then SIGKILL after this
+    signal: str | None = None  # "[B:]SIG@secs": warning signal before the time limit
+    tasks: int = 1
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    nodes: tuple[str, ...] = ()  # all nodes of the job (for SLURM_JOB_NODELIST etc.)
+    node_index: int = 0
+    restarts: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> LaunchRequest:
+        d = dict(data)
+        for key in ("argv", "cores", "cpus", "gpus", "nodes"):
+            d[key] = tuple(d.get(key) or ())
+        return LaunchRequest(**d)
+
+
+@dataclass(frozen=True)
+class JobExit:
+    """Final state of a job on this node. ``state`` is a JobState value name."""
+
+    job_id: int
+    state: str  # COMPLETED FAILED TIMEOUT CANCELLED OUT_OF_MEMORY NODE_FAIL
+    exit_code: int = 0  # process exit status (0-255)
+    signal: int = 0  # terminating signal, 0 if none
+    start_time: float = 0.0
+    end_time: float = 0.0
+    cpu_time_s: float = 0.0
+    max_rss_mb: float = 0.0
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> JobExit:
+        return JobExit(**data)
