@@ -1,30 +1,47 @@
-"""Entry point of the ``corral`` command: a Typer app that mounts each command group.
+"""Entry point of the ``corral`` command: a Typer app assembled from command modules.
 
-Subcommand modules are imported here; keep their module-level imports light (the CLI
-starts on every call).
+Each module in ``COMMAND_MODULES`` exposes ``register(app: typer.Typer) -> None`` and adds
+its commands or sub-apps. A module that is missing is skipped, so parts can land
+independently. Keep module-level imports in command modules light: the CLI starts on
+every call, so heavy imports (SQLAlchemy, FastAPI, matplotlib) belong inside commands.
 """
 
 from __future__ import annotations
 
+import importlib
+
 import typer
+
+COMMAND_MODULES = (
+    "corral.cli.daemons",  # up, controller, agent
+    "corral.cli.jobs",  # submit, queue, show, cancel, hold, release, requeue, history, update
+    "corral.cli.nodes",  # nodes, drain, resume
+    "corral.cli.configcmd",  # config show/check/import-slurm
+    "corral.cli.shims",  # shims install
+    "corral.cli.report",  # report
+    "corral.cli.sim",  # sim run/compare/convert
+)
 
 app = typer.Typer(
     name="corral",
     help="Corral: a workload manager for HPC clusters.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
 )
 
 
-def _mount() -> None:
-    try:
-        from corral.cli.sim import sim_app
-    except ImportError:  # simulator CLI not built yet
-        pass
-    else:
-        app.add_typer(sim_app, name="sim")
+def build_app() -> typer.Typer:
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(app)
+    return app
 
 
 def main() -> None:
-    _mount()
-    app()
+    build_app()()
