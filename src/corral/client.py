@@ -1,0 +1,537 @@
+"""Python client of the Corral controller API (used by the CLI, the shims and scripts).
+
+Connection (first match wins):
+
+1. ``Client(url=..., token=...)`` or ``Client(socket_path=...)`` given explicitly;
+2. ``CORRAL_URL`` (``http://host:port``) with ``CORRAL_TOKEN`` (a JWT from
+   ``corral token``), for remote users;
+3. ``CORRAL_SOCKET`` (path of the controller's Unix socket);
+4. ``$CORRAL_STATE_DIR/corral.sock``, then the per-user default state dir
+   (``$XDG_STATE_HOME/corral`` or ``~/.local/state/corral``), then the system one
+   (``/var/lib/corral``): the first socket that exists.
+
+On the Unix socket the kernel tells the controller who is calling (SO_PEERCRED): no token.
+Import cost is kept minimal on purpose (no ``http.client``, no ``socket`` module, no
+dataclasses): the Slurm/PBS shims start on every call. Every method raises
+``CorralError(code, message, status)`` with the server's precise message on failure.
+
+Job ids: a job is an ``int``. Array tasks are jobs too; their display id is
+``"<array_job_id>_<array_task_id>"`` and every method that takes ids accepts either form.
+An array job id alone (``"12"``) in ``cancel``/``hold``/``release``/``requeue`` means all
+of its tasks, as in Slurm.
+
+Job record (``dict``, from ``jobs()``, ``job()``, ``history()``)::
+
+    id                int     unique job id (array tasks have their own)
+    job_id            str     display id: "12" or "12_3" for array tasks
+    array_job_id      int|None    id of the array (the id of its first task)
+    array_task_id     int|None
+    array_task_str    str|None    the array spec as submitted, e.g. "1-10%2" (array jobs)
+    array_max_running int|None    the '%' limit
+    name, user        str
+    uid, gid          int
+    account, qos      str|None
+    partition         str     running partition, else the requested one(s) comma-joined
+    partitions        list[str]   requested partitions ([] = the default)
+    state             str     JobState value: PENDING RUNNING COMPLETED FAILED CANCELLED
+                              TIMEOUT NODE_FAIL OUT_OF_MEMORY PREEMPTED ...
+    state_short       str     PD R CD F CA TO NF OOM PR ...
+    reason            str     Slurm reason: "None" when running/finished without one;
+                              Priority, Resources, Dependency, DependencyNeverSatisfied,
+                              JobHeldUser, JobHeldAdmin, BeginTime, JobArrayTaskLimit, ...
+    reason_detail     str     plain-words explanation ("" if none)
+    priority          float   last computed priority (pending jobs), else 0
+    rank              int|None    place in the pending queue (1 = next)
+    est_start         float|None  estimated start (epoch seconds) when known
+    hold              str     NONE USER ADMIN
+    submit_time       float   epoch seconds
+    eligible_time     float|None
+    start_time        float|None
+    end_time          float|None
+    begin_time        float|None  requested earliest start (--begin)
+    time_limit_s      int|None    effective time limit (None: unlimited)
+    time_used_s       float   run time so far / total
+    nodes             list[str]   allocated nodes ([] while pending)
+    nodelist          str     compressed hostlist of ``nodes`` ("" while pending)
+    num_nodes         int     allocated, else requested minimum
+    num_cpus          int     allocated, else requested
+    num_tasks         int
+    cpus_per_task     int
+    mem_per_node_mb   int|None    requested memory per node (None if per CPU)
+    mem_per_cpu_mb    int|None
+    alloc_mem_mb      int     allocated memory summed over nodes (0 while pending)
+    gpus              int     allocated GPUs, else requested per job
+    tres              str     Slurm TRES string of the allocation or request
+    exit_code         int|None    process exit status (0-255) once finished
+    signal            int     terminating signal (0 if none)
+    derived_exit      str     "code:signal" as sacct prints ExitCode
+    restarts          int     times requeued (SLURM_RESTART_COUNT)
+    requeue           bool    may be requeued
+    workdir           str     submit/working directory
+    stdout, stderr    str     output paths, patterns expanded ("" when not known)
+    command           str     script path/argv as a display string
+    dependency        str     Slurm syntax, e.g. "afterok:12:13" ("" when none)
+    submit_host       str
+    comment           str
+    constraint        str
+    exclusive         bool
+    end_reason        str     why it ended (e.g. "cancelled by root", "time limit")
+    cpu_time_s        float   consumed CPU time (finished jobs, 0 if unknown)
+    max_rss_mb        float   peak memory (finished jobs, 0 if unknown)
+    dialect           str     native | slurm | pbs | volcano (which front end submitted it)
+
+``job(id)`` adds ``spec`` (the JobSpec as JSON), ``allocation`` (per node: node, cores,
+cpus, mem_mb, gpus, tasks) and ``submission`` fields (``script``, ``argv``, ``env`` are
+only shown to the owner or an operator).
+
+Node record (``nodes()``, ``node(name)``)::
+
+    name, state (IDLE MIXED ALLOCATED DRAINING DRAINED DOWN UNKNOWN FUTURE), reason,
+    partitions list[str], cpus, sockets, cores_per_socket, threads_per_core, mem_mb,
+    gpus int, gpu_types {type: count}, features list[str], gres {name: count},
+    alloc_cpus, alloc_mem_mb, alloc_gpus, jobs list[int], arch, weight,
+    connected bool (agent connected now), last_seen float|None, agent_version str,
+    boot_time float|None
+
+Partition record (``partitions()``)::
+
+    name, nodes list[str], nodelist str, default bool, state (UP DOWN DRAIN INACTIVE),
+    max_time_s int|None, default_time_s int|None, max_nodes int|None, min_nodes,
+    priority_tier, priority_job_factor, preempt_mode, grace_time_s, exclusive,
+    allow_accounts list|None, allow_qos list|None, total_cpus, total_nodes
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from corral.submission import JobSubmission
+
+API = "/api/v1"
+SOCKET_NAME = "corral.sock"
+SYSTEM_STATE_DIR = "/var/lib/corral"
+
+
+class CorralError(Exception):
+    """An API error. ``code`` is a stable word (``not_found``, ``forbidden``, ``invalid``,
+    ``conflict``, ``unavailable``, ``rejected``, ``internal``), ``message`` the server's text."""
+
+    def __init__(self, code: str, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def default_state_dir() -> str:
+    """``CORRAL_STATE_DIR``, else ``/var/lib/corral`` for root, else the XDG state dir."""
+    env = os.environ.get("CORRAL_STATE_DIR")
+    if env:
+        return env
+    if os.geteuid() == 0:
+        return SYSTEM_STATE_DIR
+    xdg = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(xdg, "corral")
+
+
+def find_socket() -> str | None:
+    """The controller socket this process should use, or None if none exists."""
+    env = os.environ.get("CORRAL_SOCKET")
+    if env:
+        return env
+    candidates = [os.path.join(default_state_dir(), SOCKET_NAME),
+                  os.path.join(SYSTEM_STATE_DIR, SOCKET_NAME)]
+    for path in candidates:
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def _ids_param(ids: Iterable[int | str]) -> list[str]:
+    return [str(i) for i in ids]
+
+
+class Client:
+    """A connection to the controller. Cheap to create; reuses one keep-alive connection."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        socket_path: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        if url is None and socket_path is None:
+            url = os.environ.get("CORRAL_URL") or None
+            if url is None:
+                socket_path = find_socket()
+        if token is None and url is not None:
+            token = os.environ.get("CORRAL_TOKEN") or None
+        self.url = url
+        self.token = token
+        self.socket_path = socket_path
+        self.timeout_s = timeout_s
+        self._sock: Any = None
+        self._buf = b""
+        self._host = "localhost"
+        self._addr: tuple[str, int] | None = None
+        if url is not None:
+            rest = url.split("://", 1)[-1].rstrip("/")
+            if url.startswith("https://"):
+                raise CorralError("invalid", "https URLs are not supported by this client yet")
+            hostport = rest.split("/", 1)[0]
+            host, _, port = hostport.rpartition(":")
+            if not host:
+                host, port = hostport, "80"
+            self._host = hostport
+            self._addr = (host.strip("[]"), int(port))
+
+    # ---- transport -------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        import _socket
+
+        if self._addr is not None:
+            infos = _socket.getaddrinfo(self._addr[0], self._addr[1], 0, _socket.SOCK_STREAM)
+            last: Exception | None = None
+            for family, stype, proto, _cn, sa in infos:
+                s = _socket.socket(family, stype, proto)
+                s.settimeout(self.timeout_s)
+                try:
+                    s.connect(sa)
+                    s.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+                    return s
+                except OSError as exc:
+                    last = exc
+                    s.close()
+            raise CorralError("unavailable", f"cannot reach the controller at {self.url}: {last}")
+        if self.socket_path is None:
+            raise CorralError(
+                "unavailable",
+                "no Corral controller found: start one with `corral up`, or set CORRAL_SOCKET, "
+                "CORRAL_STATE_DIR or CORRAL_URL",
+            )
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        s.settimeout(self.timeout_s)
+        try:
+            s.connect(self.socket_path)
+        except OSError as exc:
+            s.close()
+            raise CorralError(
+                "unavailable",
+                f"cannot connect to the controller socket {self.socket_path}: {exc.strerror}"
+                " (is `corral up` running?)",
+            ) from None
+        return s
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+                self._buf = b""
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _recv_until(self, sock: Any, marker: bytes) -> int:
+        while True:
+            i = self._buf.find(marker)
+            if i >= 0:
+                return i
+            chunk = sock.recv(262144)
+            if not chunk:
+                raise ConnectionResetError("connection closed by the controller")
+            self._buf += chunk
+
+    def _recv_exact(self, sock: Any, n: int) -> bytes:
+        while len(self._buf) < n:
+            chunk = sock.recv(max(262144, n - len(self._buf)))
+            if not chunk:
+                raise ConnectionResetError("connection closed by the controller")
+            self._buf += chunk
+        out, self._buf = self._buf[:n], self._buf[n:]
+        return out
+
+    def _roundtrip(self, method: str, path: str, payload: bytes | None) -> tuple[int, bytes]:
+        reused = self._sock is not None
+        if self._sock is None:
+            self._sock = self._connect()
+        sock = self._sock
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {self._host}", "Accept: application/json"]
+        if self.token:
+            lines.append(f"Authorization: Bearer {self.token}")
+        if payload is not None:
+            lines.append("Content-Type: application/json")
+            lines.append(f"Content-Length: {len(payload)}")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        try:
+            sock.sendall(head + payload if payload is not None else head)
+            end = self._recv_until(sock, b"\r\n\r\n")
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            # An idle keep-alive connection the server closed: nothing was processed.
+            self.close()
+            if reused and not self._buf:
+                return self._roundtrip(method, path, payload)
+            raise CorralError("unavailable", f"lost the controller connection: {exc}") from None
+        except TimeoutError:
+            self.close()
+            raise CorralError("unavailable", "the controller did not answer in time") from None
+        header = self._buf[:end].decode("latin-1")
+        self._buf = self._buf[end + 4:]
+        status_line, _, rest = header.partition("\r\n")
+        status = int(status_line.split(" ", 2)[1])
+        length = -1
+        chunked = False
+        close = False
+        for line in rest.split("\r\n"):
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "transfer-encoding" and "chunked" in value.lower():
+                chunked = True
+            elif name == "connection" and "close" in value.lower():
+                close = True
+        try:
+            if chunked:
+                parts = []
+                while True:
+                    i = self._recv_until(sock, b"\r\n")
+                    size = int(self._buf[:i].split(b";", 1)[0], 16)
+                    self._buf = self._buf[i + 2:]
+                    if size == 0:
+                        self._recv_until(sock, b"\r\n")
+                        self._buf = self._buf[self._buf.find(b"\r\n") + 2:]
+                        break
+                    parts.append(self._recv_exact(sock, size))
+                    self._recv_exact(sock, 2)
+                body = b"".join(parts)
+            elif length >= 0:
+                body = self._recv_exact(sock, length)
+            else:
+                while True:
+                    chunk = sock.recv(262144)
+                    if not chunk:
+                        break
+                    self._buf += chunk
+                body, self._buf = self._buf, b""
+                close = True
+        except (ConnectionResetError, TimeoutError) as exc:
+            self.close()
+            raise CorralError("unavailable", f"lost the controller connection: {exc}") from None
+        if close:
+            self.close()
+        return status, body
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One API call; returns the decoded JSON answer or raises ``CorralError``."""
+        import json
+
+        payload = None if body is None else json.dumps(body).encode()
+        status, raw = self._roundtrip(method, API + path, payload)
+        data: Any = json.loads(raw) if raw else None
+        if status >= 400:
+            code, message = "internal", raw.decode(errors="replace")
+            if isinstance(data, dict):
+                err = data.get("error")
+                if isinstance(err, dict):
+                    code = str(err.get("code", code))
+                    message = str(err.get("message", message))
+                elif "detail" in data:
+                    code = {401: "unauthorized", 403: "forbidden", 404: "not_found",
+                            422: "invalid"}.get(status, "invalid")
+                    message = str(data["detail"])
+            raise CorralError(code, message, status)
+        return data
+
+    # ---- jobs ------------------------------------------------------------------------
+
+    def submit(self, sub: JobSubmission | Mapping[str, Any]) -> list[int]:
+        """Submit one job (or one array); returns the job ids (one per array task).
+
+        ``sub`` is a ``JobSubmission`` or its wire form (``JobSubmission.to_json()``):
+        passing the dict avoids importing the model (fast shims). The server replaces the
+        identity fields (``spec.user``/``uid``/``gid``) with the caller's unless the caller
+        is root or an operator. Returns after the job is committed to the database.
+        """
+        body = sub if isinstance(sub, Mapping) else sub.to_json()
+        return [int(i) for i in self.request("POST", "/jobs", body)["job_ids"]]
+
+    def submit_result(self, sub: JobSubmission | Mapping[str, Any]) -> dict[str, Any]:
+        """Like ``submit`` but returns the whole answer: ``job_ids``, ``array_job_id``,
+        ``display_id`` (what ``sbatch`` prints)."""
+        body = sub if isinstance(sub, Mapping) else sub.to_json()
+        result: dict[str, Any] = self.request("POST", "/jobs", body)
+        return result
+
+    def jobs(
+        self,
+        user: str | None = None,
+        states: Iterable[str] | None = None,
+        partition: str | None = None,
+        ids: Iterable[int | str] | None = None,
+        *,
+        account: str | None = None,
+        name: str | None = None,
+        include_finished: bool = False,
+        fields: Iterable[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Jobs matching every given filter. By default the active ones (pending and
+        running) plus recently finished ones only when ``include_finished`` or an explicit
+        ``ids``/``states`` filter asks for them. ``fields`` limits the keys returned."""
+        body: dict[str, Any] = {"include_finished": include_finished}
+        if user is not None:
+            body["user"] = user
+        if states is not None:
+            body["states"] = list(states)
+        if partition is not None:
+            body["partition"] = partition
+        if ids is not None:
+            body["ids"] = _ids_param(ids)
+        if account is not None:
+            body["account"] = account
+        if name is not None:
+            body["name"] = name
+        if fields is not None:
+            body["fields"] = list(fields)
+        jobs: list[dict[str, Any]] = self.request("POST", "/jobs/query", body)["jobs"]
+        return jobs
+
+    def job(self, job_id: int | str) -> dict[str, Any]:
+        """One job, active or finished, with full detail. ``not_found`` if unknown."""
+        job: dict[str, Any] = self.request("GET", f"/jobs/{job_id}")
+        return job
+
+    def _action(self, action: str, ids: Iterable[int | str], **extra: Any) -> list[dict[str, Any]]:
+        body: dict[str, Any] = {"ids": _ids_param(ids)}
+        body.update({k: v for k, v in extra.items() if v is not None})
+        results: list[dict[str, Any]] = self.request("POST", f"/jobs/{action}", body)["results"]
+        return results
+
+    def cancel(
+        self,
+        ids: Iterable[int | str],
+        signal: str | int | None = None,
+        *,
+        batch_only: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Cancel jobs, or with ``signal`` just send it (``"USR1"``, ``10``) to running ones.
+
+        Returns one result per id: ``{"id": "12", "ok": bool, "code": str, "message": str}``.
+        Per-id failures (unknown, finished, not yours) come back as results, not exceptions.
+        """
+        return self._action("cancel", ids, signal=None if signal is None else str(signal),
+                            batch_only=batch_only or None)
+
+    def hold(self, ids: Iterable[int | str], *, admin: bool = False) -> list[dict[str, Any]]:
+        """Hold pending jobs (user hold; ``admin=True``: an admin hold, operators only)."""
+        return self._action("hold", ids, admin=admin or None)
+
+    def release(self, ids: Iterable[int | str]) -> list[dict[str, Any]]:
+        return self._action("release", ids)
+
+    def requeue(self, ids: Iterable[int | str], *, hold: bool = False) -> list[dict[str, Any]]:
+        """Requeue running or finished jobs: same id, ``restarts`` + 1 (``hold``: held)."""
+        return self._action("requeue", ids, hold=hold or None)
+
+    def update_job(self, job_id: int | str, **fields: Any) -> dict[str, Any]:
+        """Change a job: ``time_limit_s`` (raise: operators only; applies to running jobs
+        too), ``name``, ``nice``, ``priority`` (operators), ``partition``, ``account``,
+        ``qos``, ``begin_time``, ``comment``, ``dependency`` (Slurm syntax string) ...
+        Returns the updated record."""
+        job: dict[str, Any] = self.request("PATCH", f"/jobs/{job_id}", fields)
+        return job
+
+    def history(
+        self,
+        user: str | None = None,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        states: Iterable[str] | None = None,
+        ids: Iterable[int | str] | None = None,
+        account: str | None = None,
+        partition: str | None = None,
+        limit: int | None = None,
+        all_users: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Accounting records of jobs (any state) from the database, oldest first.
+
+        ``since``/``until`` select jobs whose lifetime overlaps that window (epoch seconds).
+        Without ``user`` and without ``all_users`` a user sees their own jobs.
+        """
+        body: dict[str, Any] = {"all_users": all_users}
+        for key, value in (("user", user), ("since", since), ("until", until),
+                           ("account", account), ("partition", partition), ("limit", limit)):
+            if value is not None:
+                body[key] = value
+        if states is not None:
+            body["states"] = list(states)
+        if ids is not None:
+            body["ids"] = _ids_param(ids)
+        jobs: list[dict[str, Any]] = self.request("POST", "/history", body)["jobs"]
+        return jobs
+
+    # ---- nodes, partitions, cluster -------------------------------------------------
+
+    def nodes(self) -> list[dict[str, Any]]:
+        nodes: list[dict[str, Any]] = self.request("GET", "/nodes")["nodes"]
+        return nodes
+
+    def node(self, name: str) -> dict[str, Any]:
+        node: dict[str, Any] = self.request("GET", f"/nodes/{name}")
+        return node
+
+    def drain(self, node: str, reason: str) -> dict[str, Any]:
+        """Drain a node (operators): running jobs finish, nothing new starts there."""
+        rec: dict[str, Any] = self.request("POST", f"/nodes/{node}/drain", {"reason": reason})
+        return rec
+
+    def resume(self, node: str) -> dict[str, Any]:
+        rec: dict[str, Any] = self.request("POST", f"/nodes/{node}/resume", {})
+        return rec
+
+    def set_node_down(self, node: str, reason: str) -> dict[str, Any]:
+        rec: dict[str, Any] = self.request("POST", f"/nodes/{node}/down", {"reason": reason})
+        return rec
+
+    def partitions(self) -> list[dict[str, Any]]:
+        parts: list[dict[str, Any]] = self.request("GET", "/partitions")["partitions"]
+        return parts
+
+    def cluster_config(self) -> dict[str, Any]:
+        """The running configuration (``ClusterConfig`` as JSON, secrets removed)."""
+        cfg: dict[str, Any] = self.request("GET", "/config")
+        return cfg
+
+    def whoami(self) -> dict[str, Any]:
+        """``{"user", "uid", "gid", "operator": bool, "via": "socket"|"token"}``."""
+        me: dict[str, Any] = self.request("GET", "/whoami")
+        return me
+
+    def ping(self) -> dict[str, Any]:
+        """``{"status": "ok", "cluster": name, "version": str, "time": float,
+        "nodes_up": int, "jobs_active": int}``."""
+        pong: dict[str, Any] = self.request("GET", "/ping")
+        return pong
+
+    def token(self, user: str | None = None, ttl_s: int = 86400) -> str:
+        """A signed token for remote (``CORRAL_URL``) use: yours, or any user's (root)."""
+        body: dict[str, Any] = {"ttl_s": ttl_s}
+        if user is not None:
+            body["user"] = user
+        tok: str = self.request("POST", "/tokens", body)["token"]
+        return tok
