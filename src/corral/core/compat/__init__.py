@@ -1,0 +1,1 @@
+"""Compatibility policies that reproduce published simulators exactly (pure, stdlib)."""
