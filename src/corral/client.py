@@ -176,7 +176,7 @@ class Client:
         if token is None and url is not None:
             token = os.environ.get("CORRAL_TOKEN") or None
         self.url = url
-        self.token = token
+        self.auth_token = token
         self.socket_path = socket_path
         self.timeout_s = timeout_s
         self._sock: Any = None
@@ -271,8 +271,8 @@ class Client:
             self._sock = self._connect()
         sock = self._sock
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self._host}", "Accept: application/json"]
-        if self.token:
-            lines.append(f"Authorization: Bearer {self.token}")
+        if self.auth_token:
+            lines.append(f"Authorization: Bearer {self.auth_token}")
         if payload is not None:
             lines.append("Content-Type: application/json")
             lines.append(f"Content-Length: {len(payload)}")

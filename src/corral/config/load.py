@@ -1,0 +1,318 @@
+"""Load and validate ``corral.toml`` into a ``ClusterConfig``.
+
+The mapping is generic: each TOML table becomes the dataclass of the same field, arrays
+of tables become tuples of dataclasses, enums are matched case-insensitively by value.
+Unknown keys, wrong types and bad values raise ``ConfigError`` naming the exact key path
+(``partitions[1].max_time_s``) with a suggestion for misspelled keys. Durations (``*_s``)
+and sizes (``*_mb``) accept numbers or Slurm strings (``"2-00:00:00"``, ``"16G"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from corral.config.schema import ClusterConfig, NodeConfig
+
+T = typing.TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration problem at ``key`` (dotted path), with a message a person can act on."""
+
+    def __init__(self, key: str, message: str, path: str | None = None) -> None:
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}{key}: {message}" if key else f"{where}{message}")
+        self.key = key
+        self.message = message
+        self.path = path
+
+
+def _time_s(key: str, value: Any) -> int | None:
+    if isinstance(value, bool):
+        raise ConfigError(key, "expected a duration in seconds or Slurm time syntax")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ConfigError(key, "must not be negative")
+        return int(value)
+    if isinstance(value, str):
+        from corral.core.parse.errors import ParseError
+        from corral.core.parse.timefmt import parse_time_s
+
+        try:
+            return parse_time_s(value)
+        except ParseError as exc:
+            raise ConfigError(key, f"bad duration {value!r}: {exc}") from None
+    raise ConfigError(key, f"expected a duration, got {type(value).__name__}")
+
+
+def _mem_mb(key: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(key, "expected a size in MB or a string like '16G'")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(key, "must not be negative")
+        return value
+    if isinstance(value, str):
+        from corral.core.parse.errors import ParseError
+        from corral.core.parse.memory import parse_mem_mb
+
+        try:
+            return parse_mem_mb(value)
+        except ParseError as exc:
+            raise ConfigError(key, f"bad size {value!r}: {exc}") from None
+    raise ConfigError(key, f"expected a size, got {type(value).__name__}")
+
+
+def _convert(key: str, tp: Any, value: Any, name: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        non_none = [a for a in args if a is not type(None)]
+        if value is None:
+            return None
+        if len(non_none) == 1:
+            if non_none[0] is int and name.endswith("_s") and isinstance(value, str):
+                return _time_s(key, value)  # UNLIMITED -> None
+            return _convert(key, non_none[0], value, name)
+        raise ConfigError(key, "unsupported union type")  # pragma: no cover
+    if tp is int and name.endswith(("_s", "_mb")):
+        conv = _time_s(key, value) if name.endswith("_s") else _mem_mb(key, value)
+        if conv is None:
+            raise ConfigError(key, "UNLIMITED is not allowed here")
+        return conv
+    if tp is float and name.endswith("_s") and isinstance(value, str):
+        return float(_time_s(key, value) or 0)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected one of {[m.value for m in tp]}")
+        for m in tp:
+            if str(m.value).lower() == value.lower() or m.name.lower() == value.lower():
+                return m
+        raise ConfigError(key, f"{value!r} is not one of {[m.value for m in tp]}")
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, f"expected a table, got {type(value).__name__}")
+        return build(tp, value, key)
+    if origin is tuple:
+        if name == "gres":
+            return _gres(key, value)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(key, f"expected a list, got {type(value).__name__}")
+        item_tp = args[0]
+        return tuple(_convert(f"{key}[{i}]", item_tp, v, name) for i, v in enumerate(value))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected a whole number, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected a string, got {value!r}")
+        return value
+    raise ConfigError(key, f"unsupported type {tp!r}")  # pragma: no cover
+
+
+def _gres(key: str, value: Any) -> tuple[tuple[str, int], ...]:
+    """``{nvme = 2}`` or ``"nvme:2,fpga:1"`` or ``[["nvme", 2]]``."""
+    out: list[tuple[str, int]] = []
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, str):
+        items = []
+        for part in value.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            nm, _, cnt = part.rpartition(":")
+            if not nm or not cnt.isdigit():
+                raise ConfigError(key, f"bad gres item {part!r} (expected name:count)")
+            items.append((nm, int(cnt)))
+    elif isinstance(value, list):
+        items = [tuple(v) for v in value]
+    else:
+        raise ConfigError(key, "expected a table of name = count")
+    for nm, cnt in items:
+        if not isinstance(cnt, int) or isinstance(cnt, bool) or cnt < 0:
+            raise ConfigError(f"{key}.{nm}", "expected a non-negative whole number")
+        out.append((str(nm), cnt))
+    return tuple(out)
+
+
+def build(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
+    """Build dataclass ``cls`` from a mapping, validating every key."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}.{k}" if prefix else k
+        if k not in fields:
+            close = difflib.get_close_matches(k, list(fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(key, f"unknown key{hint}")
+        kwargs[k] = _convert(key, hints[k], v, k)
+    missing = [
+        n for n, f in fields.items()
+        if n not in kwargs and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"{prefix}.{missing[0]}" if prefix else missing[0], "is required")
+    return cls(**kwargs)
+
+
+def validate(cfg: ClusterConfig) -> None:
+    """Cross-field checks: unique names, references that resolve, sane numbers."""
+    def unique(kind: str, names: list[str]) -> None:
+        seen: set[str] = set()
+        for i, n in enumerate(names):
+            if not n:
+                raise ConfigError(f"{kind}[{i}].name", "must not be empty")
+            if n in seen:
+                raise ConfigError(f"{kind}[{i}].name", f"duplicate name {n!r}")
+            seen.add(n)
+
+    from corral.core.parse.errors import ParseError
+    from corral.core.parse.hostlist import expand
+
+    node_names: set[str] = set()
+    for i, n in enumerate(cfg.nodes):
+        try:
+            names = expand(n.name)
+        except ParseError as exc:
+            raise ConfigError(f"nodes[{i}].name", str(exc)) from None
+        for nm in names:
+            if nm in node_names:
+                raise ConfigError(f"nodes[{i}].name", f"duplicate node {nm!r}")
+            node_names.add(nm)
+    unique("partitions", [p.name for p in cfg.partitions])
+    unique("qos", [q.name for q in cfg.qos])
+    unique("accounts", [a.name for a in cfg.accounts])
+    unique("users", [u.name for u in cfg.users])
+    if not cfg.partitions:
+        raise ConfigError("partitions", "at least one partition is needed")
+    defaults = [p.name for p in cfg.partitions if p.default]
+    if len(defaults) > 1:
+        raise ConfigError("partitions", f"more than one default partition: {defaults}")
+    for i, p in enumerate(cfg.partitions):
+        if p.nodes.strip().upper() != "ALL":
+            try:
+                members = expand(p.nodes)
+            except ParseError as exc:
+                raise ConfigError(f"partitions[{i}].nodes", str(exc)) from None
+            if not cfg.accept_unknown_nodes:
+                for m in members:
+                    if m not in node_names:
+                        raise ConfigError(f"partitions[{i}].nodes", f"unknown node {m!r}")
+        if (p.max_time_s is not None and p.default_time_s is not None
+                and p.default_time_s > p.max_time_s):
+            raise ConfigError(f"partitions[{i}].default_time_s", "is larger than max_time_s")
+    qos_names = {q.name for q in cfg.qos}
+    for i, q in enumerate(cfg.qos):
+        for other in q.preempt:
+            if other not in qos_names:
+                raise ConfigError(f"qos[{i}].preempt", f"unknown QOS {other!r}")
+    acc_names = {a.name for a in cfg.accounts}
+    for i, a in enumerate(cfg.accounts):
+        if a.parent is not None and a.parent != "root" and a.parent not in acc_names:
+            raise ConfigError(f"accounts[{i}].parent", f"unknown account {a.parent!r}")
+        if a.shares < 0:
+            raise ConfigError(f"accounts[{i}].shares", "must not be negative")
+    for i, u in enumerate(cfg.users):
+        for acc in u.accounts:
+            if acc not in acc_names:
+                raise ConfigError(f"users[{i}].accounts", f"unknown account {acc!r}")
+        if u.default_account is not None and u.default_account not in u.accounts:
+            raise ConfigError(f"users[{i}].default_account", "must be one of accounts")
+    for i, n in enumerate(cfg.nodes):
+        _check_node(i, n)
+    c = cfg.controller
+    for key in ("schedule_delay_ms", "tick_s", "node_down_after_s", "node_fail_grace_s"):
+        if getattr(c, key) < 0:
+            raise ConfigError(f"controller.{key}", "must not be negative")
+    if c.tick_s == 0:
+        raise ConfigError("controller.tick_s", "must be positive")
+    if c.listen is not None:
+        host, _, port = c.listen.rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ConfigError("controller.listen", f"expected host:port, got {c.listen!r}")
+    if cfg.agent.heartbeat_s <= 0:
+        raise ConfigError("agent.heartbeat_s", "must be positive")
+    if cfg.controller.node_down_after_s and (
+            cfg.controller.node_down_after_s < 2 * cfg.agent.heartbeat_s):
+        raise ConfigError("controller.node_down_after_s",
+                          "must be at least twice agent.heartbeat_s, or live nodes go DOWN")
+    if cfg.scheduler.max_array_size < 1:
+        raise ConfigError("scheduler.max_array_size", "must be at least 1")
+
+
+def _check_node(i: int, n: NodeConfig) -> None:
+    for key in ("cpus", "sockets", "cores_per_socket", "threads_per_core"):
+        v = getattr(n, key)
+        if v is not None and v < 1:
+            raise ConfigError(f"nodes[{i}].{key}", "must be at least 1")
+    if not n.discover:
+        if n.cpus is None and n.cores_per_socket is None:
+            raise ConfigError(f"nodes[{i}]", "give cpus (or sockets/cores_per_socket) "
+                              "or set discover = true")
+        if n.mem_mb is None:
+            raise ConfigError(f"nodes[{i}].mem_mb", "is required unless discover = true")
+
+
+def parse_config(data: Mapping[str, Any], path: str | None = None) -> ClusterConfig:
+    """A validated ``ClusterConfig`` from already-parsed TOML data."""
+    try:
+        cfg = build(ClusterConfig, data)
+        validate(cfg)
+    except ConfigError as exc:
+        if path and not exc.path:
+            raise ConfigError(exc.key, exc.message, path) from None
+        raise
+    return cfg
+
+
+def load_config(path: str | Path | None) -> ClusterConfig:
+    """Read ``corral.toml``; ``None`` gives the defaults (one machine, discovered)."""
+    if path is None:
+        return parse_config({})
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError("", f"cannot read the configuration: {exc.strerror}", str(p)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("", f"not valid TOML: {exc}", str(p)) from None
+    return parse_config(data, str(p))
+
+
+def config_to_json(cfg: ClusterConfig) -> dict[str, Any]:
+    """The configuration as plain JSON types (enums as values)."""
+    def conv(v: Any) -> Any:
+        if isinstance(v, enum.Enum):
+            return v.value
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, (tuple, list)):
+            return [conv(x) for x in v]
+        return v
+
+    out: dict[str, Any] = conv(cfg)
+    return out

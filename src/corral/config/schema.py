@@ -1,0 +1,326 @@
+"""The ``corral.toml`` schema as typed frozen dataclasses, with defaults for one machine.
+
+Every key is documented in ``docs/configuration.md``; the loader (``load.py``) maps TOML
+tables onto these classes by field name and rejects unknown keys. Durations are seconds
+(``*_s``) and sizes megabytes (``*_mb``); the loader also accepts Slurm syntax strings for
+them (``"1-00:00:00"``, ``"4G"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from corral.core.config import (
+    BackfillMode,
+    FairshareAlgorithm,
+    Ordering,
+    PlacementMode,
+    PreemptType,
+    PriorityWeights,
+    SchedulerConfig,
+)
+from corral.core.model.account import Account, AccountTree, Association
+from corral.core.model.partition import (
+    Partition,
+    PartitionState,
+    PreemptMode,
+    Qos,
+    QosLimits,
+)
+from corral.core.model.resources import Resources
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    listen: str | None = None  # "host:port" for HTTP/TCP (agents on other hosts, remote users)
+    socket: str | None = None  # Unix socket path; default <state_dir>/corral.sock
+    database_url: str | None = None  # default sqlite:///<state_dir>/corral.db
+    schedule_delay_ms: float = 3.0  # coalescing delay after an event before a cycle
+    tick_s: float = 5.0  # periodic cycle for time-based things (begin times, age)
+    node_down_after_s: float = 30.0  # no heartbeat for this long: node DOWN
+    node_fail_grace_s: float = 300.0  # DOWN for this long: its jobs NODE_FAIL (or requeue)
+    kill_grace_s: int = 30  # KillWait: SIGTERM, then SIGKILL after this
+    min_job_age_s: float = 300.0  # finished jobs stay in the active view this long
+    token_ttl_s: int = 86400  # default lifetime of user tokens
+    log_level: str = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    heartbeat_s: float = 5.0
+    cgroup_root: str | None = None  # None: auto-detect; "" disables cgroups
+    poll_ms: float = 10.0  # how often the agent checks its jobs for exits
+    pin_cpus: bool = True  # CPU affinity/cpusets to the allocated cores
+    reconnect_max_s: float = 5.0  # backoff cap when the controller is unreachable
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """A node; ``discover = true`` takes unset hardware facts from the machine itself."""
+
+    name: str
+    discover: bool = False
+    cpus: int | None = None  # shorthand: sockets=1, cores_per_socket=cpus, threads_per_core=1
+    sockets: int | None = None
+    cores_per_socket: int | None = None
+    threads_per_core: int | None = None
+    mem_mb: int | None = None
+    gpus: int | None = None
+    gpu_type: str = "gpu"
+    features: tuple[str, ...] = ()
+    gres: tuple[tuple[str, int], ...] = ()
+    switch: str | None = None
+    weight: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionConfig:
+    name: str
+    nodes: str = "ALL"  # hostlist expression, or ALL (every node, registered ones too)
+    default: bool = False
+    state: PartitionState = PartitionState.UP
+    default_time_s: int | None = None
+    max_time_s: int | None = None
+    max_nodes: int | None = None
+    min_nodes: int = 1
+    priority_tier: int = 1
+    priority_job_factor: int = 1
+    preempt_mode: PreemptMode = PreemptMode.OFF
+    grace_time_s: int = 0
+    allow_accounts: tuple[str, ...] | None = None
+    allow_qos: tuple[str, ...] | None = None
+    default_mem_per_cpu_mb: int | None = None
+    max_mem_per_cpu_mb: int | None = None
+    exclusive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """QOS/account limits; ``None`` means no limit. TRES limits are cpus/mem/gpus."""
+
+    max_jobs_per_user: int | None = None
+    max_submit_per_user: int | None = None
+    max_cpus_per_user: int | None = None
+    max_mem_mb_per_user: int | None = None
+    max_gpus_per_user: int | None = None
+    max_jobs_per_account: int | None = None
+    max_cpus_per_account: int | None = None
+    grp_jobs: int | None = None
+    grp_cpus: int | None = None
+    grp_mem_mb: int | None = None
+    grp_gpus: int | None = None
+    max_cpus_per_job: int | None = None
+    max_gpus_per_job: int | None = None
+    max_nodes_per_job: int | None = None
+    max_wall_s: int | None = None
+
+    def to_model(self) -> QosLimits:
+        def tres(c: int | None, m: int | None, g: int | None) -> Resources | None:
+            if c is None and m is None and g is None:
+                return None
+            big = 1 << 62
+            return Resources.of(big if c is None else c, big if m is None else m,
+                                big if g is None else g)
+
+        return QosLimits(
+            max_jobs_per_user=self.max_jobs_per_user,
+            max_submit_per_user=self.max_submit_per_user,
+            max_tres_per_user=tres(self.max_cpus_per_user, self.max_mem_mb_per_user,
+                                   self.max_gpus_per_user),
+            max_jobs_per_account=self.max_jobs_per_account,
+            max_tres_per_account=tres(self.max_cpus_per_account, None, None),
+            grp_jobs=self.grp_jobs,
+            grp_tres=tres(self.grp_cpus, self.grp_mem_mb, self.grp_gpus),
+            max_tres_per_job=tres(self.max_cpus_per_job, None, self.max_gpus_per_job),
+            max_nodes_per_job=self.max_nodes_per_job,
+            max_wall_s=self.max_wall_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QosConfig:
+    name: str
+    priority: int = 0
+    preempt: tuple[str, ...] = ()
+    preempt_mode: PreemptMode = PreemptMode.CANCEL
+    grace_time_s: int = 0
+    usage_factor: float = 1.0
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class AccountConfig:
+    name: str
+    parent: str | None = None  # None: under the root
+    shares: int = 1
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class UserConfig:
+    name: str
+    accounts: tuple[str, ...] = ()
+    default_account: str | None = None  # default: the first of ``accounts``
+    shares: int = 1
+    operator: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSection:
+    """Maps 1:1 onto ``corral.core.config.SchedulerConfig`` (see its docstring)."""
+
+    ordering: Ordering = Ordering.MULTIFACTOR
+    backfill: BackfillMode = BackfillMode.EASY
+    placement: PlacementMode = PlacementMode.PACK
+    fairshare: FairshareAlgorithm = FairshareAlgorithm.FAIR_TREE
+    decay_half_life_s: int = 7 * 86400
+    bf_window_s: int = 86400
+    bf_max_job_test: int = 500
+    bf_resolution_s: int = 60
+    bf_continue: bool = True
+    max_jobs_per_cycle: int | None = None
+    default_time_s: int = 3600
+    default_mem_per_cpu_mb: int = 0
+    max_array_size: int = 4001
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsSection:
+    age: int = 1000
+    fairshare: int = 10000
+    job_size: int = 1000
+    partition: int = 1000
+    qos: int = 1000
+    assoc: int = 0
+    max_age_s: int = 7 * 86400
+    favor_small: bool = False
+    size_relative: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionSection:
+    type: PreemptType = PreemptType.NONE
+    mode: PreemptMode = PreemptMode.REQUEUE
+    grace_s: int = 0
+    allow_suspend: bool = False
+
+
+DEFAULT_PARTITION = PartitionConfig(name="main", nodes="ALL", default=True)
+DEFAULT_QOS = QosConfig(name="normal")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    cluster_name: str = "corral"
+    state_dir: str | None = None  # None: --state-dir / CORRAL_STATE_DIR / per-user default
+    operators: tuple[str, ...] = ()  # users with admin rights besides root
+    accept_unknown_nodes: bool = True  # agents not listed in [[nodes]] may register
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    scheduler: SchedulerSection = field(default_factory=SchedulerSection)
+    weights: WeightsSection = field(default_factory=WeightsSection)
+    preemption: PreemptionSection = field(default_factory=PreemptionSection)
+    nodes: tuple[NodeConfig, ...] = ()
+    partitions: tuple[PartitionConfig, ...] = (DEFAULT_PARTITION,)
+    qos: tuple[QosConfig, ...] = (DEFAULT_QOS,)
+    accounts: tuple[AccountConfig, ...] = ()
+    users: tuple[UserConfig, ...] = ()
+
+    # ---- views for the scheduling core -----------------------------------------------
+
+    def node_configs(self) -> dict[str, NodeConfig]:
+        """Configured nodes by name, hostlist names (``n[01-04]``) expanded."""
+        from corral.core.parse.hostlist import expand
+
+        out: dict[str, NodeConfig] = {}
+        for n in self.nodes:
+            for name in expand(n.name):
+                out[name] = dataclasses.replace(n, name=name)
+        return out
+
+    def to_scheduler_config(self) -> SchedulerConfig:
+        s, w, p = self.scheduler, self.weights, self.preemption
+        return SchedulerConfig(
+            ordering=s.ordering,
+            backfill=s.backfill,
+            placement=s.placement,
+            weights=PriorityWeights(
+                age=w.age, fairshare=w.fairshare, job_size=w.job_size,
+                partition=w.partition, qos=w.qos, assoc=w.assoc, max_age_s=w.max_age_s,
+                favor_small=w.favor_small, size_relative=w.size_relative,
+            ),
+            fairshare=s.fairshare,
+            decay_half_life_s=s.decay_half_life_s,
+            bf_window_s=s.bf_window_s,
+            bf_max_job_test=s.bf_max_job_test,
+            bf_resolution_s=s.bf_resolution_s,
+            bf_continue=s.bf_continue,
+            max_jobs_per_cycle=s.max_jobs_per_cycle,
+            preempt_type=p.type,
+            preempt_mode=p.mode,
+            preempt_grace_s=p.grace_s,
+            allow_suspend=p.allow_suspend,
+            default_time_s=s.default_time_s,
+            default_mem_per_cpu_mb=s.default_mem_per_cpu_mb,
+            max_array_size=s.max_array_size,
+        )
+
+    def partition_models(self, node_names: list[str]) -> tuple[Partition, ...]:
+        """Partitions with their node lists resolved against the known nodes."""
+        from corral.core.parse.hostlist import expand
+
+        known = set(node_names)
+        out = []
+        for pc in self.partitions:
+            if pc.nodes.strip().upper() == "ALL":
+                members = tuple(node_names)
+            else:
+                members = tuple(n for n in expand(pc.nodes) if n in known)
+            out.append(Partition(
+                name=pc.name, nodes=members, default_time_s=pc.default_time_s,
+                max_time_s=pc.max_time_s, max_nodes=pc.max_nodes, min_nodes=pc.min_nodes,
+                priority_tier=pc.priority_tier, priority_job_factor=pc.priority_job_factor,
+                preempt_mode=pc.preempt_mode, grace_time_s=pc.grace_time_s,
+                is_default=pc.default, state=pc.state,
+                allow_accounts=None if pc.allow_accounts is None else frozenset(pc.allow_accounts),
+                allow_qos=None if pc.allow_qos is None else frozenset(pc.allow_qos),
+                default_mem_per_cpu_mb=pc.default_mem_per_cpu_mb,
+                max_mem_per_cpu_mb=pc.max_mem_per_cpu_mb, exclusive=pc.exclusive,
+            ))
+        if out and not any(p.is_default for p in out):
+            out[0] = dataclasses.replace(out[0], is_default=True)
+        return tuple(out)
+
+    def qos_models(self) -> tuple[Qos, ...]:
+        return tuple(
+            Qos(name=q.name, priority=q.priority, preempt=frozenset(q.preempt),
+                preempt_mode=q.preempt_mode, grace_time_s=q.grace_time_s,
+                usage_factor=q.usage_factor, limits=q.limits.to_model())
+            for q in self.qos
+        )
+
+    def account_tree(self) -> AccountTree:
+        accounts = tuple(
+            Account(name=a.name, parent=a.parent or "root", shares=a.shares,
+                    limits=a.limits.to_model())
+            for a in self.accounts
+        )
+        assocs = []
+        for u in self.users:
+            default = u.default_account or (u.accounts[0] if u.accounts else None)
+            for acc in u.accounts:
+                assocs.append(Association(user=u.name, account=acc, shares=u.shares,
+                                          is_default=acc == default))
+        return AccountTree(accounts=accounts, associations=tuple(assocs))
+
+    def default_account(self, user: str) -> str | None:
+        for u in self.users:
+            if u.name == user:
+                return u.default_account or (u.accounts[0] if u.accounts else None)
+        return None
+
+    def is_operator(self, user: str) -> bool:
+        if user in self.operators:
+            return True
+        return any(u.name == user and u.operator for u in self.users)
