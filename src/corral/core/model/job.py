@@ -94,6 +94,9 @@ class Dependency:
     kind: DependencyKind
     job_ids: tuple[int, ...] = ()
     delay_s: int = 0  # after:<id>+<minutes> (stored in seconds)
+    # afterok:<id>_<task>: one task of array job <id> (applies to every id of this item);
+    # None: the whole job, or every task of it when <id> is an array (also '<id>_*').
+    array_task_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,21 +107,21 @@ class NodeEvent(str, Enum):
 _N = NodeState
 _NE = NodeEvent
 NODE_TABLE: dict[tuple[NodeState, NodeEvent], NodeState] = {}
-for _st in (_N.UNKNOWN, _N.FUTURE, _N.DOWN):
-    NODE_TABLE[(_st, _NE.REGISTER)] = _N.IDLE
-for _st in (_N.IDLE, _N.MIXED, _N.ALLOCATED):
-    NODE_TABLE[(_st, _NE.LOAD_NONE)] = _N.IDLE
-    NODE_TABLE[(_st, _NE.LOAD_PARTIAL)] = _N.MIXED
-    NODE_TABLE[(_st, _NE.LOAD_FULL)] = _N.ALLOCATED
-    NODE_TABLE[(_st, _NE.REGISTER)] = _st
-    NODE_TABLE[(_st, _NE.DRAIN)] = _N.DRAINING if _st != _N.IDLE else _N.DRAINED
-for _st in (_N.DRAINING,):
-    NODE_TABLE[(_st, _NE.LOAD_NONE)] = _N.DRAINED
-    NODE_TABLE[(_st, _NE.LOAD_PARTIAL)] = _N.DRAINING
-    NODE_TABLE[(_st, _NE.LOAD_FULL)] = _N.DRAINING
-    NODE_TABLE[(_st, _NE.REGISTER)] = _N.DRAINING
-    NODE_TABLE[(_st, _NE.DRAIN)] = _N.DRAINING
-    NODE_TABLE[(_st, _NE.RESUME)] = _N.MIXED
+for _ns in (_N.UNKNOWN, _N.FUTURE, _N.DOWN):
+    NODE_TABLE[(_ns, _NE.REGISTER)] = _N.IDLE
+for _ns in (_N.IDLE, _N.MIXED, _N.ALLOCATED):
+    NODE_TABLE[(_ns, _NE.LOAD_NONE)] = _N.IDLE
+    NODE_TABLE[(_ns, _NE.LOAD_PARTIAL)] = _N.MIXED
+    NODE_TABLE[(_ns, _NE.LOAD_FULL)] = _N.ALLOCATED
+    NODE_TABLE[(_ns, _NE.REGISTER)] = _ns
+    NODE_TABLE[(_ns, _NE.DRAIN)] = _N.DRAINING if _ns != _N.IDLE else _N.DRAINED
+for _ns in (_N.DRAINING,):
+    NODE_TABLE[(_ns, _NE.LOAD_NONE)] = _N.DRAINED
+    NODE_TABLE[(_ns, _NE.LOAD_PARTIAL)] = _N.DRAINING
+    NODE_TABLE[(_ns, _NE.LOAD_FULL)] = _N.DRAINING
+    NODE_TABLE[(_ns, _NE.REGISTER)] = _N.DRAINING
+    NODE_TABLE[(_ns, _NE.DRAIN)] = _N.DRAINING
+    NODE_TABLE[(_ns, _NE.RESUME)] = _N.MIXED
 NODE_TABLE[(_N.DRAINED, _NE.DRAIN)] = _N.DRAINED
 NODE_TABLE[(_N.DRAINED, _NE.REGISTER)] = _N.DRAINED
 NODE_TABLE[(_N.DRAINED, _NE.LOAD_NONE)] = _N.DRAINED
@@ -129,9 +129,9 @@ NODE_TABLE[(_N.DRAINED, _NE.RESUME)] = _N.IDLE
 NODE_TABLE[(_N.DOWN, _NE.RESUME)] = _N.IDLE
 NODE_TABLE[(_N.DOWN, _NE.DRAIN)] = _N.DOWN
 NODE_TABLE[(_N.DOWN, _NE.LOAD_NONE)] = _N.DOWN
-for _st in NodeState:
-    NODE_TABLE[(_st, _NE.FAIL)] = _N.DOWN
-    NODE_TABLE[(_st, _NE.DOWN)] = _N.DOWN
+for _ns in NodeState:
+    NODE_TABLE[(_ns, _NE.FAIL)] = _N.DOWN
+    NODE_TABLE[(_ns, _NE.DOWN)] = _N.DOWN
 
 
 def node_transition(state: NodeState, event: NodeEvent) -> NodeState:
