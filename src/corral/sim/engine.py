@@ -1,0 +1,376 @@
+"""Discrete-event replay of a workload through the real scheduling core.
+
+Events on a virtual clock (trace seconds): job arrivals (submit times), completions
+(``start + run``) and kills at the time limit (``start + limit`` when the job would run
+longer and the exceed policy is ``kill``). After events, a scheduling cycle calls
+``corral.core.run_cycle(snapshot, config, now=clock)`` -- the very function the controller
+calls -- and the engine applies its decisions: ``Start`` (occupy the allocation, schedule
+the end), ``Reject`` (the job can never run), ``Preempt`` (the victim stops after its grace
+time; REQUEUE puts it back in the queue, CANCEL ends it).
+
+Cycle timing:
+
+* ``batch`` (default): all events at one instant are applied, then one cycle runs, like a
+  controller that coalesces a burst of events;
+* ``event``: one cycle after every single event, arrivals before completions at equal
+  times (RLScheduler's loop; needed to reproduce its published numbers).
+
+A cycle is skipped when it provably cannot start anything: no pending job needs fewer CPUs
+than are free (whole nodes: fewer nodes than are idle), no new arrival needs rejecting,
+and, with persistent reservations, a reservation already exists. The core is pure and
+keeps no state between cycles besides what the engine passes back (reservations, usage),
+so a skipped cycle changes nothing. Everything is deterministic: ties are broken by
+workload order and no randomness is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from corral.core import ClusterSnapshot, SchedulerConfig, run_cycle
+from corral.core.model.job import Job, JobState
+from corral.core.model.partition import PreemptMode
+from corral.sim.cluster import SimCluster, account_tree_for
+from corral.sim.result import COMPLETED, PREEMPTED, REJECTED, TIMEOUT, UNFINISHED, SimResult
+from corral.sim.workload import ExceedPolicy, Workload
+
+ProgressFn = Callable[[int, int], None]
+LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    exceed: ExceedPolicy = ExceedPolicy.KILL
+    cycle_mode: str = "batch"  # "batch" | "event"
+    skip_idle_cycles: bool = True
+    record_allocations: bool = False
+    label: str = ""
+    until_s: float | None = None
+
+
+def _config_supports(config: SchedulerConfig, name: str) -> bool:
+    return any(f.name == name for f in dataclasses.fields(config))
+
+
+def _persistent(config: SchedulerConfig) -> bool:
+    """True when the core keeps reservations across cycles (Maui ``HIGHEST``)."""
+    policy = getattr(config, "reservation_policy", None)
+    return policy is not None and str(getattr(policy, "value", policy)).lower() == "highest"
+
+
+def _snapshot_field(name: str) -> bool:
+    return any(f.name == name for f in dataclasses.fields(ClusterSnapshot))
+
+
+class Engine:
+    """One simulation of ``workload`` on ``cluster``; call ``run()`` once."""
+
+    def __init__(self, workload: Workload, cluster: SimCluster,
+                 options: EngineOptions | None = None) -> None:
+        self.wl = workload
+        self.cluster = cluster
+        self.opt = options or EngineOptions()
+        if self.opt.cycle_mode not in ("batch", "event"):
+            raise ValueError(f"cycle mode {self.opt.cycle_mode!r}: use batch or event")
+        pairs = zip(("g%d" % g if g >= 0 else "unknown" for g in workload.group_id.tolist()),
+                    ("u%d" % u if u >= 0 else "unknown" for u in workload.user_id.tolist()),
+                    strict=True)
+        self.tree = account_tree_for(pairs, cluster.accounts)
+        self.persistent = _persistent(self.opt.config)
+        self.reserved_field = next(
+            (n for n in ("reserved", "reserved_jobs", "reservations") if _snapshot_field(n)),
+            None,
+        )
+        w = self.opt.config.weights
+        self.track_usage = (self.opt.config.ordering.value == "multifactor"
+                            and w.fairshare > 0)
+
+    # -- the event loop -------------------------------------------------------------------
+    def run(self, progress: ProgressFn | None = None) -> SimResult:  # noqa: C901
+        wl, cl, opt = self.wl, self.cluster, self.opt
+        n = len(wl)
+        submit = wl.submit_s.tolist()
+        run_s = wl.run_s.tolist()
+        limit = wl.limit_s.tolist()
+        procs = wl.procs.tolist()
+        users = ["u%d" % u if u >= 0 else "unknown" for u in wl.user_id.tolist()]
+        accts = ["g%d" % g if g >= 0 else "unknown" for g in wl.group_id.tolist()]
+        demand = [cl.alloc_cpus_for(p) for p in procs]
+        whole = cl.whole_nodes
+        ppn = cl.procs_per_node
+        total_cpus = cl.total_cpus
+        node_index = {name: i for i, name in enumerate(cl.node_names)}
+        node_used = [0] * cl.total_nodes
+        idle_nodes = cl.total_nodes
+        kill = opt.exceed is ExceedPolicy.KILL
+        per_event = opt.cycle_mode == "event"
+        config = opt.config
+        until = math.inf if opt.until_s is None else opt.until_s
+
+        start = np.full(n, np.nan)
+        end = np.full(n, np.nan)
+        state = np.full(n, UNFINISHED, dtype=np.int8)
+        alloc_cpus = np.zeros(n, dtype=np.int64)
+        allocations: dict[int, tuple[int, ...]] = {}
+
+        pending: dict[int, Job] = {}
+        running: dict[int, Job] = {}
+        alloc_nodes: dict[int, list[tuple[int, int]]] = {}
+        heap: list[tuple[float, int, int]] = []  # (end time, sequence, job index)
+        version: dict[int, int] = {}  # job -> sequence of its live end event
+        seq = 0
+        # pending demand multiset for the skip rule
+        size_count: dict[int, int] = {}
+        size_heap: list[int] = []
+        free_cpus = total_cpus
+        reserved: tuple[int, ...] = ()
+        usage: dict[tuple[str, str], float] = {}
+        usage_t: dict[tuple[str, str], float] = {}
+        usage_rate: dict[tuple[str, str], float] = {}
+        half_life = float(config.decay_half_life_s)
+
+        samples_t: array[float] = array("d")
+        samples_q: array[float] = array("d")
+        samples_b: array[float] = array("d")
+        cycles = skipped = 0
+        core_s = 0.0
+        t_wall = time.perf_counter()
+        nxt = 0  # next arrival
+        clock = submit[0] if n else 0.0
+        done = 0
+        force = False
+
+        def need_of(i: int) -> int:
+            return -(-procs[i] // ppn) if whole else demand[i]
+
+        def add_pending(i: int) -> None:
+            k = need_of(i)
+            c = size_count.get(k, 0)
+            if c == 0:
+                heapq.heappush(size_heap, k)
+            size_count[k] = c + 1
+
+        def remove_pending(i: int) -> None:
+            k = need_of(i)
+            size_count[k] -= 1
+
+        def min_need() -> int:
+            while size_heap and size_count.get(size_heap[0], 0) == 0:
+                heapq.heappop(size_heap)
+            return size_heap[0] if size_heap else 1 << 62
+
+        def usage_to(assoc: tuple[str, str], now: float) -> float:
+            u = usage.get(assoc, 0.0)
+            t0 = usage_t.get(assoc, now)
+            dt = now - t0
+            if dt > 0:
+                rate = usage_rate.get(assoc, 0.0)
+                if half_life > 0:
+                    d = math.exp(-LN2 * dt / half_life)
+                    u = u * d + rate * half_life / LN2 * (1.0 - d)
+                else:
+                    u += rate * dt
+            usage[assoc] = u
+            usage_t[assoc] = now
+            return u
+
+        def occupy(i: int, job: Job, sign: int) -> None:
+            nonlocal free_cpus, idle_nodes
+            alloc = job.allocation
+            assert alloc is not None
+            cpus = alloc.cpus
+            free_cpus -= sign * cpus
+            if self.track_usage:
+                assoc = (accts[i], users[i])
+                usage_to(assoc, clock)
+                usage_rate[assoc] = usage_rate.get(assoc, 0.0) + sign * cpus
+            if sign > 0:
+                used = [(node_index[na.node], na.cpus) for na in alloc.nodes]
+                alloc_nodes[i] = used
+            else:
+                used = alloc_nodes.pop(i)
+            for ni, c in used:
+                before = node_used[ni]
+                node_used[ni] = before + sign * c
+                if before == 0:
+                    idle_nodes -= 1
+                elif node_used[ni] == 0:
+                    idle_nodes += 1
+
+        def finish(i: int, t: float, st: int) -> None:
+            job = running.pop(i)
+            occupy(i, job, -1)
+            end[i] = t
+            state[i] = st
+
+        def cycle(now: float) -> None:
+            nonlocal cycles, core_s, reserved, seq, done
+            cycles += 1
+            kwargs: dict[str, Any] = {}
+            if self.reserved_field is not None:
+                kwargs[self.reserved_field] = reserved
+            if self.track_usage:
+                kwargs["usage"] = {a: usage_to(a, now) for a in list(usage_rate) + list(usage)}
+            snap = ClusterSnapshot(
+                nodes=cl.nodes, partitions=cl.partitions, qos=cl.qos, accounts=self.tree,
+                pending=tuple(pending.values()), running=tuple(running.values()),
+                generation=cycles, **kwargs,
+            )
+            t0 = time.perf_counter()
+            res = run_cycle(snap, config, now)
+            core_s += time.perf_counter() - t0
+            for rj in res.rejects:
+                if rj.job_id in pending:
+                    remove_pending(rj.job_id)
+                    del pending[rj.job_id]
+                    state[rj.job_id] = REJECTED
+                    done += 1
+            for pr in res.preemptions:
+                v = pr.victim_id
+                if v not in running:
+                    continue
+                t_stop = now + pr.grace_s
+                seq += 1
+                version[v] = seq
+                heapq.heappush(heap, (t_stop, seq, v))
+                # mark: a preempted stop, handled in the completion branch
+                preempt_mode[v] = pr.mode
+            for s in res.starts:
+                i = s.job_id
+                job = pending.pop(i)
+                remove_pending(i)
+                lim = float(s.time_limit_s) if s.time_limit_s is not None else limit[i]
+                started = dataclasses.replace(job, state=JobState.RUNNING, start_time=now,
+                                              allocation=s.allocation, time_limit_s=int(lim))
+                running[i] = started
+                occupy(i, started, +1)
+                start[i] = now
+                alloc_cpus[i] = s.allocation.cpus
+                if opt.record_allocations:
+                    allocations[i] = tuple(ni for ni, _ in alloc_nodes[i])
+                killed = kill and run_s[i] > lim
+                t_end = now + (lim if killed else run_s[i])
+                seq += 1
+                version[i] = seq
+                timeout_flag[i] = killed
+                heapq.heappush(heap, (t_end, seq, i))
+            reserved = tuple(r.job_id for r in res.reservations)
+
+        preempt_mode: dict[int, PreemptMode] = {}
+        timeout_flag: dict[int, bool] = {}
+
+        def arrive(i: int) -> None:
+            nonlocal force
+            job = Job(id=i, spec=cl.spec_for(procs[i], int(limit[i]), users[i], accts[i]),
+                      submit_time=submit[i])
+            pending[i] = job
+            add_pending(i)
+            if demand[i] > total_cpus:
+                force = True  # let the core reject it
+
+        def complete(i: int, t: float) -> None:
+            nonlocal done
+            mode = preempt_mode.pop(i, None)
+            if mode is None:
+                finish(i, t, TIMEOUT if timeout_flag.pop(i, False) else COMPLETED)
+                done += 1
+                return
+            timeout_flag.pop(i, None)
+            if mode is PreemptMode.REQUEUE:
+                job = running.pop(i)
+                occupy(i, job, -1)
+                requeued = dataclasses.replace(job, state=JobState.PENDING, start_time=None,
+                                               allocation=None, restarts=job.restarts + 1)
+                pending[i] = requeued
+                add_pending(i)
+                start[i] = np.nan
+            else:
+                finish(i, t, PREEMPTED)
+                done += 1
+
+        def should_cycle() -> bool:
+            if not pending:
+                return False
+            if force or not opt.skip_idle_cycles:
+                return True
+            if self.persistent and not any(r in pending for r in reserved):
+                return True
+            if whole:
+                return min_need() <= idle_nodes
+            return min_need() <= free_cpus
+
+        report_every = max(1, n // 200)
+        next_report = report_every
+        while nxt < n or heap:
+            t_arr = submit[nxt] if nxt < n else math.inf
+            while heap and version.get(heap[0][2]) != heap[0][1]:
+                heapq.heappop(heap)  # stale (the job was preempted and restarted)
+            t_end = heap[0][0] if heap else math.inf
+            if t_arr == math.inf and t_end == math.inf:
+                break
+            if per_event:
+                if t_arr <= t_end:
+                    clock = max(clock, t_arr)
+                    arrive(nxt)
+                    nxt += 1
+                else:
+                    clock = max(clock, t_end)
+                    _, _, i = heapq.heappop(heap)
+                    complete(i, t_end)
+            else:
+                t = min(t_arr, t_end)
+                clock = max(clock, t)
+                while heap and heap[0][0] <= t:
+                    _, sq, i = heapq.heappop(heap)
+                    if version.get(i) == sq:
+                        complete(i, t)
+                while nxt < n and submit[nxt] <= t:
+                    arrive(nxt)
+                    nxt += 1
+            if clock > until:
+                break
+            if should_cycle():
+                cycle(clock)
+            else:
+                skipped += 1
+            force = False
+            samples_t.append(clock)
+            samples_q.append(float(len(pending)))
+            samples_b.append(float(total_cpus - free_cpus))
+            if progress is not None and done >= next_report:
+                progress(done, n)
+                next_report += report_every
+        if progress is not None:
+            progress(done, n)
+
+        wall = time.perf_counter() - t_wall
+        stats = {"cycles": cycles, "cycles_skipped": skipped, "wall_s": round(wall, 3),
+                 "core_s": round(core_s, 3), "events": len(samples_t)}
+        settings = {"exceed": opt.exceed.value, "cycle_mode": opt.cycle_mode,
+                    "ordering": config.ordering.value, "backfill": config.backfill.value,
+                    "placement": config.placement.value, "machine": cl.description}
+        return SimResult(
+            label=opt.label or f"{config.ordering.value}/{config.backfill.value}",
+            workload=wl, start_s=start, end_s=end, state=state, alloc_cpus=alloc_cpus,
+            total_cpus=total_cpus, total_nodes=cl.total_nodes, node_names=cl.node_names,
+            samples_t=np.frombuffer(samples_t, dtype=np.float64).copy(),
+            samples_pending=np.frombuffer(samples_q, dtype=np.float64).copy(),
+            samples_busy_cpus=np.frombuffer(samples_b, dtype=np.float64).copy(),
+            allocations=allocations, stats=stats, settings=settings,
+        )
+
+
+def simulate(workload: Workload, cluster: SimCluster, options: EngineOptions | None = None,
+             progress: ProgressFn | None = None) -> SimResult:
+    """Run one simulation (see ``Engine``)."""
+    return Engine(workload, cluster, options).run(progress)
