@@ -22,7 +22,8 @@ class LaunchRequest:
     workdir: str
     script: str | None = None  # batch script text; run under its shebang interpreter
     argv: tuple[str, ...] = ()  # or a command line (when there is no script)
-    env: dict[str, str] = field(default_factory=dict)  # submit env + SLURM_*/CORRAL_* from the controller
+    # submit env + SLURM_*/CORRAL_* from the controller
+    env: dict[str, str] = field(default_factory=dict)
     stdout: str | None = None  # pattern, expanded by the agent (%j %x %u %A %a %N %n %t %%)
     stderr: str | None = None  # None: same as stdout
     stdin: str | None = None
@@ -41,6 +42,7 @@ class LaunchRequest:
     node_index: int = 0
     restarts: int = 0
     extra: dict[str, str] = field(default_factory=dict)
+    max_pids: int = 0  # pids limit of the job's cgroup (0: none)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -66,10 +68,19 @@ class JobExit:
     cpu_time_s: float = 0.0
     max_rss_mb: float = 0.0
     reason: str = ""
+    stdout_path: str = ""  # the expanded output file names (absolute), "" if none was opened
+    stderr_path: str = ""
+    restarts: int = 0  # LaunchRequest.restarts of the run this exit belongs to
+
+    @property
+    def exit_code_text(self) -> str:
+        """Slurm's ``ExitCode=code:signal`` form."""
+        return f"{self.exit_code}:{self.signal}"
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> JobExit:
-        return JobExit(**data)
+        known = {f.name for f in dataclasses.fields(JobExit)}
+        return JobExit(**{k: v for k, v in data.items() if k in known})

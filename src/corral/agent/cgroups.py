@@ -1,0 +1,393 @@
+"""Per-job cgroups: detect the host's layout, create a job cgroup, account, kill, remove.
+
+Layouts (``detect_layout`` reads /proc/self/mounts):
+
+- **v2**: a cgroup2 mount whose ``cgroup.controllers`` offers ``memory``. The job cgroup is
+  ``<mount>/<cgroup_root>/job_<id>`` with ``memory.max``, ``memory.swap.max=0``,
+  ``cpuset.cpus``/``cpuset.mems``, ``pids.max``; accounting from ``cpu.stat``
+  (``usage_usec``), ``memory.peak`` (kernel 5.19+) and ``memory.events`` (``oom_kill``);
+  ``cgroup.kill`` (5.14+) ends the whole tree. The parents get the controllers enabled in
+  ``cgroup.subtree_control`` (they hold no processes: the "no internal processes" rule).
+- **v1** (hybrid hosts such as this one): one hierarchy per controller. The job gets a
+  directory in ``memory`` (``memory.limit_in_bytes`` and ``memory.memsw.limit_in_bytes``,
+  ``max_usage_in_bytes``, the ``oom_kill`` counter of ``memory.oom_control`` — ``failcnt``
+  stays 0 on these kernels), ``cpuset`` (cpus + mems, both required before attaching;
+  parents get their parent's values copied), ``cpuacct`` (``cpuacct.usage``), ``pids``
+  and ``freezer`` (freeze, kill, thaw: no fork can escape a kill). A controller-less
+  cgroup2 mounted beside them (``/sys/fs/cgroup/unified``) is used for tracking the
+  whole process tree and ``cgroup.kill``.
+- **none**: no cgroup filesystem, or nothing writable (not root, no delegation). The
+  caller falls back to rlimits and CPU affinity (``isolation.py``).
+
+A process is attached by writing its pid to ``cgroup.procs`` of every job directory,
+before it execs (the job child does it for itself), so nothing it forks escapes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+V1_CONTROLLERS = ("memory", "cpuset", "cpuacct", "pids", "freezer")
+V2_CONTROLLERS = ("memory", "cpuset", "cpu", "pids")
+
+
+class CgroupError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class CgroupLayout:
+    mode: str  # "v2" | "v1" | "none"
+    v2_root: str | None = None  # cgroup2 mount with controllers (mode v2)
+    v1: dict[str, str] = field(default_factory=dict)  # controller -> mount point (mode v1)
+    tracking: str | None = None  # controller-less cgroup2 mount (hybrid): tracking + kill
+    reason: str = ""  # why "none", or what is missing
+
+    def describe(self) -> str:
+        if self.mode == "v2":
+            return f"cgroup v2 at {self.v2_root}"
+        if self.mode == "v1":
+            extra = f", tracking in cgroup2 {self.tracking}" if self.tracking else ""
+            return f"cgroup v1 ({', '.join(sorted(self.v1))}){extra}"
+        return f"no cgroups ({self.reason})"
+
+
+@dataclass(frozen=True)
+class CgroupUsage:
+    cpu_s: float | None
+    peak_bytes: int | None
+    oom_kills: int
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _write(path: str, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _kv(text: str | None, key: str) -> int | None:
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == key:
+            return int(parts[1])
+    return None
+
+
+def cpulist(cpus: tuple[int, ...] | list[int]) -> str:
+    """(0, 1, 2, 5) -> "0-2,5" (the kernel's list format)."""
+    out: list[str] = []
+    ids = sorted(set(cpus))
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """"0-2,5" -> [0, 1, 2, 5]."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def detect_layout(mounts_text: str | None = None) -> CgroupLayout:
+    """Find the cgroup filesystems from /proc/self/mounts (or the given text)."""
+    if mounts_text is None:
+        mounts_text = _read("/proc/self/mounts") or ""
+    v1: dict[str, str] = {}
+    v2: list[str] = []
+    for line in mounts_text.splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        mnt, fstype, opts = parts[1], parts[2], parts[3].split(",")
+        if fstype == "cgroup2":
+            v2.append(mnt)
+        elif fstype == "cgroup":
+            for ctl in V1_CONTROLLERS:
+                if ctl in opts and ctl not in v1:
+                    v1[ctl] = mnt
+    for mnt in v2:
+        ctls = (_read(os.path.join(mnt, "cgroup.controllers")) or "").split()
+        if "memory" in ctls:
+            return CgroupLayout("v2", v2_root=mnt)
+    tracking = v2[0] if v2 else None
+    if v1:
+        return CgroupLayout("v1", v1=v1, tracking=tracking)
+    return CgroupLayout("none", reason="no cgroup filesystem with a memory controller is mounted")
+
+
+def _mkdir_levels(base: str, rel: str, v1_cpuset: bool = False,
+                  v2_enable: tuple[str, ...] = ()) -> str:
+    """Create ``base/rel`` level by level, preparing each level for children."""
+    path = base
+    if v2_enable:
+        _enable_controllers(path, v2_enable)
+    for part in [p for p in rel.split("/") if p]:
+        parent, path = path, os.path.join(path, part)
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            pass
+        if v1_cpuset:
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                if not (_read(os.path.join(path, name)) or "").strip():
+                    inherited = (_read(os.path.join(parent, name)) or "").strip()
+                    _write(os.path.join(path, name), inherited)
+        if v2_enable:
+            _enable_controllers(path, v2_enable)
+    return path
+
+
+def _enable_controllers(path: str, wanted: tuple[str, ...]) -> None:
+    available = set((_read(os.path.join(path, "cgroup.controllers")) or "").split())
+    enabled = set((_read(os.path.join(path, "cgroup.subtree_control")) or "").split())
+    missing = [c for c in wanted if c in available and c not in enabled]
+    if missing:
+        _write(os.path.join(path, "cgroup.subtree_control"), " ".join(f"+{c}" for c in missing))
+
+
+def prepare(layout: CgroupLayout, cgroup_root: str) -> CgroupLayout:
+    """Create the parent cgroups under which job cgroups go; mode "none" if not writable."""
+    if layout.mode == "none":
+        return layout
+    try:
+        if layout.mode == "v2":
+            assert layout.v2_root is not None
+            _mkdir_levels(layout.v2_root, cgroup_root, v2_enable=V2_CONTROLLERS)
+        else:
+            for ctl, mnt in layout.v1.items():
+                _mkdir_levels(mnt, cgroup_root, v1_cpuset=(ctl == "cpuset"))
+    except OSError as exc:
+        return CgroupLayout("none", reason=f"cannot create {cgroup_root} cgroups: {exc}")
+    tracking = layout.tracking
+    if tracking is not None:
+        try:
+            _mkdir_levels(tracking, cgroup_root)
+        except OSError:
+            tracking = None
+    return CgroupLayout(layout.mode, layout.v2_root, dict(layout.v1), tracking, layout.reason)
+
+
+def numa_nodes_of(cpus: tuple[int, ...], sys_root: str = "/sys") -> list[int]:
+    """NUMA nodes holding any of ``cpus`` (from /sys/devices/system/node)."""
+    base = os.path.join(sys_root, "devices/system/node")
+    out: list[int] = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return out
+    want = set(cpus)
+    for name in names:
+        if name.startswith("node") and name[4:].isdigit():
+            text = _read(os.path.join(base, name, "cpulist")) or ""
+            if want & set(parse_cpulist(text)):
+                out.append(int(name[4:]))
+    return sorted(out)
+
+
+class JobCgroup:
+    """The cgroup directories of one job (one per v1 controller, or one v2 directory)."""
+
+    def __init__(self, layout: CgroupLayout, dirs: dict[str, str]) -> None:
+        self.layout = layout
+        self.dirs = dirs  # controller (or "v2" / "tracking") -> directory
+
+    @classmethod
+    def create(cls, layout: CgroupLayout, rel: str, *, mem_mb: int = 0,
+               cpus: tuple[int, ...] = (), max_pids: int = 0) -> JobCgroup:
+        if layout.mode == "none":
+            raise CgroupError(layout.reason)
+        dirs: dict[str, str] = {}
+        if layout.mode == "v2":
+            assert layout.v2_root is not None
+            dirs["v2"] = os.path.join(layout.v2_root, rel)
+        else:
+            for ctl, mnt in layout.v1.items():
+                dirs[ctl] = os.path.join(mnt, rel)
+            if layout.tracking:
+                dirs["tracking"] = os.path.join(layout.tracking, rel)
+        cg = cls(layout, dirs)
+        try:
+            cg._make(mem_mb, cpus, max_pids)
+        except OSError as exc:
+            cg.remove(wait_s=0.0)
+            raise CgroupError(f"cannot set up cgroup {rel}: {exc}") from exc
+        return cg
+
+    def _make(self, mem_mb: int, cpus: tuple[int, ...], max_pids: int) -> None:
+        for path in self.dirs.values():
+            try:
+                os.mkdir(path, 0o755)
+            except FileExistsError:
+                if (_read(os.path.join(path, "cgroup.procs")) or "").strip():
+                    raise OSError(errno.EBUSY, f"{path} exists and still has processes") from None
+        limit = mem_mb * 1024 * 1024
+        mems = numa_nodes_of(cpus) if cpus else []
+        if "v2" in self.dirs:
+            d = self.dirs["v2"]
+            if limit:
+                _write(os.path.join(d, "memory.max"), str(limit))
+                if os.path.exists(os.path.join(d, "memory.swap.max")):
+                    _write(os.path.join(d, "memory.swap.max"), "0")
+            if cpus and os.path.exists(os.path.join(d, "cpuset.cpus")):
+                _write(os.path.join(d, "cpuset.cpus"), cpulist(cpus))
+                if mems:
+                    _write(os.path.join(d, "cpuset.mems"), cpulist(mems))
+            if max_pids and os.path.exists(os.path.join(d, "pids.max")):
+                _write(os.path.join(d, "pids.max"), str(max_pids))
+            return
+        if "memory" in self.dirs and limit:
+            d = self.dirs["memory"]
+            _write(os.path.join(d, "memory.limit_in_bytes"), str(limit))
+            if os.path.exists(os.path.join(d, "memory.memsw.limit_in_bytes")):
+                _write(os.path.join(d, "memory.memsw.limit_in_bytes"), str(limit))
+        if "cpuset" in self.dirs:
+            d = self.dirs["cpuset"]
+            parent = os.path.dirname(d)
+            all_cpus = (_read(os.path.join(parent, "cpuset.cpus")) or "").strip()
+            all_mems = (_read(os.path.join(parent, "cpuset.mems")) or "").strip()
+            _write(os.path.join(d, "cpuset.cpus"), cpulist(cpus) if cpus else all_cpus)
+            _write(os.path.join(d, "cpuset.mems"), cpulist(mems) if mems else all_mems)
+        if "pids" in self.dirs and max_pids:
+            _write(os.path.join(self.dirs["pids"], "pids.max"), str(max_pids))
+
+    @property
+    def controllers(self) -> set[str]:
+        if "v2" in self.dirs:
+            ctls = (_read(os.path.join(self.dirs["v2"], "cgroup.controllers")) or "").split()
+            return set(ctls)
+        return {c for c in self.dirs if c != "tracking"}
+
+    def attach(self, pid: int) -> None:
+        for path in self.dirs.values():
+            _write(os.path.join(path, "cgroup.procs"), str(pid))
+
+    def procs(self) -> set[int]:
+        out: set[int] = set()
+        for path in self.dirs.values():
+            out.update(int(x) for x in (_read(os.path.join(path, "cgroup.procs")) or "").split())
+        return out
+
+    def _killer(self) -> str | None:
+        for key in ("v2", "tracking"):
+            path = self.dirs.get(key)
+            if path and os.path.exists(os.path.join(path, "cgroup.kill")):
+                return os.path.join(path, "cgroup.kill")
+        return None
+
+    def kill_all(self) -> None:
+        """SIGKILL every process in the job's cgroups."""
+        killer = self._killer()
+        if killer is not None:
+            try:
+                _write(killer, "1")
+                return
+            except OSError:
+                pass
+        frozen = self.freeze()
+        for pid in self.procs():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if frozen:
+            self.thaw()
+
+    def freeze(self) -> bool:
+        if "v2" in self.dirs:
+            path = os.path.join(self.dirs["v2"], "cgroup.freeze")
+            value = "1"
+        elif "freezer" in self.dirs:
+            path = os.path.join(self.dirs["freezer"], "freezer.state")
+            value = "FROZEN"
+        else:
+            return False
+        try:
+            _write(path, value)
+            return True
+        except OSError:
+            return False
+
+    def thaw(self) -> None:
+        if "v2" in self.dirs:
+            _write(os.path.join(self.dirs["v2"], "cgroup.freeze"), "0")
+        elif "freezer" in self.dirs:
+            _write(os.path.join(self.dirs["freezer"], "freezer.state"), "THAWED")
+
+    def usage(self) -> CgroupUsage:
+        if "v2" in self.dirs:
+            d = self.dirs["v2"]
+            usec = _kv(_read(os.path.join(d, "cpu.stat")), "usage_usec")
+            peak_text = _read(os.path.join(d, "memory.peak"))
+            oom = _kv(_read(os.path.join(d, "memory.events")), "oom_kill") or 0
+            peak_v2 = int(peak_text) if peak_text and peak_text.strip().isdigit() else None
+            return CgroupUsage(None if usec is None else usec / 1e6, peak_v2, oom)
+        cpu_s: float | None = None
+        peak: int | None = None
+        oom = 0
+        if "cpuacct" in self.dirs:
+            ns = _read(os.path.join(self.dirs["cpuacct"], "cpuacct.usage"))
+            cpu_s = int(ns) / 1e9 if ns and ns.strip().isdigit() else None
+        if "memory" in self.dirs:
+            d = self.dirs["memory"]
+            text = _read(os.path.join(d, "memory.max_usage_in_bytes"))
+            peak = int(text) if text and text.strip().isdigit() else None
+            oom = _kv(_read(os.path.join(d, "memory.oom_control")), "oom_kill") or 0
+        return CgroupUsage(cpu_s, peak, oom)
+
+    def populated(self) -> bool:
+        return bool(self.procs())
+
+    def remove(self, wait_s: float = 2.0) -> None:
+        """Remove the job's directories (they must be empty; waits up to ``wait_s``)."""
+        deadline = time.monotonic() + wait_s
+        pending = list(self.dirs.values())
+        while pending:
+            left: list[str] = []
+            for path in pending:
+                try:
+                    os.rmdir(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:
+                        raise
+                    left.append(path)
+            if not left:
+                return
+            if time.monotonic() >= deadline:
+                raise CgroupError(f"cgroups still busy: {', '.join(left)}")
+            pending = left
+            time.sleep(0.01)
+
+    def describe(self) -> dict[str, object]:
+        return {"mode": self.layout.mode, "dirs": dict(self.dirs)}
+
+    @classmethod
+    def from_describe(cls, data: dict[str, object]) -> JobCgroup:
+        dirs = data.get("dirs")
+        mode = str(data.get("mode", "none"))
+        return cls(CgroupLayout(mode), dict(dirs) if isinstance(dirs, dict) else {})

@@ -1,0 +1,116 @@
+"""How a job is confined on this node: a cgroup when one is writable, rlimits otherwise.
+
+``make_isolation(mode, cgroup_root, req, mem_poll_s)`` — ``mode`` is ``"auto"`` (cgroup if
+the layout allows, else the fallback, with a note), ``"cgroup"`` (cgroup or the launch
+fails) or ``"none"`` (always the fallback; used by tests and unprivileged agents).
+
+Fallback when no cgroup is writable (documented choice):
+
+- **Memory**: a watchdog in the supervisor sums the RSS of the job's processes every
+  ``mem_poll_s`` and SIGKILLs the job at the limit, reporting OUT_OF_MEMORY (Slurm's
+  ``JobAcctGatherParams=OverMemoryKill``). Each process also gets ``RLIMIT_DATA`` = 2 × the
+  limit as a hard backstop against an allocation burst faster than the watchdog samples.
+  ``RLIMIT_DATA`` counts private writable mappings (heap, anonymous mmap) but not file
+  mappings or ``PROT_NONE`` reservations, so CUDA and JVM address-space reservations
+  still work — ``RLIMIT_AS`` would break them. A process that hits the backstop sees
+  ENOMEM (Python: MemoryError) and the job usually ends FAILED rather than OUT_OF_MEMORY.
+  Limits are only ever lowered (root here lacks CAP_SYS_RESOURCE: it cannot raise them).
+- **CPUs**: ``sched_setaffinity`` to the allocated CPUs (a job may widen it again; a
+  cpuset cannot be widened).
+- **Tree**: the supervisor is a child subreaper, so it still finds and kills every process.
+"""
+
+from __future__ import annotations
+
+import resource
+
+from corral.agent.cgroups import (
+    CgroupError,
+    CgroupLayout,
+    CgroupUsage,
+    JobCgroup,
+    detect_layout,
+    prepare,
+)
+from corral.agent.launch import LaunchRequest
+
+RLIMIT_DATA_FACTOR = 2
+_layout_cache: dict[str, CgroupLayout] = {}
+
+
+def node_layout(cgroup_root: str, refresh: bool = False) -> CgroupLayout:
+    """The prepared cgroup layout for jobs under ``cgroup_root`` (cached per process)."""
+    if refresh or cgroup_root not in _layout_cache:
+        _layout_cache[cgroup_root] = prepare(detect_layout(), cgroup_root)
+    return _layout_cache[cgroup_root]
+
+
+class Isolation:
+    def __init__(self, req: LaunchRequest, cgroup: JobCgroup | None) -> None:
+        self.req = req
+        self.cgroup = cgroup
+        ctls = cgroup.controllers if cgroup is not None else set()
+        self.has_memory_cgroup = "memory" in ctls
+        self.needs_watchdog = req.mem_mb > 0 and not self.has_memory_cgroup
+
+    @property
+    def kind(self) -> str:
+        if self.cgroup is None:
+            return "none"
+        return f"cgroup-{self.cgroup.layout.mode}"
+
+    def attach(self, pid: int) -> None:
+        """Called in the job process before it execs (still as root)."""
+        if self.cgroup is not None:
+            self.cgroup.attach(pid)
+
+    def child_limits(self) -> None:
+        """Called in the job process before it execs: the rlimit backstop when needed."""
+        if self.req.mem_mb > 0 and not self.has_memory_cgroup:
+            limit = self.req.mem_mb * 1024 * 1024 * RLIMIT_DATA_FACTOR
+            _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+            if hard != resource.RLIM_INFINITY:
+                limit = min(limit, hard)
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+    def procs(self) -> set[int]:
+        return self.cgroup.procs() if self.cgroup is not None else set()
+
+    def kill_all(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+
+    def usage(self) -> CgroupUsage | None:
+        return self.cgroup.usage() if self.cgroup is not None else None
+
+    def remove(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()
+
+    def describe(self) -> dict[str, object]:
+        out: dict[str, object] = {"kind": self.kind, "watchdog": self.needs_watchdog}
+        if self.cgroup is not None:
+            out["cgroup"] = self.cgroup.describe()
+        return out
+
+
+def make_isolation(mode: str, cgroup_root: str, req: LaunchRequest,
+                   mem_poll_s: float) -> tuple[Isolation, str]:
+    """The job's isolation and a note for the log ("" when all is as asked)."""
+    del mem_poll_s  # the supervisor drives the watchdog
+    if mode == "none":
+        return Isolation(req, None), ""
+    layout = node_layout(cgroup_root)
+    if layout.mode == "none":
+        if mode == "cgroup":
+            raise CgroupError(f"cgroups required but unavailable: {layout.reason}")
+        return Isolation(req, None), f"no cgroup isolation: {layout.reason}; using rlimits"
+    name = f"{cgroup_root.strip('/')}/job_{req.job_id}"
+    try:
+        cg = JobCgroup.create(layout, name, mem_mb=req.mem_mb, cpus=req.cpus,
+                              max_pids=req.max_pids)
+    except CgroupError as exc:
+        if mode == "cgroup":
+            raise
+        return Isolation(req, None), f"no cgroup isolation: {exc}; using rlimits"
+    return Isolation(req, cg), ""

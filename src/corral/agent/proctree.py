@@ -1,0 +1,152 @@
+"""Process facts from /proc: start times (pid reuse), descendants, resident memory.
+
+The supervisor is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so every process a job
+starts stays below it even after its parent exits: the job's processes are exactly the
+supervisor's descendants. ``descendants`` walks ``/proc/<pid>/task/<tid>/children``
+(cost proportional to the job's own processes, not to the node's), and falls back to one
+scan of ``/proc/*/stat`` where that file does not exist.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+
+PR_SET_CHILD_SUBREAPER = 36
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_libc: ctypes.CDLL | None = None
+
+
+def set_child_subreaper() -> bool:
+    """Make orphaned descendants reparent to this process. False where unsupported."""
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        return int(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (index 0 is the state)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2 :].decode().split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The kernel start time of ``pid`` (clock ticks since boot), None if it does not exist."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    return int(fields[19])
+
+
+def is_alive(pid: int, ticks: int | None = None) -> bool:
+    """``pid`` exists, is not a zombie, and (when given) started at ``ticks``."""
+    if pid <= 0:
+        return False
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return False
+    return ticks is None or int(fields[19]) == ticks
+
+
+def _children(pid: int) -> list[int] | None:
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}"):
+                return []
+            return None  # kernel without CONFIG_PROC_CHILDREN
+        except OSError:
+            continue
+    return out
+
+
+def _descendants_by_scan(root: int) -> list[int]:
+    parent: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if fields is not None and len(fields) > 2:
+            parent.setdefault(int(fields[1]), []).append(int(name))
+    out: list[int] = []
+    stack = [root]
+    while stack:
+        for child in parent.get(stack.pop(), ()):
+            out.append(child)
+            stack.append(child)
+    return out
+
+
+def descendants(root: int) -> list[int]:
+    """All live descendants of ``root`` (not ``root`` itself), parents before children."""
+    out: list[int] = []
+    seen = {root}
+    stack = [root]
+    while stack:
+        kids = _children(stack.pop())
+        if kids is None:
+            return _descendants_by_scan(root)
+        for k in kids:
+            if k not in seen:
+                seen.add(k)
+                out.append(k)
+                stack.append(k)
+    return out
+
+
+def rss_bytes(pids: list[int]) -> int:
+    """Sum of the resident set sizes of ``pids`` (processes that vanished count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def kill_pids(pids: list[int] | set[int], sig: int) -> int:
+    """Send ``sig`` to each pid; returns how many were signalled."""
+    n = 0
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            n += 1
+        except (ProcessLookupError, PermissionError):
+            continue
+    return n
+
+
+def signal_number(name: str | int) -> int:
+    """``USR1``, ``SIGUSR1``, ``sigusr1`` or ``10`` -> 10. Raises ValueError on unknown names."""
+    if isinstance(name, int):
+        return name
+    text = name.strip().upper()
+    if text.isdigit():
+        num = int(text)
+        if not 0 < num < signal.NSIG:
+            raise ValueError(f"invalid signal number {num}")
+        return num
+    if not text.startswith("SIG"):
+        text = "SIG" + text
+    try:
+        return int(signal.Signals[text])
+    except KeyError:
+        raise ValueError(f"unknown signal name {name!r}") from None

@@ -1,0 +1,378 @@
+"""``JobRunner``: the node-local job launcher the agent daemon drives.
+
+Each job runs under its own supervisor process (``supervisor.py``), started by a double
+fork with ``setsid`` in between: the supervisor is nobody's child in the agent, so the
+agent can be killed (even with SIGKILL) and restarted while jobs keep running. The spool
+(``spool.py``) is the only shared state: the runner writes ``request.json`` and
+``supervisor.json`` and queues commands in ``ctl/``; the supervisor writes ``status.json``
+and, once, ``exit.json``. A restarted ``JobRunner`` on the same state directory re-adopts
+every job whose supervisor is alive and reports every exit that was not yet acknowledged,
+including exits that happened while no agent ran.
+
+Notifications: the runner binds an abstract-namespace datagram socket named after the
+state directory; supervisors send the job id on start and on exit, so ``wait()`` (or
+``fileno()`` in an event loop) wakes the daemon at once. Without it, ``poll()`` still
+notices everything in its periodic sweep (every ``sweep_s``), which also detects
+supervisors that died without an exit record (reported as NODE_FAIL).
+
+Guarantees: ``launch`` is idempotent for the same ``(job_id, restarts)``: a repeated
+request never starts the job twice. Every exit is reported by ``poll`` exactly once per
+runner instance and stays on disk until ``ack(job_id)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import select
+import shutil
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.agent import spool
+from corral.agent.cgroups import CgroupLayout, JobCgroup
+from corral.agent.isolation import node_layout
+from corral.agent.launch import JobExit, LaunchRequest
+from corral.agent.prepare import parse_warning_signal
+from corral.agent.proctree import is_alive, kill_pids, start_ticks
+from corral.agent.supervisor import WAKE_SIGNALS, SupervisorConfig, run_supervisor
+
+_STARTUP_GRACE_S = 30.0  # a job dir with a request but no supervisor record yet
+_GROUPS_TTL_S = 60.0
+
+
+class LaunchError(ValueError):
+    """The runner cannot accept this request (e.g. the job is already running here)."""
+
+
+@dataclass
+class _Sup:
+    pid: int
+    ticks: int | None
+
+
+class JobRunner:
+    def __init__(self, state_dir: Path | str, cgroup_root: str = "corral",
+                 node_name: str | None = None, *, isolation: str = "auto",
+                 mem_poll_s: float = 1.0, sweep_s: float = 0.5) -> None:
+        if isolation not in ("auto", "cgroup", "none"):
+            raise ValueError(f"isolation must be auto, cgroup or none, not {isolation!r}")
+        self.state_dir = Path(state_dir).resolve()
+        self.node_name = node_name or socket.gethostname().split(".")[0]
+        self.cgroup_root = cgroup_root.strip("/") or "corral"
+        self.isolation = isolation
+        self.mem_poll_s = mem_poll_s
+        self.sweep_s = sweep_s
+        spool.jobs_dir(self.state_dir).mkdir(parents=True, exist_ok=True)
+        self.layout = (node_layout(self.cgroup_root) if isolation != "none"
+                       else CgroupLayout("none", reason="isolation disabled"))
+        digest = hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:24]
+        self._addr = b"\0corral-agent-" + digest.encode()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        try:
+            self._sock.bind(self._addr)
+        except OSError as exc:
+            self._sock.close()
+            raise LaunchError(f"another agent already uses state directory {self.state_dir} "
+                              f"({exc})") from None
+        self._sock.setblocking(False)
+        self._active: dict[int, _Sup | None] = {}
+        self._pending: set[int] = set()
+        self._reported: set[int] = set()
+        self._last_sweep = 0.0
+        self._groups: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {}
+        self.adopted: list[int] = []
+        self._adopt()
+
+    # ---- public API -----------------------------------------------------------------------
+    def launch(self, req: LaunchRequest) -> None:
+        """Start ``req`` under a new supervisor; returns once the supervisor exists.
+
+        Per-job problems (another uid while not root, bad --signal, missing workdir, ...)
+        end the job FAILED with a reason, reported by ``poll``. Raises ``LaunchError`` only
+        when a different run of the same job id is still active here.
+        """
+        jid = req.job_id
+        jdir = spool.job_dir(self.state_dir, jid)
+        existing = spool.read_json(jdir / spool.REQUEST)
+        if existing is not None:
+            if int(existing.get("restarts", 0)) == req.restarts:
+                return  # the same run: launching twice must not start it twice
+            if not (jdir / spool.EXIT).exists():
+                raise LaunchError(f"job {jid} (run {existing.get('restarts', 0)}) is still "
+                                  f"running on {self.node_name}")
+            self._forget(jid)
+        if jdir.exists():
+            shutil.rmtree(jdir, ignore_errors=True)
+        (jdir / spool.CTL).mkdir(parents=True)
+        spool.write_json(jdir / spool.REQUEST, req.to_json())
+        refusal, groups, switch = self._check(req)
+        if refusal:
+            spool.write_json(jdir / spool.EXIT, JobExit(
+                job_id=jid, state="FAILED", exit_code=1, start_time=time.time(),
+                end_time=time.time(), reason=refusal, restarts=req.restarts).to_json())
+            self._pending.add(jid)
+            return
+        cfg = SupervisorConfig(node_name=self.node_name, cgroup_root=self.cgroup_root,
+                               isolation=self.isolation, notify_addr=self._addr,
+                               mem_poll_s=self.mem_poll_s, groups=groups, switch_user=switch)
+        pid = self._fork_supervisor(str(jdir), req, cfg)
+        ticks = start_ticks(pid)
+        spool.write_json(jdir / spool.SUPERVISOR, {"pid": pid, "ticks": ticks})
+        self._active[jid] = _Sup(pid, ticks)
+
+    def poll(self) -> list[JobExit]:
+        """Jobs that finished since the last poll, each reported once (until ``ack``)."""
+        ids = self._drain()
+        now = time.monotonic()
+        sweep = now - self._last_sweep >= self.sweep_s
+        if sweep:
+            self._last_sweep = now
+            ids |= set(self._active)
+        ids |= self._pending
+        out: list[JobExit] = []
+        for jid in sorted(ids):
+            if jid in self._reported:
+                continue
+            jdir = spool.job_dir(self.state_dir, jid)
+            rec = spool.read_json(jdir / spool.EXIT)
+            if rec is None:
+                if not (sweep and jid in self._active) or self._supervisor_alive(jid):
+                    continue
+                rec = spool.read_json(jdir / spool.EXIT)  # it may have just finished
+                if rec is None:
+                    rec = self._node_fail(jid, "the job's supervisor process died")
+            self._active.pop(jid, None)
+            self._pending.discard(jid)
+            self._reported.add(jid)
+            out.append(JobExit.from_json(rec))
+        return out
+
+    def ack(self, job_id: int) -> bool:
+        """Forget a finished job (its spool directory goes). False if unknown."""
+        jdir = spool.job_dir(self.state_dir, job_id)
+        if not jdir.exists():
+            return False
+        if not (jdir / spool.EXIT).exists():
+            raise LaunchError(f"job {job_id} is still running on {self.node_name}")
+        self._forget(job_id)
+        return True
+
+    def signal(self, job_id: int, sig: int, *, batch_only: bool = False) -> bool:
+        """Send ``sig`` to every process of the job (only the batch shell with
+        ``batch_only``). False when the job is not running here."""
+        return self._command(job_id, {"cmd": "signal", "sig": int(sig), "batch_only": batch_only})
+
+    def cancel(self, job_id: int, grace_s: int | None = None) -> bool:
+        """SIGCONT+SIGTERM to the job's whole process tree, SIGKILL after ``grace_s``
+        (default: the request's ``kill_grace_s``); the job ends CANCELLED."""
+        return self._command(job_id, {"cmd": "cancel", "grace_s": grace_s})
+
+    def update_time_limit(self, job_id: int, time_limit_s: int | None) -> bool:
+        """New time limit, counted from the job's start (None: unlimited)."""
+        return self._command(job_id, {"cmd": "time_limit", "time_limit_s": time_limit_s})
+
+    def running(self) -> list[int]:
+        """Ids of jobs whose supervisor has not written an exit yet."""
+        return sorted(j for j in self._active
+                      if not (spool.job_dir(self.state_dir, j) / spool.EXIT).exists())
+
+    def status(self, job_id: int) -> dict[str, Any] | None:
+        """The supervisor's status record (pids, output files, isolation), if any."""
+        return spool.read_json(spool.job_dir(self.state_dir, job_id) / spool.STATUS)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until a supervisor reports something (or ``timeout_s``); True if so."""
+        if self._pending - self._reported:
+            return True
+        ready, _, _ = select.select([self._sock], [], [], max(0.0, timeout_s))
+        return bool(ready)
+
+    def fileno(self) -> int:
+        """Readable when a supervisor reported something (for event loops)."""
+        return self._sock.fileno()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> JobRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- internals ------------------------------------------------------------------------
+    def _adopt(self) -> None:
+        base = spool.jobs_dir(self.state_dir)
+        for name in os.listdir(base):
+            if not name.isdigit():
+                continue
+            jid = int(name)
+            jdir = base / name
+            if (jdir / spool.EXIT).exists():
+                self._pending.add(jid)
+            elif (jdir / spool.REQUEST).exists():
+                self._active[jid] = self._sup_record(jid)
+                self.adopted.append(jid)
+            else:  # the agent died between mkdir and writing the request: nothing started
+                shutil.rmtree(jdir, ignore_errors=True)
+        self.adopted.sort()
+
+    def _sup_record(self, jid: int) -> _Sup | None:
+        jdir = spool.job_dir(self.state_dir, jid)
+        for name, pid_key, ticks_key in ((spool.SUPERVISOR, "pid", "ticks"),
+                                         (spool.STATUS, "supervisor_pid", "supervisor_ticks")):
+            rec = spool.read_json(jdir / name)
+            if rec and rec.get(pid_key):
+                ticks = rec.get(ticks_key)
+                return _Sup(int(rec[pid_key]), int(ticks) if ticks is not None else None)
+        return None
+
+    def _supervisor_alive(self, jid: int) -> bool:
+        sup = self._active.get(jid) or self._sup_record(jid)
+        if sup is not None:
+            self._active[jid] = sup
+            return is_alive(sup.pid, sup.ticks)
+        try:  # no record yet: give a just-forked supervisor time to appear
+            age = time.time() - (spool.job_dir(self.state_dir, jid) / spool.REQUEST).stat().st_mtime
+        except FileNotFoundError:
+            return False
+        return age < _STARTUP_GRACE_S
+
+    def _node_fail(self, jid: int, reason: str) -> dict[str, Any]:
+        """The supervisor vanished: kill what is left of the job, record NODE_FAIL."""
+        jdir = spool.job_dir(self.state_dir, jid)
+        status = spool.read_json(jdir / spool.STATUS) or {}
+        req = spool.read_json(jdir / spool.REQUEST) or {}
+        iso = status.get("isolation") or {}
+        cg_data = iso.get("cgroup") if isinstance(iso, dict) else None
+        if isinstance(cg_data, dict):
+            cg = JobCgroup.from_describe(cg_data)
+            try:
+                cg.kill_all()
+                cg.remove(wait_s=1.0)
+            except OSError:
+                pass
+        job_pid = int(status.get("job_pid") or 0)
+        ticks = status.get("job_ticks")
+        if job_pid and is_alive(job_pid, int(ticks) if ticks is not None else None):
+            try:
+                os.killpg(job_pid, signal.SIGKILL)
+            except OSError:
+                kill_pids([job_pid], signal.SIGKILL)
+        rec = JobExit(job_id=jid, state="NODE_FAIL", exit_code=0,
+                      start_time=float(status.get("start_time") or 0.0), end_time=time.time(),
+                      reason=reason, stdout_path=str(status.get("stdout") or ""),
+                      stderr_path=str(status.get("stderr") or ""),
+                      restarts=int(req.get("restarts") or 0)).to_json()
+        spool.write_json(jdir / spool.EXIT, rec)
+        return rec
+
+    def _forget(self, jid: int) -> None:
+        shutil.rmtree(spool.job_dir(self.state_dir, jid), ignore_errors=True)
+        self._active.pop(jid, None)
+        self._pending.discard(jid)
+        self._reported.discard(jid)
+
+    def _command(self, jid: int, cmd: dict[str, Any]) -> bool:
+        jdir = spool.job_dir(self.state_dir, jid)
+        if jid not in self._active or (jdir / spool.EXIT).exists():
+            return False
+        spool.post_command(jdir, cmd)
+        sup = self._active.get(jid) or self._sup_record(jid)
+        if sup is not None and is_alive(sup.pid, sup.ticks):
+            try:
+                os.kill(sup.pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        return True
+
+    def _drain(self) -> set[int]:
+        ids: set[int] = set()
+        while True:
+            try:
+                data = self._sock.recv(64)
+            except (BlockingIOError, InterruptedError):
+                return ids
+            except OSError:
+                return ids
+            if data.isdigit():
+                ids.add(int(data))
+
+    def _check(self, req: LaunchRequest) -> tuple[str, tuple[int, ...], bool]:
+        """(refusal reason or "", supplementary groups, switch user?)."""
+        if not os.path.isabs(req.workdir):
+            return f"working directory must be an absolute path, got {req.workdir!r}", (), False
+        if req.script is None and not req.argv:
+            return "nothing to run: the request has neither a script nor a command", (), False
+        if req.signal:
+            try:
+                parse_warning_signal(req.signal)
+            except ValueError as exc:
+                return str(exc), (), False
+        euid = os.geteuid()
+        if euid != 0:
+            if req.uid != euid:
+                me = _user_name(euid)
+                return (f"the agent on {self.node_name} runs as uid {euid} ({me}) and cannot "
+                        f"start jobs as uid {req.uid} ({req.user}); run the agent as root to "
+                        "run jobs as their submitting users"), (), False
+            return "", (), False
+        return "", self._supplementary_groups(req), True
+
+    def _supplementary_groups(self, req: LaunchRequest) -> tuple[int, ...]:
+        key = (req.uid, req.gid)
+        now = time.monotonic()
+        hit = self._groups.get(key)
+        if hit is not None and now - hit[0] < _GROUPS_TTL_S:
+            return hit[1]
+        try:
+            name = pwd.getpwuid(req.uid).pw_name
+            groups = tuple(os.getgrouplist(name, req.gid))
+        except (KeyError, OSError):
+            groups = (req.gid,)
+        self._groups[key] = (now, groups)
+        return groups
+
+    def _fork_supervisor(self, jdir: str, req: LaunchRequest, cfg: SupervisorConfig) -> int:
+        r, w = os.pipe2(os.O_CLOEXEC)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, WAKE_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:  # the intermediate child: new session, fork, report, leave
+                try:
+                    os.close(r)
+                    os.setsid()
+                    pid2 = os.fork()
+                    if pid2 == 0:
+                        os.close(w)
+                        run_supervisor(jdir, req, cfg)
+                    os.write(w, str(pid2).encode())
+                finally:
+                    os._exit(0)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        os.close(w)
+        data = b""
+        while True:
+            chunk = os.read(r, 64)
+            if not chunk:
+                break
+            data += chunk
+        os.close(r)
+        os.waitpid(pid, 0)
+        if not data.isdigit():
+            raise OSError(f"could not start a supervisor for job {req.job_id}")
+        return int(data)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

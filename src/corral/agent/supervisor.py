@@ -1,0 +1,522 @@
+"""The per-job supervisor (Corral's slurmstepd): starts one batch job and sees it to its end.
+
+The runner forks it twice (``setsid`` in between), so it belongs to no agent process and
+survives the agent being killed; it is a child subreaper, so every process of the job stays
+below it. It never imports anything after the fork and never returns (``os._exit``).
+
+Algorithm:
+
+1. Create the job's isolation (cgroup v2 / v1, or rlimits + a memory watchdog, see
+   ``isolation.py``), expand the output file names, build the environment, put the script
+   into a memfd.
+2. Fork the job: own session, default signal dispositions, into the cgroup, rlimits,
+   CPU affinity, supplementary groups/gid/uid, ``chdir`` to the workdir, open
+   stdin/stdout/stderr as the user, ``execve`` the script's interpreter. Any failure up to
+   the exec travels back over a close-on-exec pipe and ends the job FAILED with the reason.
+3. Loop on ``sigtimedwait`` (SIGCHLD, SIGUSR1 = "a command is queued", and the usual
+   termination signals, which it ignores) with a timeout to the next deadline: warning
+   signal (``--signal``), time limit (SIGCONT+SIGTERM to every job process and the Slurm
+   message in the stderr file), SIGKILL after the grace, memory watchdog ticks.
+4. When the batch process exits, SIGKILL whatever remains of the job (as slurmstepd does),
+   reap it, read accounting (cgroup counters, else rusage), decide the state, write
+   ``exit.json`` atomically and notify the agent with a datagram.
+
+State precedence: CANCELLED > TIMEOUT > OUT_OF_MEMORY > COMPLETED (exit 0) / FAILED.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import socket
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+from corral.agent import spool
+from corral.agent.cgroups import CgroupError
+from corral.agent.isolation import Isolation, make_isolation
+from corral.agent.launch import JobExit, LaunchRequest
+from corral.agent.prepare import (
+    WarningSignal,
+    job_environment,
+    output_paths,
+    parse_warning_signal,
+    script_command,
+)
+from corral.agent.proctree import (
+    descendants,
+    kill_pids,
+    rss_bytes,
+    set_child_subreaper,
+    start_ticks,
+)
+
+WAKE_SIGNALS = frozenset({signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT,
+                          signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2, signal.SIGPIPE})
+_REAP_DEADLINE_S = 10.0
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    node_name: str
+    cgroup_root: str
+    isolation: str  # "auto" | "cgroup" | "none"
+    notify_addr: bytes | None  # the runner's datagram socket (abstract name)
+    mem_poll_s: float = 1.0
+    groups: tuple[int, ...] = ()  # supplementary groups of the job user (resolved by the runner)
+    switch_user: bool = False  # setgroups/setgid/setuid in the job (the runner runs as root)
+
+
+def stamp(when: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
+
+
+@dataclass
+class _Run:
+    job_pid: int = 0
+    job_ticks: int | None = None
+    start_wall: float = 0.0
+    start_mono: float = 0.0
+    main_status: int | None = None
+    cpu_s: float = 0.0
+    maxrss_kb: int = 0
+    ending: str = ""  # "" | CANCELLED | TIMEOUT | OUT_OF_MEMORY (why we are killing the job)
+    kill_at: float | None = None
+    warn_sent: bool = False
+    mem_peak: int = 0
+    next_mem_check: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(self, jdir: str, req: LaunchRequest, cfg: SupervisorConfig) -> None:
+        self.jdir = jdir
+        self.req = req
+        self.cfg = cfg
+        self.run = _Run()
+        self.time_limit_s = req.time_limit_s
+        self.warning: WarningSignal | None = None
+        self.iso: Isolation | None = None
+        self.stdout_path = ""
+        self.stderr_path = ""
+        self.sock: socket.socket | None = None
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def notify(self) -> None:
+        if self.cfg.notify_addr is None:
+            return
+        try:
+            if self.sock is None:
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+                self.sock.setblocking(False)
+            self.sock.sendto(str(self.req.job_id).encode(), self.cfg.notify_addr)
+        except OSError:
+            pass
+
+    def log(self, text: str) -> None:
+        try:
+            os.write(2, f"{stamp()} job {self.req.job_id}: {text}\n".encode())
+        except OSError:
+            pass
+
+    def slurm_message(self, text: str) -> None:
+        """Append a ``slurmstepd-<node>: error: ...`` line to the job's stderr file."""
+        if not self.stderr_path:
+            return
+        line = f"slurmstepd-{self.cfg.node_name}: error: {text}\n".encode()
+        try:
+            fd = os.open(self.stderr_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except OSError as exc:
+            self.log(f"cannot append to {self.stderr_path}: {exc}")
+            return
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def write_status(self, state: str) -> None:
+        spool.write_json(os.path.join(self.jdir, spool.STATUS), {
+            "job_id": self.req.job_id,
+            "restarts": self.req.restarts,
+            "state": state,
+            "supervisor_pid": os.getpid(),
+            "supervisor_ticks": start_ticks(os.getpid()),
+            "job_pid": self.run.job_pid,
+            "job_ticks": self.run.job_ticks,
+            "start_time": self.run.start_wall,
+            "stdout": self.stdout_path,
+            "stderr": self.stderr_path,
+            "time_limit_s": self.time_limit_s,
+            "isolation": self.iso.describe() if self.iso else {"kind": "none"},
+            "notes": self.run.notes,
+        })
+
+    # ---- job processes --------------------------------------------------------------------
+    def job_pids(self) -> set[int]:
+        pids = set(descendants(os.getpid()))
+        if self.iso is not None:
+            pids |= self.iso.procs()
+        pids.discard(os.getpid())
+        return pids
+
+    def signal_job(self, sig: int, *, batch_only: bool = False,
+                   all_but_batch: bool = False) -> None:
+        if batch_only:
+            if self.run.main_status is None and self.run.job_pid:
+                kill_pids([self.run.job_pid], sig)
+            return
+        pids = self.job_pids()
+        if all_but_batch:
+            pids.discard(self.run.job_pid)
+        if sig == signal.SIGKILL and self.iso is not None:
+            self.iso.kill_all()
+        kill_pids(pids, sig)
+
+    def terminate(self, why: str, grace_s: float) -> None:
+        """SIGCONT+SIGTERM to every job process now, SIGKILL after ``grace_s``."""
+        now = time.monotonic()
+        if not self.run.ending:
+            self.run.ending = why
+        if grace_s <= 0:
+            self.signal_job(signal.SIGKILL)
+            self.run.kill_at = now
+            return
+        if self.run.kill_at is None:
+            self.signal_job(signal.SIGCONT)
+            self.signal_job(signal.SIGTERM)
+            self.run.kill_at = now + grace_s
+        else:
+            self.run.kill_at = min(self.run.kill_at, now + grace_s)
+
+    # ---- the job child --------------------------------------------------------------------
+    def exec_job(self, argv: list[str], env: dict[str, str], err_w: int, keep_fd: int) -> NoReturn:
+        stage = "setup"
+        try:
+            os.setsid()
+            for sig in signal.valid_signals():
+                if sig in (signal.SIGKILL, signal.SIGSTOP):
+                    continue
+                try:
+                    signal.signal(sig, signal.SIG_DFL)
+                except (OSError, ValueError):
+                    pass
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())
+            stage = "cgroup"
+            if self.iso is not None:
+                self.iso.attach(os.getpid())
+                self.iso.child_limits()
+            if self.req.cpus:
+                stage = "cpu affinity"
+                os.sched_setaffinity(0, self.req.cpus)
+            if self.cfg.switch_user:
+                stage = f"switching to uid {self.req.uid} gid {self.req.gid}"
+                os.setgroups(list(self.cfg.groups))
+                os.setgid(self.req.gid)
+                os.setuid(self.req.uid)
+            stage = f"cannot change to working directory {self.req.workdir}"
+            os.chdir(self.req.workdir)
+            stage = f"cannot open input file {self.req.stdin or '/dev/null'}"
+            in_fd = os.open(self.req.stdin or "/dev/null", os.O_RDONLY)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            if self.req.open_mode != "append":
+                flags |= os.O_TRUNC
+            stage = f"cannot open output file {self.stdout_path}"
+            out_fd = os.open(self.stdout_path, flags, 0o644)
+            err_fd = out_fd
+            if self.stderr_path != self.stdout_path:
+                stage = f"cannot open error file {self.stderr_path}"
+                err_fd = os.open(self.stderr_path, flags, 0o644)
+            os.dup2(in_fd, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(err_fd, 2)
+            for fd in {in_fd, out_fd, err_fd}:
+                if fd > 2:
+                    os.close(fd)
+            if keep_fd >= 0:
+                os.set_inheritable(keep_fd, True)
+            env["SLURM_TASK_PID"] = str(os.getpid())
+            stage = f"cannot execute {argv[0]}"
+            os.execvpe(argv[0], argv, env)
+        except BaseException as exc:  # noqa: B036 - report anything, then leave
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            try:
+                os.write(err_w, f"{stage}: {detail}".encode()[:4000])
+            finally:
+                os._exit(127)
+        os._exit(127)  # not reached: execvpe does not return
+
+    # ---- main flow ------------------------------------------------------------------------
+    def start(self) -> str | None:
+        """Start the job; returns a failure reason, or None when it runs."""
+        req = self.req
+        if req.signal:
+            try:
+                self.warning = parse_warning_signal(req.signal)
+            except ValueError as exc:
+                return str(exc)
+        self.stdout_path, self.stderr_path = output_paths(req, self.cfg.node_name)
+        try:
+            self.iso, note = make_isolation(self.cfg.isolation, self.cfg.cgroup_root, req,
+                                            self.cfg.mem_poll_s)
+        except CgroupError as exc:
+            return str(exc)
+        if note:
+            self.run.notes.append(note)
+            self.log(note)
+        env = job_environment(req, self.cfg.node_name)
+        keep_fd = -1
+        if req.script is not None:
+            keep_fd = os.memfd_create(f"corral-job{req.job_id}-script", 0)
+            os.write(keep_fd, req.script.encode())
+            os.lseek(keep_fd, 0, os.SEEK_SET)
+            argv = script_command(req.script, f"/dev/fd/{keep_fd}")
+        elif req.argv:
+            argv = list(req.argv)
+        else:
+            return "nothing to run: the request has neither a script nor a command"
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        self.run.start_wall = time.time()
+        self.run.start_mono = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            os.close(err_r)
+            self.exec_job(argv, env, err_w, keep_fd)
+        self.run.job_pid = pid
+        self.run.job_ticks = start_ticks(pid)
+        os.close(err_w)
+        if keep_fd >= 0:
+            os.close(keep_fd)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(err_r, 4096)
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(err_r)
+        if chunks:
+            return b"".join(chunks).decode(errors="replace")
+        self.write_status("RUNNING")
+        self.notify()
+        return None
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status, ru = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            except InterruptedError:
+                continue
+            if pid == 0:
+                return
+            self.run.cpu_s += ru.ru_utime + ru.ru_stime
+            self.run.maxrss_kb = max(self.run.maxrss_kb, ru.ru_maxrss)
+            if pid == self.run.job_pid:
+                self.run.main_status = status
+
+    def handle_commands(self) -> None:
+        for cmd in spool.take_commands(self.jdir):
+            kind = cmd.get("cmd")
+            self.log(f"command {cmd}")
+            if kind == "cancel":
+                if not self.run.ending:
+                    self.slurm_message(f"*** JOB {self.req.job_id} ON {self.cfg.node_name} "
+                                       f"CANCELLED AT {stamp()} ***")
+                grace = cmd.get("grace_s")
+                grace_s = float(self.req.kill_grace_s if grace is None else grace)
+                self.terminate("CANCELLED", grace_s)
+            elif kind == "signal":
+                sig = int(cmd.get("sig", signal.SIGTERM))
+                self.signal_job(sig, batch_only=bool(cmd.get("batch_only", False)))
+            elif kind == "time_limit":
+                limit = cmd.get("time_limit_s")
+                self.time_limit_s = None if limit is None else int(limit)
+                self.write_status("RUNNING")
+
+    def deadlines(self, now: float) -> float:
+        """Act on due deadlines; return the next one (monotonic seconds)."""
+        nxt = now + 30.0
+        run = self.run
+        if self.time_limit_s is not None and not run.ending:
+            limit_at = run.start_mono + self.time_limit_s
+            if self.warning is not None and not run.warn_sent:
+                warn_at = limit_at - self.warning.before_s
+                if now >= warn_at:
+                    run.warn_sent = True
+                    self.log(f"warning signal {self.warning.signum}")
+                    self.signal_job(self.warning.signum, batch_only=self.warning.batch_only,
+                                    all_but_batch=not self.warning.batch_only)
+                else:
+                    nxt = min(nxt, warn_at)
+            if now >= limit_at:
+                self.slurm_message(f"*** JOB {self.req.job_id} ON {self.cfg.node_name} "
+                                   f"CANCELLED AT {stamp()} DUE TO TIME LIMIT ***")
+                self.terminate("TIMEOUT", float(self.req.kill_grace_s))
+            else:
+                nxt = min(nxt, limit_at)
+        if run.kill_at is not None:
+            if now >= run.kill_at:
+                self.signal_job(signal.SIGKILL)
+                run.kill_at = now + 1.0  # repeat for stragglers until the batch process is gone
+            nxt = min(nxt, run.kill_at)
+        if self.iso is not None and self.iso.needs_watchdog and self.req.mem_mb > 0:
+            if now >= run.next_mem_check:
+                self.memory_watchdog()
+                run.next_mem_check = now + self.cfg.mem_poll_s
+            nxt = min(nxt, run.next_mem_check)
+        return nxt
+
+    def memory_watchdog(self) -> None:
+        """Without a memory cgroup: kill the job when its total RSS passes the limit."""
+        rss = rss_bytes(sorted(self.job_pids()))
+        self.run.mem_peak = max(self.run.mem_peak, rss)
+        limit = self.req.mem_mb * 1024 * 1024
+        if rss > limit and self.run.ending != "OUT_OF_MEMORY" and not self.run.ending:
+            self.slurm_message(f"Job {self.req.job_id} exceeded memory limit "
+                               f"({rss // 1024} > {limit // 1024}), being killed")
+            self.run.ending = "OUT_OF_MEMORY"
+            self.signal_job(signal.SIGKILL)
+            self.run.kill_at = time.monotonic() + 1.0
+
+    def loop(self) -> None:
+        mask = set(WAKE_SIGNALS)
+        while True:
+            self.reap()
+            self.handle_commands()
+            now = time.monotonic()
+            nxt = self.deadlines(now)
+            if self.run.main_status is not None:
+                return
+            timeout = max(0.0, min(nxt - time.monotonic(), 30.0))
+            if timeout > 0:
+                signal.sigtimedwait(mask, timeout)
+
+    def drain(self) -> None:
+        """After the batch process exited: SIGKILL the rest of the job and reap it."""
+        deadline = time.monotonic() + _REAP_DEADLINE_S
+        while True:
+            self.reap()
+            pids = self.job_pids()
+            if not pids:
+                return
+            self.signal_job(signal.SIGKILL)
+            if time.monotonic() > deadline:
+                self.log(f"processes {sorted(pids)} survived SIGKILL for {_REAP_DEADLINE_S}s")
+                return
+            signal.sigtimedwait({signal.SIGCHLD}, 0.02)
+
+    def finish(self, failure: str | None) -> JobExit:
+        req, run = self.req, self.run
+        exit_code, sig = 1, 0
+        if failure is None and run.main_status is not None:
+            code = os.waitstatus_to_exitcode(run.main_status)
+            exit_code, sig = (code, 0) if code >= 0 else (0, -code)
+        usage = self.iso.usage() if self.iso is not None else None
+        cpu_s = run.cpu_s
+        peak_mb = max(run.maxrss_kb / 1024.0, run.mem_peak / 1048576.0)
+        oom = run.ending == "OUT_OF_MEMORY"
+        if usage is not None:
+            if usage.cpu_s is not None:
+                cpu_s = usage.cpu_s
+            if usage.peak_bytes is not None:
+                peak_mb = usage.peak_bytes / 1048576.0
+            if usage.oom_kills > 0 and failure is None:
+                oom = True
+                self.slurm_message(
+                    f"Detected {usage.oom_kills} oom_kill event{'s' if usage.oom_kills > 1 else ''}"
+                    f" in StepId={req.job_id}.batch. Some of the step tasks have been OOM Killed.")
+        reason = ""
+        if failure is not None:
+            state, reason = "FAILED", failure
+        elif run.ending in ("CANCELLED", "TIMEOUT"):
+            state = run.ending
+        elif oom:
+            state, reason = "OUT_OF_MEMORY", f"memory limit of {req.mem_mb} MB exceeded"
+        elif exit_code == 0 and sig == 0:
+            state = "COMPLETED"
+        else:
+            state = "FAILED"
+            reason = f"killed by signal {sig}" if sig else f"exit code {exit_code}"
+        if failure is not None:
+            self.log(f"failed to start: {failure}")
+        return JobExit(
+            job_id=req.job_id, state=state, exit_code=exit_code, signal=sig,
+            start_time=run.start_wall or time.time(), end_time=time.time(), cpu_time_s=cpu_s,
+            max_rss_mb=round(peak_mb, 3), reason=reason,
+            stdout_path=self.stdout_path if run.job_pid else "",
+            stderr_path=self.stderr_path if run.job_pid else "", restarts=req.restarts)
+
+    def main(self) -> None:
+        failure: str | None
+        try:
+            failure = self.start()
+        except OSError as exc:
+            failure = f"launch failed: {exc}"
+            self.log(traceback.format_exc())
+        if failure is not None and self.run.job_pid:
+            self.reap()
+            while self.run.main_status is None:
+                try:
+                    _, self.run.main_status = os.waitpid(self.run.job_pid, 0)
+                except ChildProcessError:
+                    break
+        elif failure is None:
+            self.loop()
+        try:
+            self.drain()
+        except OSError:
+            self.log(traceback.format_exc())
+        exit_rec = self.finish(failure)
+        if self.iso is not None:
+            try:
+                self.iso.remove()
+            except OSError as exc:
+                self.log(f"cannot remove isolation: {exc}")
+        spool.write_json(os.path.join(self.jdir, spool.EXIT), exit_rec.to_json())
+        self.write_status(exit_rec.state)
+        self.notify()
+
+
+def prepare_process(jdir: str) -> None:
+    """Detach from everything inherited from the agent: fds, signal handlers, gc."""
+    gc.disable()
+    gc.freeze()
+    signal.pthread_sigmask(signal.SIG_BLOCK, WAKE_SIGNALS)
+    for sig in WAKE_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    devnull = os.open("/dev/null", os.O_RDWR)
+    log = os.open(os.path.join(jdir, spool.LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.closerange(3, 1 << 20)
+    set_child_subreaper()
+
+
+def run_supervisor(jdir: str, req: LaunchRequest, cfg: SupervisorConfig) -> NoReturn:
+    """Entry point in the freshly forked supervisor process. Never returns."""
+    code = 0
+    try:
+        prepare_process(jdir)
+        Supervisor(jdir, req, cfg).main()
+    except BaseException:  # noqa: B036 - the last resort: record why, never return to the agent
+        code = 1
+        try:
+            os.write(2, traceback.format_exc().encode())
+            if not os.path.exists(os.path.join(jdir, spool.EXIT)):
+                rec = JobExit(job_id=req.job_id, state="NODE_FAIL", exit_code=1,
+                              end_time=time.time(), restarts=req.restarts,
+                              reason="supervisor error (see supervisor.log)")
+                spool.write_json(os.path.join(jdir, spool.EXIT), rec.to_json())
+        except BaseException:  # noqa: B036
+            pass
+    os._exit(code)
+
+
+__all__ = ["Supervisor", "SupervisorConfig", "run_supervisor", "stamp"]
