@@ -1,0 +1,104 @@
+"""Job id words as Slurm commands accept them: ``12``, ``12_3``, ``12_[1-3,7]``, ``12.batch``.
+
+``parse_job_refs`` splits comma lists (keeping commas inside brackets) and returns one
+``JobRef`` per word; ``ref_matches`` tells whether a job record is named by a ref. A bare
+number names that job and, when it is an array's id, every task of the array (as
+``scancel 12`` and ``squeue -j 12`` do). Anything else raises ``IdError`` naming the word.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class IdError(ValueError):
+    def __init__(self, word: str) -> None:
+        super().__init__(f"Invalid job id {word}")
+        self.word = word
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    word: str
+    base: int
+    tasks: frozenset[int] | None = None  # None: the job (or the whole array)
+    step: str | None = None  # "batch", "extern", "0" ...
+
+
+def _split_top(text: str) -> list[str]:
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            if cur:
+                out.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    if cur:
+        out.append("".join(cur))
+    return out
+
+
+def _task_set(word: str, body: str) -> frozenset[int]:
+    tasks: set[int] = set()
+    for part in body.split(","):
+        part = part.split("%", 1)[0]
+        lo, dash, hi = part.partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise IdError(word)
+        a, b = int(lo), int(hi) if dash else int(lo)
+        if b < a:
+            raise IdError(word)
+        tasks.update(range(a, b + 1))
+    return frozenset(tasks)
+
+
+def parse_job_ref(word: str) -> JobRef:
+    text = word.strip()
+    step = None
+    if "." in text:
+        text, _, step = text.partition(".")
+        if not step:
+            raise IdError(word)
+    base_s, us, task_s = text.partition("_")
+    if not base_s.isdigit() or not base_s.isascii():
+        raise IdError(word)
+    tasks: frozenset[int] | None = None
+    if us:
+        if task_s.startswith("[") and task_s.endswith("]"):
+            tasks = _task_set(word, task_s[1:-1])
+        elif task_s.isdigit():
+            tasks = frozenset({int(task_s)})
+        else:
+            raise IdError(word)
+    return JobRef(word, int(base_s), tasks, step)
+
+
+def parse_job_refs(words: list[str]) -> list[JobRef]:
+    refs: list[JobRef] = []
+    for w in words:
+        for part in _split_top(w):
+            refs.append(parse_job_ref(part))
+    return refs
+
+
+def ref_matches(ref: JobRef, rec: dict[str, Any]) -> bool:
+    aj = rec.get("array_job_id")
+    at = rec.get("array_task_id")
+    if ref.tasks is None:
+        return int(rec["id"]) == ref.base or (aj is not None and int(aj) == ref.base)
+    return aj is not None and int(aj) == ref.base and at is not None and int(at) in ref.tasks
+
+
+def ref_api_ids(ref: JobRef) -> list[str]:
+    """The id strings the controller API takes for this ref (``12``, ``12_3``)."""
+    if ref.tasks is None:
+        return [str(ref.base)]
+    return [f"{ref.base}_{t}" for t in sorted(ref.tasks)]

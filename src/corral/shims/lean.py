@@ -1,0 +1,263 @@
+"""The launcher every installed shim runs: one request to the controller, then exit.
+
+Imports only ``os``, ``_socket`` and ``_json`` (C modules): a shim is called in loops by
+workflow tools, and an interpreter start already costs ~10 ms here; ``json``, ``socket`` or
+the ``corral`` model would each add as much again (measured with ``python -X importtime``).
+
+Protocol (``POST /v1/shim/exec``, HTTP/1.1 over the controller's Unix socket, or TCP when
+``CORRAL_URL`` is an ``http://`` address):
+
+- request body (JSON): ``{"v": 1, "cmd": "sbatch", "argv": [...], "cwd": "...",
+  "env": {...}, "files": {path: [true, text] | [false, error]}, "stdin": text | null}``;
+  the caller's uid comes from the socket (SO_PEERCRED), never from the body;
+- response body (``application/x-corral-shim``): a header line
+  ``CRSH1 <rc> <len(out)> <len(err)> <len(need)>`` then the UTF-8 bytes of stdout,
+  stderr and ``need``: NUL-separated paths the command wants to read, ``-`` for stdin.
+  When ``need`` is not empty the launcher reads those (as the calling user) and repeats
+  the request with them; nothing has been done on the controller in that case.
+
+A 404 from an older controller, or a command in ``LOCAL_COMMANDS``, runs the command in
+this process instead (``corral.shims.local``), over the controller's REST API.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from _json import encode_basestring_ascii as _quote
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds at start-up; annotations stay strings
+    from typing import Any
+
+LOCAL_COMMANDS = frozenset({"srun", "salloc"})
+MAX_FILE_BYTES = 64 * 1024 * 1024
+FRAME_MAGIC = b"CRSH1"
+STDIN_MARK = "-"
+
+
+class LeanError(Exception):
+    """The controller could not be reached or answered something unexpected."""
+
+
+class NoShimEndpoint(Exception):
+    """The controller answered 404: it has no shim endpoint; run the command locally."""
+
+
+def encode_json(obj: Any) -> str:
+    """Minimal JSON encoder for str/int/bool/None/list/tuple/dict (enough for a request)."""
+    if isinstance(obj, str):
+        return str(_quote(obj))
+    if obj is None:
+        return "null"
+    if obj is True:
+        return "true"
+    if obj is False:
+        return "false"
+    if isinstance(obj, int):
+        return str(int(obj))
+    if isinstance(obj, (list, tuple)):
+        return "[" + ",".join(encode_json(x) for x in obj) + "]"
+    if isinstance(obj, dict):
+        return "{" + ",".join(
+            str(_quote(str(k))) + ":" + encode_json(v) for k, v in obj.items()
+        ) + "}"
+    raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def encode_frame(rc: int, out: str, err: str, need: list[str] | tuple[str, ...] = ()) -> bytes:
+    """The response body the controller sends (used by ``corral.shims.server``)."""
+    bo = out.encode("utf-8", "surrogateescape")
+    be = err.encode("utf-8", "surrogateescape")
+    bn = "\0".join(need).encode("utf-8", "surrogateescape")
+    head = b"%s %d %d %d %d\n" % (FRAME_MAGIC, rc, len(bo), len(be), len(bn))
+    return head + bo + be + bn
+
+
+def decode_frame(body: bytes) -> tuple[int, bytes, bytes, list[str]]:
+    head, sep, rest = body.partition(b"\n")
+    parts = head.split()
+    if not sep or len(parts) != 5 or parts[0] != FRAME_MAGIC:
+        raise LeanError("malformed reply from the controller")
+    rc, lo, le, ln = (int(p) for p in parts[1:])
+    out, err = rest[:lo], rest[lo : lo + le]
+    need_b = rest[lo + le : lo + le + ln]
+    need = need_b.decode("utf-8", "surrogateescape").split("\0") if ln else []
+    return rc, out, err, need
+
+
+def default_state_dir() -> str:
+    """Where ``corral up`` keeps its state when no ``--state-dir`` is given."""
+    env = os.environ
+    explicit = env.get("CORRAL_STATE_DIR")
+    if explicit:
+        return explicit
+    if os.getuid() == 0:
+        return "/var/lib/corral"
+    base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local", "state")
+    return os.path.join(base, "corral")
+
+
+def controller_address() -> tuple[str, str]:
+    """``("unix", path)`` or ``("tcp", "host:port")`` of the controller."""
+    env = os.environ
+    url = env.get("CORRAL_URL", "")
+    if url.startswith("http://"):
+        return "tcp", url[len("http://") :].rstrip("/")
+    if url.startswith("unix:"):
+        return "unix", url[len("unix:") :]
+    sock = env.get("CORRAL_SOCKET")
+    if sock:
+        return "unix", sock
+    return "unix", os.path.join(default_state_dir(), "controller.sock")
+
+
+def http_request(
+    method: str, path: str, body: bytes, content_type: str = "application/json",
+    timeout_s: float = 60.0,
+) -> tuple[int, bytes]:
+    """One HTTP/1.1 request with ``Connection: close``; returns (status, body)."""
+    import _socket
+
+    kind, where = controller_address()
+    try:
+        if kind == "unix":
+            s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            s.settimeout(timeout_s)
+            s.connect(where)
+        else:
+            host, _, port = where.rpartition(":")
+            s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+            s.settimeout(timeout_s)
+            s.connect((host or "127.0.0.1", int(port or 80)))
+    except OSError as exc:
+        raise LeanError(
+            f"cannot reach the Corral controller at {where}: {exc.strerror or exc}"
+        ) from None
+    token = os.environ.get("CORRAL_TOKEN")
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: corral\r\nContent-Type: {content_type}\r\n"
+        f"Accept: application/x-corral-shim\r\nContent-Length: {len(body)}\r\n"
+        + (f"Authorization: Bearer {token}\r\n" if token else "")
+        + "Connection: close\r\n\r\n"
+    )
+    try:
+        s.sendall(head.encode("latin-1") + body)
+        chunks = []
+        while True:
+            b = s.recv(262144)
+            if not b:
+                break
+            chunks.append(b)
+    except OSError as exc:
+        raise LeanError(f"lost the connection to the Corral controller: {exc}") from None
+    finally:
+        s.close()
+    raw = b"".join(chunks)
+    header, sep, payload = raw.partition(b"\r\n\r\n")
+    if not sep:
+        raise LeanError("incomplete reply from the Corral controller")
+    lines = header.split(b"\r\n")
+    status_parts = lines[0].split(None, 2)
+    if len(status_parts) < 2 or not status_parts[1].isdigit():
+        raise LeanError("malformed reply from the Corral controller")
+    status = int(status_parts[1])
+    chunked = False
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"transfer-encoding" and b"chunked" in value.lower():
+            chunked = True
+    if chunked:
+        payload = _dechunk(payload)
+    return status, payload
+
+
+def _dechunk(data: bytes) -> bytes:
+    out = []
+    pos = 0
+    while True:
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            break
+        size = int(data[pos:eol].split(b";")[0], 16)
+        if size == 0:
+            break
+        out.append(data[eol + 2 : eol + 2 + size])
+        pos = eol + 2 + size + 2
+    return b"".join(out)
+
+
+def read_file(path: str, cwd: str) -> list[Any]:
+    """``[True, text]`` or ``[False, error message]`` for one file the command asked for."""
+    full = path if path.startswith("/") else os.path.join(cwd, path)
+    try:
+        with open(full, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        return [False, exc.strerror or str(exc)]
+    if len(data) > MAX_FILE_BYTES:
+        return [False, "File too large"]
+    return [True, data.decode("utf-8", "surrogateescape")]
+
+
+def exec_remote(cmd: str, argv: list[str]) -> tuple[int, bytes, bytes]:
+    """Run ``cmd argv`` on the controller; returns (rc, stdout, stderr)."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = os.environ.get("PWD") or "/"
+    env = dict(os.environ)
+    files: dict[str, Any] = {}
+    stdin: str | None = None
+    for _ in range(4):
+        body = encode_json(
+            {"v": 1, "cmd": cmd, "argv": argv, "cwd": cwd, "env": env, "files": files,
+             "stdin": stdin}
+        ).encode("ascii")
+        status, payload = http_request("POST", "/v1/shim/exec", body)
+        if status == 404:
+            raise NoShimEndpoint()
+        if status != 200:
+            text = payload.decode("utf-8", "replace").strip()
+            raise LeanError(f"the Corral controller answered HTTP {status}: {text[:500]}")
+        rc, out, err, need = decode_frame(payload)
+        if not need:
+            return rc, out, err
+        for path in need:
+            if path == STDIN_MARK:
+                stdin = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+            elif path not in files:
+                files[path] = read_file(path, cwd)
+    raise LeanError("the Corral controller kept asking for input files")
+
+
+def main(cmd: str, argv: list[str] | None = None) -> None:
+    """Entry point of an installed launcher."""
+    args = sys.argv[1:] if argv is None else argv
+    if cmd not in LOCAL_COMMANDS and not os.environ.get("CORRAL_SHIM_LOCAL"):
+        try:
+            rc, out, err = exec_remote(cmd, args)
+        except NoShimEndpoint:
+            pass
+        except LeanError as exc:
+            sys.stderr.write(f"{cmd}: error: {exc}\n")
+            sys.exit(1)
+        else:
+            if out:
+                sys.stdout.buffer.write(out)
+                sys.stdout.flush()
+            if err:
+                sys.stderr.buffer.write(err)
+                sys.stderr.flush()
+            sys.exit(rc)
+    _run_local(cmd, args)
+
+
+def _run_local(cmd: str, args: list[str]) -> None:
+    if "site" not in sys.modules:
+        import site
+
+        site.main()
+    from corral.shims.local import run_local
+
+    sys.exit(run_local(cmd, args))

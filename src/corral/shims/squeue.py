@@ -1,0 +1,259 @@
+"""``squeue``: the job queue in Slurm 22.05's formats.
+
+Behaviour clients depend on (``shared/compat/clients.md`` §8.9, §11.5):
+
+- without ``-t`` only PENDING, RUNNING, SUSPENDED and COMPLETING jobs show, also with
+  ``-j``; ``-t all`` adds the recently finished ones the controller still keeps;
+- ``-j <one id>`` for a job the controller does not know prints
+  ``slurm_load_jobs error: Invalid job id specified`` and exits 1; with several ids
+  unknown ones are just absent;
+- ``-j`` takes an optional argument, so ``-j 12`` and ``--job '12,13'`` use the next word;
+- pending tasks of an array that never ran show as one ``12_[3-6%2]`` row (``-r``: one
+  row per task); sorting is Slurm's default ``P,t,-p`` (partition, state, priority).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_long
+from corral.shims import slurmfmt as sf
+from corral.shims import squeue_fields as qf
+from corral.shims.context import Client, Context
+from corral.shims.ids import IdError, JobRef, parse_job_refs, ref_matches
+from corral.shims.users import UserError, resolve_users
+
+R, N, OPT = Arg.REQUIRED, Arg.NONE, Arg.OPTIONAL
+TABLE = OptionTable.of([
+    Opt("account", ("account",), "A", R),
+    Opt("all", ("all",), "a", N),
+    Opt("array", ("array",), "r", N),
+    Opt("array_unique", ("array-unique",), None, N),
+    Opt("clusters", ("clusters", "cluster"), "M", R),
+    Opt("federation", ("federation",), None, N),
+    Opt("format", ("format",), "o", R),
+    Opt("Format", ("Format",), "O", R),
+    Opt("help", ("help",), None, N),
+    Opt("hide", ("hide",), None, N),
+    Opt("iterate", ("iterate",), "i", R),
+    Opt("jobs", ("jobs",), "j", OPT),
+    Opt("json", ("json",), None, N),
+    Opt("licenses", ("licenses",), "L", R),
+    Opt("local", ("local",), None, N),
+    Opt("long", ("long",), "l", N),
+    Opt("me", ("me",), None, N),
+    Opt("name", ("name",), "n", R),
+    Opt("noconvert", ("noconvert",), None, N),
+    Opt("noheader", ("noheader",), "h", N),
+    Opt("nodelist", ("nodelist",), "w", R),
+    Opt("only_job_state", ("only-job-state",), None, N),
+    Opt("partition", ("partition",), "p", R),
+    Opt("priority", ("priority",), "P", N),
+    Opt("qos", ("qos",), "q", R),
+    Opt("reservation", ("reservation",), "R", R),
+    Opt("sibling", ("sibling",), None, N),
+    Opt("sort", ("sort",), "S", R),
+    Opt("start", ("start",), None, N),
+    Opt("states", ("states",), "t", R),
+    Opt("steps", ("steps",), "s", OPT),
+    Opt("usage", ("usage",), None, N),
+    Opt("user", ("user",), "u", R),
+    Opt("verbose", ("verbose",), "v", N),
+    Opt("version", ("version",), "V", N),
+    Opt("yaml", ("yaml",), None, N),
+])
+
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING"})
+VALID_STATES = (
+    "PENDING RUNNING SUSPENDED COMPLETED CANCELLED FAILED TIMEOUT NODE_FAIL PREEMPTED "
+    "BOOT_FAIL DEADLINE OUT_OF_MEMORY COMPLETING CONFIGURING RESIZING RESV_DEL_HOLD "
+    "REQUEUED REQUEUE_FED REQUEUE_HOLD REVOKED SIGNALING SPECIAL_EXIT STAGE_OUT STOPPED"
+).split()
+START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"
+USAGE = (
+    "Usage: squeue [-A account] [--clusters names] [-i seconds] [--job jobid]\n"
+    "              [-n name] [-o format] [--only-job-state] [-p partitions]\n"
+    "              [--qos qos] [--reservation reservation] [--sort fields] [--start]\n"
+    "              [--step step_id] [-t states] [-u user_name] [--usage]\n"
+    "              [-L licenses] [-w nodes] [--federation] [--local] [--sibling]\n"
+    "              [-ahjlrsv]"
+)
+VERSION = "slurm 22.05.8"
+
+
+def _split_list(values: list[str]) -> list[str]:
+    out: list[str] = []
+    for v in values:
+        out.extend(x for x in v.split(",") if x)
+    return out
+
+
+def parse_states(ctx: Context, text: str) -> frozenset[str] | None:
+    """``-t`` list: long or short names, any case, or ``all`` (returns None)."""
+    states: set[str] = set()
+    for word in _split_list([text]):
+        up = word.upper()
+        if up == "ALL":
+            return None
+        if up in sf.LONG_OF_SHORT:
+            states.add(sf.LONG_OF_SHORT[up])
+        elif up in VALID_STATES:
+            states.add(up)
+        else:
+            raise ctx.fail(
+                f"squeue: error: Invalid job state specified: {word}\n"
+                f"squeue: error: Valid job states include: {','.join(VALID_STATES)}"
+            )
+    return frozenset(states)
+
+
+def _sort_key_fn(spec: str) -> list[tuple[qf.Getter, bool, bool]]:
+    keys: list[tuple[qf.Getter, bool, bool]] = []
+    for word in spec.split(","):
+        word = word.strip()
+        if not word:
+            continue
+        desc = word.startswith("-")
+        letter = word.lstrip("+-")[:1]
+        field = qf.JOB_FIELDS.get(letter)
+        if field is None:
+            continue
+        numeric = letter in "AFiCDpQUyGK"
+        keys.append((field[1], desc, numeric))
+    return keys
+
+
+def _sorted(rows: list[dict[str, Any]], spec: str | None, now: float) -> list[dict[str, Any]]:
+    if spec is None:
+        rows.sort(key=lambda r: int(r["id"]))
+        rows.sort(key=lambda r: -float(r.get("priority") or 0.0))
+        rows.sort(key=lambda r: (str(r.get("partition") or ""),
+                                 sf.state_short(sf.job_state(r))))
+        return rows
+    rows.sort(key=lambda r: int(r["id"]))
+    for getter, desc, numeric in reversed(_sort_key_fn(spec)):
+        if numeric:
+            def key(r: dict[str, Any], g: qf.Getter = getter) -> Any:
+                text = g(r, now).split("_")[0].strip("[]")
+                try:
+                    return float(text)
+                except ValueError:
+                    return 0.0
+        else:
+            def key(r: dict[str, Any], g: qf.Getter = getter) -> Any:
+                return g(r, now)
+        rows.sort(key=key, reverse=desc)
+    return rows
+
+
+def run(ctx: Context, client: Client) -> None:
+    try:
+        parsed, positional = getopt_long(ctx.argv, TABLE, "squeue", stop_at_positional=False)
+    except GetoptError as exc:
+        raise ctx.fail(f"{exc.message}\nTry \"squeue --help\" for more information") from None
+    opts: dict[str, list[str | None]] = {}
+    for p in parsed:
+        opts.setdefault(p.opt.key, []).append(p.value)
+    if "help" in opts or "usage" in opts:
+        ctx.print(USAGE)
+        return
+    if "version" in opts:
+        ctx.print(VERSION)
+        return
+    if "iterate" in opts:
+        raise ctx.fail("squeue: error: --iterate is not supported by Corral's squeue; "
+                       "run it in a loop (watch -n N squeue)")
+
+    def values(key: str) -> list[str]:
+        return [v for v in opts.get(key, []) if v is not None]
+
+    job_words = _split_list(values("jobs"))
+    if "jobs" in opts and not job_words and positional:
+        job_words = _split_list(positional)
+        positional = []
+    if positional:
+        raise ctx.fail(f"squeue: error: Unrecognized option: {positional[0]}\n{USAGE}")
+    try:
+        refs: list[JobRef] = parse_job_refs(job_words)
+    except IdError as exc:
+        raise ctx.fail(f"squeue: error: Invalid job id: {exc.word}") from None
+    states = parse_states(ctx, values("states")[-1]) if "states" in opts else ACTIVE_STATES
+    user_words = _split_list(values("user"))
+    if "me" in opts:
+        user_words.append(str(ctx.uid))
+    try:
+        users = resolve_users(user_words) if user_words else None
+    except UserError as exc:
+        raise ctx.fail(f"squeue: error: Invalid user: {exc.word}") from None
+    partitions = set(_split_list(values("partition")))
+    names = set(_split_list(values("name")))
+    accounts = set(_split_list(values("account")))
+    qos = set(_split_list(values("qos")))
+    nodes_filter = _split_list(values("nodelist"))
+
+    rows = client.jobs(
+        include_finished=bool(refs) or states is None or not states <= ACTIVE_STATES,
+    )
+    if len(refs) == 1 and not any(ref_matches(refs[0], r) for r in rows):
+        raise ctx.fail("slurm_load_jobs error: Invalid job id specified")
+
+    def keep(r: dict[str, Any]) -> bool:
+        if refs and not any(ref_matches(ref, r) for ref in refs):
+            return False
+        if states is not None and sf.job_state(r) not in states:
+            return False
+        if users is not None and int(r.get("uid", -1)) not in users:
+            return False
+        if partitions and not (set(str(r.get("partition") or "").split(",")) & partitions):
+            return False
+        if names and r.get("name") not in names:
+            return False
+        if accounts and r.get("account") not in accounts:
+            return False
+        if qos and r.get("qos") not in qos:
+            return False
+        if nodes_filter and not set(r.get("nodes") or []) & _expand_nodes(nodes_filter):
+            return False
+        return True
+
+    now = ctx.now
+    rows = [r for r in rows if keep(r)]
+    if "array" not in opts:
+        rows = sf.collapse_pending_arrays(rows)
+    sort_spec = values("sort")[-1] if "sort" in opts else None
+    if "start" in opts:
+        rows = [r for r in rows if sf.is_pending(r)]
+        sort_spec = sort_spec or "S"
+    rows = _sorted(rows, sort_spec, now)
+
+    fmt = values("format")[-1] if "format" in opts else None
+    long_fmt = values("Format")[-1] if "Format" in opts else None
+    try:
+        if long_fmt is not None:
+            items = qf.parse_long_format(long_fmt)
+        else:
+            if fmt is None:
+                fmt = ctx.env.get("SQUEUE_FORMAT") or (
+                    START_FORMAT if "start" in opts
+                    else qf.LONG_FORMAT if "long" in opts else qf.DEFAULT_FORMAT
+                )
+            items = qf.parse_format(fmt)
+    except qf.FormatError as exc:
+        raise ctx.fail(f"squeue: error: {exc}") from None
+    if "json" in opts or "yaml" in opts:
+        raise ctx.fail("squeue: error: --json/--yaml are not supported by Corral's squeue; "
+                       "use `corral queue --json`")
+    if "long" in opts and "noheader" not in opts:
+        ctx.print(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
+    for line in qf.render(items, rows, now, header="noheader" not in opts):
+        ctx.print(line)
+
+
+def _expand_nodes(words: list[str]) -> set[str]:
+    from corral.core.parse.hostlist import expand
+
+    out: set[str] = set()
+    for w in words:
+        out.update(expand(w))
+    return out
