@@ -28,6 +28,7 @@ class Association:
     account: str
     shares: int = 1
     is_default: bool = False
+    priority: int = 0  # association Priority (PriorityWeightAssoc factor)
 
 
 @dataclass(frozen=True, slots=True)

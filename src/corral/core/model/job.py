@@ -227,6 +227,7 @@ class Job:
     allocation: Allocation | None = None
     time_limit_s: int | None = None  # effective limit once resolved (admin changes land here)
     admin_priority: int | None = None  # scontrol update Priority=: overrides the computed one
+    site_factor: int = 0  # scontrol update SiteFactor=: added unweighted to the priority
     array_job_id: int | None = None
     array_task_id: int | None = None
     array_max_running: int | None = None  # '%' limit, shared by tasks of one array

@@ -1,0 +1,280 @@
+"""Slurm ``priority/multifactor`` (22.05), so an admin's weights mean the same thing here.
+
+    priority = site_factor
+             + PriorityWeightAge       * age_factor
+             + PriorityWeightAssoc     * assoc_factor
+             + PriorityWeightFairshare * fairshare_factor
+             + PriorityWeightJobSize   * job_size_factor
+             + PriorityWeightPartition * partition_factor
+             + PriorityWeightQOS       * qos_factor
+             - nice
+
+Every factor is in [0, 1]:
+
+- **age** ``= min((now - eligible) / PriorityMaxAge, 1)``, counted from when the job
+  became eligible (``eligibility``: not while held, before its begin time or with unmet
+  dependencies); 0 while not eligible. ``PriorityMaxAge <= 0`` gives 1 once eligible.
+- **fairshare** from Fair Tree (default) or classic (``SchedulerConfig.fairshare``) over
+  the association of the job (``decay.association_of``).
+- **job size** (nodes ``N`` and CPUs ``C`` requested; cluster of ``Nc`` nodes and ``Cc``
+  CPUs): ``(N/Nc + C/Cc) / 2``; with ``PriorityFavorSmall``
+  ``((Nc-N)/Nc + (Cc-C)/Cc) / 2``; with ``SMALL_RELATIVE_TO_TIME``
+  ``max(N * Cc/Nc, C) / time_limit_minutes / Cc`` (and ``1 -`` that when favoring small).
+- **partition** ``= PriorityJobFactor of the job's partition / max over all partitions``
+  (the best of the partitions a job may run in).
+- **qos** ``= QOS priority / max QOS priority`` (job without a QOS: ``normal`` if defined).
+- **assoc** ``= association priority / max association priority``.
+- **site** (``Job.site_factor``) and **nice** are added/subtracted unweighted.
+
+``Job.admin_priority`` (``scontrol update Priority=``) replaces the computed value.
+Unlike Slurm the result is not truncated to an integer or clamped at 1: ordering keeps
+the fractions (``sprio`` front ends round). TRES weights (``PriorityWeightTRES``) are not
+modelled. Reference: Slurm 22.05 ``priority_multifactor.html`` and
+``src/plugins/priority/multifactor/priority_multifactor.c``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.core.config import FairshareAlgorithm, Ordering, PriorityWeights, SchedulerConfig
+from corral.core.model.account import ROOT_ACCOUNT
+from corral.core.model.job import HoldKind, Job
+from corral.core.priority.assoc import build_tree
+from corral.core.priority.classic import classic_factors
+from corral.core.priority.eligibility import Eligibility
+from corral.core.priority.fair_tree import fair_tree_factors
+from corral.core.priority.orderings import TimeLimits, requested_procs
+from corral.core.snapshot import ClusterSnapshot
+
+FACTOR_NAMES = ("age", "assoc", "fairshare", "job_size", "partition", "qos")
+
+
+@dataclass(frozen=True, slots=True)
+class Factor:
+    name: str
+    value: float  # normalized, in [0, 1]
+    weight: int
+
+    @property
+    def contribution(self) -> float:
+        return self.value * self.weight
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityFactors:
+    """Why a job has its priority: what ``sprio -l`` and ``corral show`` print."""
+
+    job_id: int
+    factors: tuple[Factor, ...]  # in FACTOR_NAMES order
+    site: int
+    nice: int
+    computed: float  # site + weighted sum - nice
+    admin_priority: int | None
+    total: float  # what ``compute`` returns: admin_priority when set, else computed
+    ordering: Ordering = Ordering.MULTIFACTOR
+
+    def factor(self, name: str) -> Factor:
+        for f in self.factors:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+
+class MultifactorContext:
+    """Everything the factors need, computed once per call; then O(1) per job."""
+
+    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> None:
+        self.now = now
+        self.w: PriorityWeights = config.weights
+        tree = snapshot.accounts
+        default_acct: dict[str, str] = {}
+        explicit: set[str] = set()
+        for a in tree.associations:  # same rule as decay.association_of
+            if a.is_default and a.user not in explicit:
+                explicit.add(a.user)
+                default_acct[a.user] = a.account
+            elif a.user not in default_acct:
+                default_acct[a.user] = a.account
+        self.default_acct = default_acct
+        keys = {self.key_of(j) for j in snapshot.pending}
+        index = build_tree(tree, snapshot.usage, keys)
+        if config.fairshare is FairshareAlgorithm.CLASSIC:
+            self.fairshare = classic_factors(index)
+        else:
+            self.fairshare = fair_tree_factors(index)
+        max_ap = max((n.priority for n in index.leaves.values()), default=0)
+        self.assoc = (
+            {k: max(n.priority, 0) / max_ap for k, n in index.leaves.items()} if max_ap > 0 else {}
+        )
+        self.parts = {p.name: p.priority_job_factor for p in snapshot.partitions}
+        self.max_part = max(self.parts.values(), default=0)
+        default = snapshot.default_partition()
+        self.default_part = default.name if default else ""
+        self.part_cache: dict[tuple[str, ...], float] = {}
+        self.qos = {q.name: q.priority for q in snapshot.qos}
+        max_q = max(self.qos.values(), default=0)
+        self.qos_factor = {n: max(p, 0) / max_q for n, p in self.qos.items()} if max_q > 0 else {}
+        self.node_count = len(snapshot.nodes)
+        self.cluster_cpus = sum(n.spec.cpus for n in snapshot.nodes)
+        self.limits = TimeLimits(snapshot, config)
+        self.eligibility = Eligibility(snapshot)
+
+    def key_of(self, job: Job) -> tuple[str, str]:
+        spec = job.spec
+        if spec.account:
+            return (spec.account, spec.user)
+        return (self.default_acct.get(spec.user, ROOT_ACCOUNT), spec.user)
+
+    def partition_factor(self, partitions: tuple[str, ...]) -> float:
+        got = self.part_cache.get(partitions)
+        if got is None:
+            if self.max_part <= 0:
+                got = 0.0
+            else:
+                names = partitions or (self.default_part,)
+                got = max(max(self.parts.get(n, 0), 0) for n in names) / self.max_part
+            self.part_cache[partitions] = got
+        return got
+
+    def age_factor(self, job: Job) -> float:
+        since = self.eligibility.since(job)
+        if since is None:
+            return 0.0
+        waited = self.now - since
+        if waited <= 0:
+            return 0.0
+        max_age = self.w.max_age_s
+        if max_age <= 0 or waited >= max_age:
+            return 1.0
+        return waited / max_age
+
+    def size_factor(self, job: Job) -> float:
+        nc, cc = self.node_count, self.cluster_cpus
+        if nc <= 0:
+            return 0.0
+        spec = job.spec
+        nodes = spec.nodes_min
+        cpus = requested_procs(spec)
+        w = self.w
+        if w.size_relative:
+            size = max(nodes * cc / nc, float(cpus))
+            minutes = max(self.limits.of(job) / 60.0, 1.0)
+            js = size / minutes / cc if cc > 0 else 0.0
+            if w.favor_small:
+                js = 1.0 - js
+        elif w.favor_small:
+            js = (nc - nodes) / nc
+            if cc > 0 and cpus:
+                js = (js + (cc - cpus) / cc) / 2
+        else:
+            js = nodes / nc
+            if cc > 0 and cpus:
+                js = (js + cpus / cc) / 2
+        return 0.0 if js < 0.0 else 1.0 if js > 1.0 else js
+
+    def qos_of(self, job: Job) -> float:
+        name = job.spec.qos or "normal"
+        return self.qos_factor.get(name, 0.0)
+
+    def values(self, job: Job) -> tuple[float, float, float, float, float, float]:
+        """The normalized factors in ``FACTOR_NAMES`` order."""
+        key = self.key_of(job)
+        return (
+            self.age_factor(job),
+            self.assoc.get(key, 0.0),
+            self.fairshare.get(key, 0.0),
+            self.size_factor(job),
+            self.partition_factor(job.spec.partitions),
+            self.qos_of(job),
+        )
+
+    def computed(self, job: Job) -> float:
+        w = self.w
+        age, assoc, fs, js, part, qos = self.values(job)
+        return (
+            job.site_factor
+            + w.age * age
+            + w.assoc * assoc
+            + w.fairshare * fs
+            + w.job_size * js
+            + w.partition * part
+            + w.qos * qos
+            - job.spec.nice
+        )
+
+    def explain(self, job: Job) -> PriorityFactors:
+        w = self.w
+        weights = (w.age, w.assoc, w.fairshare, w.job_size, w.partition, w.qos)
+        values = self.values(job)
+        factors = tuple(
+            Factor(n, v, wt) for n, v, wt in zip(FACTOR_NAMES, values, weights, strict=True)
+        )
+        computed = self.computed(job)
+        total = float(job.admin_priority) if job.admin_priority is not None else computed
+        return PriorityFactors(
+            job.id, factors, job.site_factor, job.spec.nice, computed, job.admin_priority, total
+        )
+
+
+def multifactor_priorities(
+    snapshot: ClusterSnapshot, config: SchedulerConfig, now: float
+) -> dict[int, float]:
+    """Multifactor priority of every pending job (``admin_priority`` wins when set).
+
+    Same arithmetic as ``MultifactorContext.computed`` (tests hold them equal), with the
+    common case inlined: this runs every cycle over the whole queue.
+    """
+    ctx = MultifactorContext(snapshot, config, now)
+    w = ctx.w
+    w_age, w_fs, w_assoc, w_qos, w_part = w.age, w.fairshare, w.assoc, w.qos, w.partition
+    w_js = w.job_size
+    max_age = w.max_age_s
+    fairshare, assoc, qos_factor = ctx.fairshare, ctx.assoc, ctx.qos_factor
+    default_acct = ctx.default_acct
+    part_cache = ctx.part_cache
+    plain_size = not (w.size_relative or w.favor_small) and ctx.cluster_cpus > 0
+    inv_nc = 1.0 / ctx.node_count if ctx.node_count else 0.0
+    inv_cc = 1.0 / ctx.cluster_cpus if ctx.cluster_cpus else 0.0
+    none = HoldKind.NONE
+    out: dict[int, float] = {}
+    for job in snapshot.pending:
+        if job.admin_priority is not None:
+            out[job.id] = float(job.admin_priority)
+            continue
+        spec = job.spec
+        user = spec.user
+        key = (spec.account or default_acct.get(user, ROOT_ACCOUNT), user)
+        # age (fast path: not held, no dependency, eligibility not given by the shell)
+        if job.hold is none and job.eligible_time is None and spec.dependency is None:
+            since = job.submit_time
+            if spec.begin_time is not None and spec.begin_time > since:
+                since = spec.begin_time
+            waited = now - since
+            if waited <= 0:
+                age = 0.0
+            elif max_age <= 0 or waited >= max_age:
+                age = 1.0
+            else:
+                age = waited / max_age
+        else:
+            age = ctx.age_factor(job)
+        if plain_size:
+            js = (spec.nodes_min * inv_nc + requested_procs(spec) * inv_cc) * 0.5
+            js = 1.0 if js > 1.0 else js
+        else:
+            js = ctx.size_factor(job)
+        part = part_cache.get(spec.partitions)
+        if part is None:
+            part = ctx.partition_factor(spec.partitions)
+        out[job.id] = (
+            job.site_factor
+            + w_age * age
+            + w_assoc * assoc.get(key, 0.0)
+            + w_fs * fairshare.get(key, 0.0)
+            + w_js * js
+            + w_part * part
+            + w_qos * qos_factor.get(spec.qos or "normal", 0.0)
+            - spec.nice
+        )
+    return out
