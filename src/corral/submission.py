@@ -56,7 +56,8 @@ def spec_from_json(data: dict[str, Any]) -> JobSpec:
         d["dependency"] = DependencySpec(
             items=tuple(
                 Dependency(DependencyKind(i["kind"]), tuple(i.get("job_ids") or ()),
-                           int(i.get("delay_s", 0)))
+                           int(i.get("delay_s", 0)),
+                           None if i.get("array_task_id") is None else int(i["array_task_id"]))
                 for i in dep.get("items") or ()
             ),
             any_of=bool(dep.get("any_of", False)),

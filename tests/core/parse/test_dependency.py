@@ -83,3 +83,11 @@ def test_format_round_trip(text: str) -> None:
     spec = parse_dependency(text)
     assert format_dependency(spec) == text
     assert parse_dependency(format_dependency(spec)) == spec
+
+
+def test_task_references_survive_the_submission_wire_form() -> None:
+    from corral.core.model import JobSpec
+    from corral.submission import JobSubmission
+
+    sub = JobSubmission(JobSpec(dependency=parse_dependency("afterok:12_3?after:4+2")))
+    assert JobSubmission.from_json(sub.to_json()) == sub
