@@ -29,7 +29,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +196,7 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def write_json(path: str | Path, summary: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
+def write_json(path: str | Path, summary: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
     Path(path).write_text(json.dumps(_clean(summary), indent=1, sort_keys=False) + "\n")
 
 
@@ -228,7 +228,7 @@ def write_jobs_csv(path: str | Path, res: SimResult, *, tau_s: float = TAU_S) ->
         w.writerows(zip(*cols, strict=True))
 
 
-def write_summary_csv(path: str | Path, summaries: list[Mapping[str, Any]]) -> None:
+def write_summary_csv(path: str | Path, summaries: Sequence[Mapping[str, Any]]) -> None:
     """One row per run with the headline numbers (for spreadsheets)."""
     fields = ("label", "jobs", "mean_wait_s", "median_wait_s", "p95_wait_s", "max_wait_s",
               "mean_bsld", "mean_response_s", "util_makespan", "util_arrival_window",

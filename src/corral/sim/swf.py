@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,7 +190,8 @@ def read_swf(path: str | Path) -> SwfTrace:
         raise SwfError(f"{p}: no such trace file")
     header_lines: list[str] = []
     try:
-        with _open_text(p, "r") as f:
+        with _open_text(p, "r") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "input contained no data"
             data = np.loadtxt(_job_lines(f, header_lines), dtype=np.float64, ndmin=2)
     except (ValueError, IndexError) as exc:
         raise SwfError(_find_bad_line(p)) from exc
@@ -233,3 +235,22 @@ def write_swf(path: str | Path, trace: SwfTrace) -> None:
         for row in zip(*cols, strict=True):
             f.write(" ".join(row))
             f.write("\n")
+
+
+def trace_from_columns(
+    header: SwfHeader, columns: dict[str, Sequence[float] | FloatArray], n: int
+) -> SwfTrace:
+    """A trace of ``n`` jobs from named columns; fields not given are -1 (unknown).
+
+    This is how other parts of Corral export history (e.g. a cluster's accounting) as SWF:
+    ``trace_from_columns(SwfHeader.build([("MaxNodes", 16)]), {"job_id": ids, ...}, n)``.
+    """
+    data = np.full((n, N_FIELDS), -1.0, dtype=np.float64)
+    for name, values in columns.items():
+        if name not in COL:
+            raise KeyError(f"unknown SWF field {name!r}; fields are {', '.join(FIELDS)}")
+        arr = np.asarray(values, dtype=np.float64)
+        if arr.shape != (n,):
+            raise ValueError(f"field {name!r} has {arr.shape[0]} values, expected {n}")
+        data[:, COL[name]] = arr
+    return SwfTrace(header, data)

@@ -1,0 +1,402 @@
+"""``corral sim``: replay SWF workload traces through the scheduling core.
+
+Commands: ``run`` (one policy), ``compare`` (several policies side by side, with plots),
+``rlscheduler`` (reproduce the published SC'20 baselines), ``convert`` (select and clean a
+trace, write SWF or SWF.gz) and ``info`` (what a trace holds). Heavy imports (numpy,
+matplotlib, the engine) happen inside the commands so ``corral --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from corral.sim.cluster import SimCluster
+    from corral.sim.engine import EngineOptions
+    from corral.sim.result import SimResult
+    from corral.sim.swf import SwfTrace
+    from corral.sim.workload import Workload
+
+sim_app = typer.Typer(
+    name="sim",
+    help="Replay workload traces (SWF) through Corral's scheduler and compare policies.",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sim_app, name="sim")
+
+
+TraceArg = Annotated[Path, typer.Argument(help="SWF trace (.swf or .swf.gz)")]
+JobsOpt = Annotated[str, typer.Option(
+    "--jobs", "-j", help="which jobs: all, N (first N), A:B (0-based slice), id:A-B")]
+SampleOpt = Annotated[str | None, typer.Option(
+    help="COUNTxLENGTH sampled sequences (e.g. 10x1024), each on an empty machine")]
+SeedOpt = Annotated[int, typer.Option(help="seed for --sample")]
+ClusterOpt = Annotated[Path | None, typer.Option(
+    "--cluster", help="corral.toml with the machine (default: the trace header)")]
+WholeOpt = Annotated[bool, typer.Option(
+    "--whole-nodes", help="jobs take ceil(procs/ppn) whole nodes (default: cores anywhere)")]
+ExceedOpt = Annotated[str, typer.Option(
+    help="job running past its estimate: kill (at the limit, as a real scheduler) or run")]
+MissingOpt = Annotated[str, typer.Option(
+    "--missing-estimate", help="no estimate in the trace: runtime (perfect), default, max")]
+DefaultEstOpt = Annotated[str, typer.Option(
+    "--default-estimate", help="time limit for --missing-estimate default (e.g. 1:00:00)")]
+ProcsOpt = Annotated[str, typer.Option(help="processor field: max, requested, allocated")]
+UnknownOpt = Annotated[str, typer.Option(
+    "--unknown-runtime", help="jobs with run time -1: drop, or a run time in seconds")]
+CycleOpt = Annotated[str, typer.Option(
+    "--cycle", help="batch: one cycle per instant; event: one per event (RLScheduler)")]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="write metrics as JSON")]
+CsvOpt = Annotated[Path | None, typer.Option(
+    "--csv", help="write per-job rows (run) or one row per policy (compare) as CSV")]
+PlotOpt = Annotated[Path | None, typer.Option(
+    "--plot", help="directory for plots (timeseries, wait CDF, Gantt)")]
+FormatOpt = Annotated[str, typer.Option("--format", help="plot format: png or svg")]
+WindowOpt = Annotated[str | None, typer.Option(
+    "--gantt-window", help="Gantt window in hours since trace start, A:B (default: 48 h)")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")]
+
+
+def _fail(msg: str) -> typer.Exit:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[red]error:[/red] {msg}", highlight=False)
+    return typer.Exit(2)
+
+
+def _load(trace_path: Path, jobs: str, procs: str, unknown: str, missing: str,
+          default_est: str) -> tuple[SwfTrace, Workload]:
+    from corral.core.parse.timefmt import parse_time_s
+    from corral.sim.swf import SwfError, read_swf
+    from corral.sim.workload import (
+        LoadOptions,
+        MissingEstimate,
+        ProcsField,
+        build_workload,
+        select,
+    )
+
+    try:
+        trace = read_swf(trace_path)
+    except SwfError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        unknown_s = None if unknown == "drop" else int(unknown)
+        est = parse_time_s(default_est)
+        opts = LoadOptions(
+            procs=ProcsField(procs), unknown_runtime_s=unknown_s,
+            missing_estimate=MissingEstimate(missing), default_estimate_s=est or 3600,
+        )
+        wl = select(build_workload(trace, opts), jobs)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if len(wl) == 0:
+        raise _fail(f"{trace_path}: no jobs selected")
+    return trace, wl
+
+
+def _cluster(cluster: Path | None, wl: Workload, whole: bool) -> SimCluster:
+    from corral.sim.cluster import ClusterError, from_config, from_header
+
+    try:
+        if cluster is not None:
+            return from_config(cluster)
+        return from_header(wl.max_nodes, wl.max_procs, whole_nodes=whole)
+    except (ClusterError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def _engine_options(exceed: str, cycle: str, record: bool) -> EngineOptions:
+    from corral.sim.engine import EngineOptions
+    from corral.sim.workload import ExceedPolicy
+
+    try:
+        return EngineOptions(exceed=ExceedPolicy(exceed), cycle_mode=cycle,
+                             record_allocations=record)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _run_all(wl: Workload, cluster: SimCluster, policies: list[Any], base: EngineOptions,
+             sample: str | None, seed: int, quiet: bool) -> list[list[SimResult]]:
+    """Results per policy (one per sampled sequence, or one for the whole selection)."""
+    import dataclasses
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from corral.sim.engine import simulate
+    from corral.sim.workload import parse_sample, sequences
+
+    parts = [wl]
+    if sample:
+        try:
+            count, length = parse_sample(sample)
+            parts = sequences(wl, count, length, seed)
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+    out: list[list[SimResult]] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), disable=quiet, transient=False) as bar:
+        for p in policies:
+            task = bar.add_task(p.label, total=sum(len(x) for x in parts))
+            results = []
+            offset = 0
+            for part in parts:
+                def tick(done: int, total: int, _o: int = offset, _t: Any = task) -> None:
+                    bar.update(_t, completed=_o + done)
+                opt = dataclasses.replace(base, config=p.config, label=p.label)
+                results.append(simulate(part, cluster, opt, tick))
+                offset += len(part)
+            bar.update(task, completed=offset)
+            out.append(results)
+    return out
+
+
+def _summaries(runs: list[list[SimResult]]) -> list[dict[str, Any]]:
+    """One summary per policy; sampled sequences are averaged (mean of each number)."""
+    from corral.sim.metrics import summarize
+
+    out = []
+    for results in runs:
+        sums = [summarize(r) for r in results]
+        out.append(sums[0] if len(sums) == 1 else _mean_summary(sums))
+    return out
+
+
+def _mean_summary(sums: list[dict[str, Any]]) -> dict[str, Any]:
+    import math
+
+    def avg(values: list[Any]) -> Any:
+        if all(isinstance(v, dict) for v in values):
+            return {k: avg([v[k] for v in values]) for k in values[0]}
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            vals = [float(v) for v in values if not math.isnan(float(v))]
+            return sum(vals) / len(vals) if vals else math.nan
+        return values[0]
+
+    keep = ("jobs", "wait_s", "response_s", "bsld", "slowdown", "utilization", "makespan_s",
+            "queue_length", "fairness", "stats")
+    out: dict[str, Any] = {k: avg([s[k] for s in sums]) for k in keep}
+    out["jobs"] = {k: sum(s["jobs"][k] for s in sums) for k in sums[0]["jobs"]}
+    out["label"] = sums[0]["label"]
+    out["sequences"] = len(sums)
+    out["settings"] = sums[0]["settings"]
+    out["per_sequence"] = [{k: s[k] for k in ("wait_s", "bsld", "utilization")} for s in sums]
+    return out
+
+
+def _plots(plot_dir: Path, runs: list[list[SimResult]], fmt: str, window: str | None) -> None:
+    from corral.sim.plots import plot_gantt, plot_timeseries, plot_wait_cdf
+
+    if fmt not in ("png", "svg"):
+        raise _fail("--format must be png or svg")
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    firsts = [r[0] for r in runs]
+    plot_timeseries(firsts, plot_dir / f"timeseries.{fmt}")
+    plot_wait_cdf(firsts, plot_dir / f"wait_cdf.{fmt}")
+    win = None
+    if window:
+        try:
+            a, b = (float(x) * 3600 for x in window.split(":"))
+        except ValueError:
+            raise _fail(f"--gantt-window {window!r}: use A:B in hours") from None
+        win = (a, b)
+    for k, res in enumerate(firsts):
+        plot_gantt(res, plot_dir / f"gantt_{k + 1}.{fmt}", win)
+
+
+@sim_app.command("run")
+def run_cmd(
+    trace: TraceArg,
+    policy: Annotated[str, typer.Option(
+        "--policy", "-p", help="e.g. fcfs+easy, sjf+strict, multifactor+easy+nofs")] =
+        "fcfs+easy",
+    jobs: JobsOpt = "all", sample: SampleOpt = None, seed: SeedOpt = 1,
+    cluster: ClusterOpt = None, whole_nodes: WholeOpt = False, exceed: ExceedOpt = "kill",
+    missing_estimate: MissingOpt = "runtime", default_estimate: DefaultEstOpt = "1:00:00",
+    procs: ProcsOpt = "max", unknown_runtime: UnknownOpt = "drop", cycle: CycleOpt = "batch",
+    json_out: JsonOpt = None, csv_out: CsvOpt = None, plot: PlotOpt = None,
+    fmt: FormatOpt = "png", gantt_window: WindowOpt = None,
+    swf_out: Annotated[Path | None, typer.Option(
+        "--swf", help="write the simulated schedule as SWF")] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Replay TRACE with one policy and print its metrics."""
+    from rich.console import Console
+
+    from corral.sim.compare import PolicyError, parse_policy
+    from corral.sim.export import schedule_trace
+    from corral.sim.metrics import write_jobs_csv, write_json
+    from corral.sim.report import comparison_table
+    from corral.sim.swf import write_swf
+
+    src, wl = _load(trace, jobs, procs, unknown_runtime, missing_estimate, default_estimate)
+    cl = _cluster(cluster, wl, whole_nodes)
+    try:
+        pol = parse_policy(policy, cl.scheduler)
+    except PolicyError as exc:
+        raise _fail(str(exc)) from None
+    runs = _run_all(wl, cl, [pol], _engine_options(exceed, cycle, plot is not None),
+                    sample, seed, quiet)
+    summaries = _summaries(runs)
+    console = Console()
+    console.print(comparison_table(summaries, title=f"{trace.name}: {len(wl):,} jobs on "
+                                                     f"{cl.description}"))
+    if wl.dropped:
+        console.print(f"dropped while reading: {wl.dropped}")
+    if json_out:
+        write_json(json_out, summaries[0])
+    if csv_out:
+        write_jobs_csv(csv_out, runs[0][0])
+    if swf_out:
+        write_swf(swf_out, schedule_trace(runs[0][0], src))
+    if plot:
+        _plots(plot, runs, fmt, gantt_window)
+
+
+@sim_app.command("compare")
+def compare_cmd(
+    trace: TraceArg,
+    policies: Annotated[str, typer.Option(
+        "--policies", "-p", help="comma-separated policies")] =
+        "fcfs+strict,fcfs+easy,sjf+easy,f1+easy,fcfs+conservative,multifactor+easy",
+    jobs: JobsOpt = "all", sample: SampleOpt = None, seed: SeedOpt = 1,
+    cluster: ClusterOpt = None, whole_nodes: WholeOpt = False, exceed: ExceedOpt = "kill",
+    missing_estimate: MissingOpt = "runtime", default_estimate: DefaultEstOpt = "1:00:00",
+    procs: ProcsOpt = "max", unknown_runtime: UnknownOpt = "drop", cycle: CycleOpt = "batch",
+    json_out: JsonOpt = None, csv_out: CsvOpt = None, plot: PlotOpt = None,
+    fmt: FormatOpt = "png", gantt_window: WindowOpt = None, quiet: QuietOpt = False,
+) -> None:
+    """Replay TRACE under several policies and print them side by side."""
+    from rich.console import Console
+
+    from corral.sim.compare import PolicyError, parse_policy
+    from corral.sim.metrics import write_json, write_summary_csv
+    from corral.sim.report import comparison_table
+
+    _, wl = _load(trace, jobs, procs, unknown_runtime, missing_estimate, default_estimate)
+    cl = _cluster(cluster, wl, whole_nodes)
+    try:
+        pols = [parse_policy(p, cl.scheduler) for p in policies.split(",") if p.strip()]
+    except PolicyError as exc:
+        raise _fail(str(exc)) from None
+    if not pols:
+        raise _fail("no policies given")
+    runs = _run_all(wl, cl, pols, _engine_options(exceed, cycle, plot is not None),
+                    sample, seed, quiet)
+    summaries = _summaries(runs)
+    what = f"{sample} sampled sequences" if sample else f"{len(wl):,} jobs"
+    Console().print(comparison_table(summaries, title=f"{trace.name}: {what} on "
+                                                      f"{cl.description}"))
+    if json_out:
+        write_json(json_out, summaries)
+    if csv_out:
+        write_summary_csv(csv_out, summaries)
+    if plot:
+        _plots(plot, runs, fmt, gantt_window)
+
+
+@sim_app.command("rlscheduler")
+def rlscheduler_cmd(
+    traces: Annotated[Path, typer.Option(
+        help="directory holding lublin_256.swf and SDSC-SP2-1998-4.2-cln.swf.gz")] =
+        Path("../shared/traces"),
+    core: Annotated[bool, typer.Option(
+        help="also run the general core (strict/HIGHEST and textbook EASY)")] = True,
+    json_out: JsonOpt = None,
+) -> None:
+    """Reproduce the RLScheduler (SC'20) heuristic tables and show textbook EASY beside."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from corral.sim import baselines as bl
+    from corral.sim.metrics import write_json
+
+    rows: list[dict[str, Any]] = []
+    table = Table(title="RLScheduler SC'20: mean bounded slowdown over 10 sequences of 1,024",
+                  header_style="bold")
+    for col in ("trace", "mode", "policy", "published", "compat", "core"):
+        table.add_column(col, justify="left" if col in ("trace", "mode", "policy") else "right")
+    for name in bl.TRACES:
+        try:
+            wl = bl.load(traces, name)
+        except (OSError, ValueError) as exc:
+            raise _fail(str(exc)) from None
+        for backfill in (False, True):
+            for pol in bl.HEURISTICS:
+                pub = bl.PUBLISHED[(name, backfill)][pol][0]
+                comp = bl.compat_cells(wl, pol, backfill=backfill).mean_bsld
+                corev: float | None = None
+                if core and pol in ("FCFS", "SJF", "F1"):
+                    corev = bl.core_cells(wl, pol, backfill=backfill).mean_bsld
+                mode = "backfilling" if backfill else "no backfilling"
+                table.add_row(name, mode, pol, f"{pub:.2f}", f"{comp:.2f}",
+                              "-" if corev is None else f"{corev:.2f}")
+                rows.append({"trace": name, "mode": mode, "policy": pol, "published": pub,
+                             "compat": comp, "core": corev})
+    Console().print(table)
+    if json_out:
+        write_json(json_out, rows)
+
+
+@sim_app.command("convert")
+def convert_cmd(
+    src: Annotated[Path, typer.Argument(help="input SWF (.swf or .swf.gz)")],
+    dst: Annotated[Path, typer.Argument(help="output SWF (.gz compresses)")],
+    jobs: JobsOpt = "all",
+) -> None:
+    """Copy a trace (header kept), optionally a selection of its job lines, as SWF/SWF.gz."""
+    import numpy as np
+
+    from corral.sim.swf import SwfError, read_swf, write_swf
+    from corral.sim.workload import LoadOptions, build_workload, select
+
+    try:
+        trace = read_swf(src)
+        wl = select(build_workload(trace, LoadOptions(unknown_runtime_s=-1)), jobs)
+    except (SwfError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    write_swf(dst, trace.select(np.sort(wl.row)))
+    typer.echo(f"wrote {len(wl):,} jobs to {dst}")
+
+
+@sim_app.command("info")
+def info_cmd(trace: TraceArg) -> None:
+    """Header machine, job counts and the quirks a simulator must handle."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from corral.sim.swf import SwfError, read_swf
+
+    try:
+        t = read_swf(trace)
+    except SwfError as exc:
+        raise _fail(str(exc)) from None
+    run, req = t.column("run_s"), t.column("time_req_s")
+    procs = t.column("procs_alloc").clip(min=t.column("procs_req"))
+    tab = Table(title=str(trace), show_header=False)
+    rows = [
+        ("jobs", f"{len(t):,}"),
+        ("MaxNodes / MaxProcs", f"{t.max_nodes} / {t.header.max_procs}"),
+        ("span (days)", f"{(t.column('submit_s').max() - t.column('submit_s').min()) / 86400:.1f}"
+         if len(t) else "-"),
+        ("run time -1 / 0", f"{int((run < 0).sum()):,} / {int((run == 0).sum()):,}"),
+        ("no estimate (-1 or 0)", f"{int((req <= 0).sum()):,}"),
+        ("run longer than estimate", f"{int(((req > 0) & (run > req)).sum()):,}"),
+        ("largest job (procs)", f"{int(procs.max()) if len(t) else 0:,}"),
+    ]
+    for k, v in rows:
+        tab.add_row(k, v)
+    Console().print(tab)
