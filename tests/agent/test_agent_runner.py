@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -268,3 +270,25 @@ def test_supervisor_death_is_node_fail(runner: JobRunner, tmp_path: Path) -> Non
     ex = wait_exits(runner)[26]
     assert ex.state == "NODE_FAIL" and "supervisor" in ex.reason
     wait_for(lambda: pid_gone(int(st["job_pid"])), timeout_s=5, what="job killed")
+
+
+def test_job_runs_as_submitting_user(runner: JobRunner,
+                                     test_user: tuple[str, int, int, int]) -> None:
+    name, uid, gid, extra_gid = test_user
+    work = Path(tempfile.mkdtemp(prefix="corral-agent-user-", dir="/tmp"))
+    try:
+        os.chown(work, uid, gid)
+        script = ("#!/bin/sh\necho uid=$(id -u) gid=$(id -g) groups=$(id -G)\n"
+                  "touch /root/corral-should-not-exist 2>/dev/null && echo WROTE || echo denied\n")
+        runner.launch(make_request(27, work, script, user=name, uid=uid, gid=gid))
+        ex = wait_exits(runner)[27]
+        assert ex.state == "COMPLETED", ex
+        out = work / "slurm-27.out"
+        first, second = out.read_text().splitlines()
+        ids = dict(kv.split("=") for kv in first.split()[:2])
+        assert ids == {"uid": str(uid), "gid": str(gid)}
+        assert str(extra_gid) in first.split("groups=")[1].split()
+        assert second == "denied"
+        assert out.stat().st_uid == uid  # the output file was created by the user
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

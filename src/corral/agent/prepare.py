@@ -8,7 +8,8 @@
   from the controller) plus what only the node knows: ``SLURMD_NODENAME``,
   ``SLURM_CPUS_ON_NODE``, ``SLURM_TASK_PID`` (set in the job process), GPU binding
   (``CUDA_VISIBLE_DEVICES``, ``GPU_DEVICE_ORDINAL``, ``SLURM_JOB_GPUS``,
-  ``SLURM_GPUS_ON_NODE``), and, only where the controller did not send them, the job
+  ``SLURM_GPUS_ON_NODE``, and ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` unless set, so CUDA numbers
+  devices as NVML does), and, only where the controller did not send them, the job
   identity variables a Slurm batch job always sees (compare
   ``shared/compat/slurm-22.05/job_env_*.txt``).
 - ``parse_warning_signal``: ``--signal=[{R|B}:]SIG[@secs]`` (default 60 s).
@@ -131,6 +132,7 @@ def job_environment(req: LaunchRequest, node_name: str) -> dict[str, str]:
         env["GPU_DEVICE_ORDINAL"] = ids
         env["SLURM_JOB_GPUS"] = ids
         env["SLURM_GPUS_ON_NODE"] = str(len(req.gpus))
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA numbering = NVML numbering
     return env
 
 
