@@ -17,6 +17,7 @@ from corral.core.config import (
 from corral.core.model import Account, Association, HoldKind, Partition, Qos
 from corral.core.model.job import Dependency, DependencyKind, DependencySpec, JobState
 from corral.core.priority import FACTOR_NAMES, compute, explain, explain_all
+from corral.core.priority.multifactor import clear_memo
 from corral.core.snapshot import FinishedJob
 
 DAY = 86400.0
@@ -265,3 +266,40 @@ def test_compute_equals_explain_total(seed: int, variant: str) -> None:
 def test_identical_input_identical_output() -> None:
     snap = _random_snapshot(7)
     assert compute(snap, SchedulerConfig(), 5e5) == compute(snap, SchedulerConfig(), 5e5)
+
+
+def test_memoized_fair_share_follows_usage_changes_in_place() -> None:
+    usage = {("chem", "a"): 1.0, ("chem", "b"): 100.0}
+    snap = snapshot([job(1, user="a", account="chem"), job(2, user="b", account="chem")],
+                    accounts=[Account("chem")],
+                    assocs=[Association("a", "chem"), Association("b", "chem")])
+    object.__setattr__(snap, "usage", usage)  # the shell's live dict
+    c = cfg(fairshare=100)
+    first = compute(snap, c, 0.0)
+    assert first[1] > first[2]
+    assert compute(snap, c, 0.0) == first  # memo hit
+    usage[("chem", "a")] = 1000.0  # mutated in place: the memo must notice
+    second = compute(snap, c, 0.0)
+    assert second[2] > second[1]
+    clear_memo()
+    assert compute(snap, c, 0.0) == second
+    # a new unknown user changes everyone's rank denominators: not a stale hit
+    more = dataclasses.replace(snap, pending=snap.pending + (job(3, user="new"),))
+    third = compute(more, c, 0.0)
+    assert third[3] == 100.0 and third[2] != second[2]
+
+
+def test_ten_thousand_jobs_stay_linear() -> None:
+    # guards against accidental quadratic work (bench/bench_priority.py has the numbers:
+    # ~15 ms here); the bound is 20x that so a busy CI machine does not flake
+    import time
+
+    base = _random_snapshot(3, n_jobs=300)
+    jobs = tuple(dataclasses.replace(base.pending[i % len(base.pending)], id=i + 1)
+                 for i in range(10_000))
+    snap = dataclasses.replace(base, pending=jobs)
+    clear_memo()
+    t0 = time.perf_counter()
+    got = compute(snap, SchedulerConfig(), 1.2e6)
+    assert len(got) == 10_000
+    assert time.perf_counter() - t0 < 0.3

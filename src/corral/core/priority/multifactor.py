@@ -35,11 +35,13 @@ modelled. Reference: Slurm 22.05 ``priority_multifactor.html`` and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from corral.core.config import FairshareAlgorithm, Ordering, PriorityWeights, SchedulerConfig
-from corral.core.model.account import ROOT_ACCOUNT
+from corral.core.model.account import ROOT_ACCOUNT, AccountTree
 from corral.core.model.job import HoldKind, Job
+from corral.core.model.node import Node
 from corral.core.priority.assoc import build_tree
 from corral.core.priority.classic import classic_factors
 from corral.core.priority.eligibility import Eligibility
@@ -81,6 +83,69 @@ class PriorityFactors:
         raise KeyError(name)
 
 
+@dataclass(slots=True)
+class _Memo:
+    """Last inputs and results of the two per-call computations that do not depend on the
+    jobs themselves. Inputs are compared by identity for immutable values (node tuple,
+    account tree) and by content for the usage mapping, so a hit is always correct; it
+    saves most of the cost of small calls (the simulator prioritizes ~100 jobs per event).
+    """
+
+    nodes: tuple[Node, ...] | None = None
+    size: tuple[int, int] = (0, 0)
+    tree: AccountTree | None = None
+    assoc_keys: frozenset[tuple[str, str]] = frozenset()
+    fs_key: tuple[object, ...] = ()
+    fs: tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]] = ({}, {})
+
+
+_MEMO = _Memo()
+
+
+def clear_memo() -> None:
+    """Forget the memoized cluster size and fair-share results (benchmarks, tests)."""
+    global _MEMO
+    _MEMO = _Memo()
+
+
+def _cluster_size(nodes: tuple[Node, ...]) -> tuple[int, int]:
+    """(node count, CPU count) of the cluster."""
+    memo = _MEMO
+    if memo.nodes is not nodes:
+        size = (len(nodes), sum(n.spec.cpus for n in nodes))
+        memo.nodes, memo.size = nodes, size
+    return memo.size
+
+
+def _fairshare(
+    tree: AccountTree,
+    usage: Mapping[tuple[str, str], float],
+    keys: set[tuple[str, str]],
+    algorithm: FairshareAlgorithm,
+) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+    """(fair-share factor, assoc factor) per association; the dicts are shared, read-only."""
+    memo = _MEMO
+    if memo.tree is not tree:
+        memo.tree = tree
+        memo.assoc_keys = frozenset((a.account, a.user) for a in tree.associations)
+        memo.fs_key = ()
+    extra = frozenset(k for k in keys if k not in usage and k not in memo.assoc_keys)
+    fs_key = (tree, algorithm, tuple(usage.items()), extra)
+    if memo.fs_key and memo.fs_key == fs_key:
+        return memo.fs
+    index = build_tree(tree, usage, extra)
+    if algorithm is FairshareAlgorithm.CLASSIC:
+        fairshare = classic_factors(index)
+    else:
+        fairshare = fair_tree_factors(index)
+    max_ap = max((n.priority for n in index.leaves.values()), default=0)
+    assoc = (
+        {k: max(n.priority, 0) / max_ap for k, n in index.leaves.items()} if max_ap > 0 else {}
+    )
+    memo.fs_key, memo.fs = fs_key, (fairshare, assoc)
+    return memo.fs
+
+
 class MultifactorContext:
     """Everything the factors need, computed once per call; then O(1) per job."""
 
@@ -98,15 +163,7 @@ class MultifactorContext:
                 default_acct[a.user] = a.account
         self.default_acct = default_acct
         keys = {self.key_of(j) for j in snapshot.pending}
-        index = build_tree(tree, snapshot.usage, keys)
-        if config.fairshare is FairshareAlgorithm.CLASSIC:
-            self.fairshare = classic_factors(index)
-        else:
-            self.fairshare = fair_tree_factors(index)
-        max_ap = max((n.priority for n in index.leaves.values()), default=0)
-        self.assoc = (
-            {k: max(n.priority, 0) / max_ap for k, n in index.leaves.items()} if max_ap > 0 else {}
-        )
+        self.fairshare, self.assoc = _fairshare(tree, snapshot.usage, keys, config.fairshare)
         self.parts = {p.name: p.priority_job_factor for p in snapshot.partitions}
         self.max_part = max(self.parts.values(), default=0)
         default = snapshot.default_partition()
@@ -115,8 +172,7 @@ class MultifactorContext:
         self.qos = {q.name: q.priority for q in snapshot.qos}
         max_q = max(self.qos.values(), default=0)
         self.qos_factor = {n: max(p, 0) / max_q for n, p in self.qos.items()} if max_q > 0 else {}
-        self.node_count = len(snapshot.nodes)
-        self.cluster_cpus = sum(n.spec.cpus for n in snapshot.nodes)
+        self.node_count, self.cluster_cpus = _cluster_size(snapshot.nodes)
         self.limits = TimeLimits(snapshot, config)
         self.eligibility = Eligibility(snapshot)
 
