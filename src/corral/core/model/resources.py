@@ -109,7 +109,10 @@ class Resources:
         if self.gpus:
             parts.append(f"gres/gpu={self.gpus}")
         for k, v in self.gres:
-            parts.append(f"gres/{k}={v}" if not k.startswith("license:") else f"license/{k[8:]}={v}")
+            if k.startswith("license:"):
+                parts.append(f"license/{k[8:]}={v}")
+            else:
+                parts.append(f"gres/{k}={v}")
         return ",".join(parts)
 
 
