@@ -66,7 +66,7 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")
 def _fail(msg: str) -> typer.Exit:
     from rich.console import Console
 
-    Console(stderr=True).print(f"[red]error:[/red] {msg}", highlight=False)
+    Console(stderr=True).print(f"[red]error:[/red] {msg}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 

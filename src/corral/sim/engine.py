@@ -115,6 +115,9 @@ class Engine:
         kill = opt.exceed is ExceedPolicy.KILL
         per_event = opt.cycle_mode == "event"
         config = opt.config
+        if _config_supports(config, "annotate_pending"):
+            # the simulator reads no pending reasons: skip computing them
+            config = dataclasses.replace(config, annotate_pending=False)  # type: ignore[call-arg]
         until = math.inf if opt.until_s is None else opt.until_s
 
         start = np.full(n, np.nan)
@@ -264,7 +267,9 @@ class Engine:
                 version[i] = seq
                 timeout_flag[i] = killed
                 heapq.heappush(heap, (t_end, seq, i))
-            reserved = tuple(r.job_id for r in res.reservations)
+            held = getattr(res, "reserved", None)
+            reserved = tuple(held) if held is not None else tuple(
+                r.job_id for r in res.reservations)
 
         preempt_mode: dict[int, PreemptMode] = {}
         timeout_flag: dict[int, bool] = {}

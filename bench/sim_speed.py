@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Simulator speed: Corral vs AccaSim 1.1.3 on the same trace, in the same run.
+
+What it does (see ``shared/bench/accasim/README.md`` for AccaSim on this machine):
+
+1. Makes sure AccaSim is installed in a throw-away Python 3.9 venv under /tmp
+   (``accasim==1.1.3`` from PyPI; nothing of AccaSim enters this repository).
+2. Replays the HPC2N trace (all 202,871 jobs unless ``--jobs N``) with EASY backfill in
+   AccaSim (``accasim_bench.py``, first-fit allocator) and in Corral
+   (``corral sim run --policy fcfs+easy``), each in its own process under
+   ``/usr/bin/time -v`` for the peak RSS. Both replay jobs for their logged run time
+   (AccaSim never kills at the estimate, so Corral runs with ``--exceed run`` here).
+3. Replays RICC (447,794 jobs, the largest trace) in Corral for peak memory.
+4. Writes ``bench/results/sim_speed.json`` and ``.md``: both times, the ratio, peak RSS.
+
+Times: AccaSim's own ``simulate_wall_s`` (its simulation loop, which also reads the
+trace) against Corral's engine wall time (the simulation loop, trace already parsed), and
+both processes' total wall time (interpreter start, imports, parsing, output).
+
+Usage: ``.venv/bin/python bench/sim_speed.py [--jobs N] [--skip-ricc]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("CORRAL_SHARED", ROOT.parent / "shared"))
+TRACES = SHARED / "traces"
+ACCASIM_BENCH = SHARED / "bench" / "accasim" / "accasim_bench.py"
+VENV = Path("/tmp/accasim-venv")
+RESULTS = ROOT / "bench" / "results"
+CORRAL = ROOT / ".venv" / "bin" / "corral"
+
+
+def ensure_accasim() -> Path:
+    py = VENV / "bin" / "python"
+    if py.exists():
+        ok = subprocess.run([str(py), "-c", "import accasim"], capture_output=True)
+        if ok.returncode == 0:
+            return py
+    candidates = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python")))
+    if not candidates:
+        sys.exit("AccaSim needs Python 3.9 (none found under ~/.pyenv/versions)")
+    subprocess.run([candidates[0], "-m", "venv", str(VENV)], check=True)
+    subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", "accasim==1.1.3"], check=True)
+    return py
+
+
+def timed(cmd: list[str], cwd: Path | None = None) -> tuple[str, float, float]:
+    """Run under /usr/bin/time -v: (stdout, wall seconds, peak RSS MiB)."""
+    t0 = time.perf_counter()
+    p = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True,
+                       cwd=cwd)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
+    rss = int(m.group(1)) / 1024 if m else float("nan")
+    return p.stdout, wall, rss
+
+
+def run_accasim(py: Path, trace: Path, jobs: int) -> dict[str, Any]:
+    out, wall, rss = timed([str(py), str(ACCASIM_BENCH), "--trace", str(trace),
+                            "--jobs", str(jobs), "--dispatcher", "easy"])
+    line = [ln for ln in out.splitlines() if ln.startswith("{")][-1]
+    data: dict[str, Any] = json.loads(line)
+    data["process_wall_s"] = round(wall, 2)
+    data["peak_rss_mib"] = round(rss, 1)
+    return data
+
+
+def run_corral(trace: Path, jobs: int, exceed: str, policy: str = "fcfs+easy",
+               ) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out_json = Path(tmp) / "m.json"
+        cmd = [str(CORRAL), "sim", "run", str(trace), "--policy", policy, "--exceed", exceed,
+               "--json", str(out_json), "--quiet"]
+        if jobs:
+            cmd += ["--jobs", str(jobs)]
+        _, wall, rss = timed(cmd)
+        summary = json.loads(out_json.read_text())
+    return {
+        "trace": trace.name, "policy": policy, "exceed": exceed,
+        "jobs": summary["jobs"]["total"], "started": summary["jobs"]["started"],
+        "simulate_wall_s": summary["stats"]["wall_s"], "core_s": summary["stats"]["core_s"],
+        "cycles": summary["stats"]["cycles"], "cycles_skipped": summary["stats"]["cycles_skipped"],
+        "process_wall_s": round(wall, 2), "peak_rss_mib": round(rss, 1),
+        "mean_wait_s": summary["wait_s"]["mean"], "mean_bsld": summary["bsld"]["mean"],
+        "utilization": summary["utilization"]["makespan"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=0, help="first N jobs of HPC2N (0 = all)")
+    ap.add_argument("--skip-ricc", action="store_true", help="skip the RICC memory run")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    args = ap.parse_args()
+
+    hpc2n = TRACES / "HPC2N-2002-2.2-cln.swf.gz"
+    ricc = TRACES / "RICC-2010-2.swf.gz"
+    py = ensure_accasim()
+    print("AccaSim on HPC2N ...", flush=True)
+    acc = run_accasim(py, hpc2n, args.jobs)
+    print(json.dumps(acc), flush=True)
+    print("Corral on HPC2N ...", flush=True)
+    cor = run_corral(hpc2n, args.jobs, "run")
+    print(json.dumps(cor), flush=True)
+    cor_kill = run_corral(hpc2n, args.jobs, "kill")
+    print(json.dumps(cor_kill), flush=True)
+    big = None
+    if not args.skip_ricc:
+        print("Corral on RICC ...", flush=True)
+        big = run_corral(ricc, 0, "kill")
+        print(json.dumps(big), flush=True)
+
+    ratio_sim = acc["simulate_wall_s"] / cor["simulate_wall_s"]
+    ratio_proc = acc["process_wall_s"] / cor["process_wall_s"]
+    result = {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform()},
+        "hpc2n_jobs": args.jobs or "all",
+        "accasim": acc, "corral": cor, "corral_kill_at_limit": cor_kill, "corral_ricc": big,
+        "speedup_simulate": round(ratio_sim, 2), "speedup_process": round(ratio_proc, 2),
+        "target": "Corral >= 10x faster than AccaSim (EASY, full HPC2N); RICC peak < 500 MB",
+    }
+    print(json.dumps({k: result[k] for k in ("speedup_simulate", "speedup_process")}))
+    if args.no_write:
+        return
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "sim_speed.json").write_text(json.dumps(result, indent=1) + "\n")
+    md = [
+        "# Simulator speed: Corral vs AccaSim 1.1.3",
+        "",
+        f"Measured {result['when']} on this machine ({os.cpu_count()} CPUs), same run, "
+        f"HPC2N-2002-2.2-cln ({cor['jobs']:,} jobs, 240 processors), EASY backfill, jobs run "
+        "their logged time. Command: `.venv/bin/python bench/sim_speed.py`.",
+        "",
+        "| simulator | simulate wall | process wall | peak RSS |",
+        "|---|---|---|---|",
+        f"| AccaSim 1.1.3 (EASY, first fit) | {acc['simulate_wall_s']:.1f} s | "
+        f"{acc['process_wall_s']:.1f} s | {acc['peak_rss_mib']:.0f} MiB |",
+        f"| Corral (`fcfs+easy`, `--exceed run`) | {cor['simulate_wall_s']:.1f} s | "
+        f"{cor['process_wall_s']:.1f} s | {cor['peak_rss_mib']:.0f} MiB |",
+        f"| Corral (`fcfs+easy`, kill at limit) | {cor_kill['simulate_wall_s']:.1f} s | "
+        f"{cor_kill['process_wall_s']:.1f} s | {cor_kill['peak_rss_mib']:.0f} MiB |",
+        "",
+        f"Speed-up: **{ratio_sim:.1f}x** (simulation loops), {ratio_proc:.1f}x (whole "
+        "processes). Corral ran "
+        f"{cor['cycles']:,} scheduling cycles through `corral.core.run_cycle` and skipped "
+        f"{cor['cycles_skipped']:,} that provably could start nothing; "
+        f"{cor['core_s']:.1f} s of its time was inside the core.",
+    ]
+    if big:
+        md += ["", f"RICC-2010-2 ({big['jobs']:,} jobs, 1024 x 8 cores), `fcfs+easy`: "
+                   f"{big['process_wall_s']:.1f} s, peak RSS **{big['peak_rss_mib']:.0f} MiB** "
+                   "(target < 500 MB)."]
+    (RESULTS / "sim_speed.md").write_text("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()
