@@ -1,0 +1,288 @@
+"""The agent process: one persistent WebSocket out to the controller, jobs via JobRunner.
+
+Why a WebSocket: the agent connects out (works across NAT; the controller needs no route
+to nodes), one connection carries both directions with no per-message handshake, and it
+rides the controller's HTTP port (or its Unix socket on the same host). Messages are
+batched into frames (``corral.protocol``): a burst of 500 launches is a handful of frames.
+
+Loop:
+- connect (exponential backoff up to ``reconnect_max_s``), send ``hello`` with the node
+  spec (discovered, names may be overridden), the runs its supervisors still hold
+  (``JobRunner.running()`` re-adopts them after an agent restart) and every exit not yet
+  acknowledged;
+- handle ``launch`` (``JobRunner.launch``: idempotent by job id + restart count; answers
+  ``launched`` or ``launch_failed``), ``cancel``, ``signal``, ``time_limit``, ``ack``;
+- report exits as soon as a supervisor notifies (the runner's datagram socket is watched by
+  the event loop) plus a periodic sweep; keep each exit until the controller's ``ack``;
+- heartbeat every ``heartbeat_s`` with the running list.
+Killing the agent (even with SIGKILL) leaves the jobs running under their supervisors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal as _signal
+import time
+from pathlib import Path
+from typing import Any
+
+from corral import __version__
+from corral.agent import spool
+from corral.agent.launch import JobExit, LaunchRequest
+from corral.core.model.node import NodeSpec
+
+log = logging.getLogger("corral.agent")
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat") as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class AgentDaemon:
+    def __init__(self, controller: str, key: str, state_dir: Path, *,
+                 node_name: str | None = None, cgroup_root: str | None = None,
+                 heartbeat_s: float = 5.0, reconnect_max_s: float = 5.0,
+                 pin_cpus: bool = True, isolation: str = "auto",
+                 spec: NodeSpec | None = None) -> None:
+        from corral.agent.runner import JobRunner
+
+        self.controller = controller
+        self.key = key
+        self.state_dir = state_dir
+        self.heartbeat_s = heartbeat_s
+        self.reconnect_max_s = reconnect_max_s
+        self.pin_cpus = pin_cpus
+        if spec is None:
+            from corral.agent.discovery import discover_node
+
+            spec = discover_node(node_name)
+        elif node_name:
+            import dataclasses
+
+            spec = dataclasses.replace(spec, name=node_name)
+        self.spec = spec
+        self.node = spec.name
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.runner = JobRunner(state_dir, cgroup_root or "corral", self.node,
+                                isolation=isolation)
+        self.unacked: dict[int, JobExit] = {}
+        self._ws: Any = None
+        self._out: asyncio.Queue[dict[str, Any]] | None = None
+        self._stop = asyncio.Event()
+        try:
+            self._affinity = set(os.sched_getaffinity(0))
+        except OSError:
+            self._affinity = set()
+        self.launches = 0
+
+    # ---- helpers ----------------------------------------------------------------------
+
+    def _running(self) -> list[dict[str, int]]:
+        out = []
+        for jid in self.runner.running():
+            req = spool.read_json(spool.job_dir(self.runner.state_dir, jid) / spool.REQUEST)
+            out.append({"job_id": jid, "restarts": int((req or {}).get("restarts", 0))})
+        return out
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        if self._out is not None:
+            self._out.put_nowait(msg)
+
+    def _collect_exits(self) -> None:
+        for ex in self.runner.poll():
+            self.unacked[ex.job_id] = ex
+            self._send({"t": "exit", "exit": ex.to_json()})
+
+    def _fit_pinning(self, req: LaunchRequest) -> LaunchRequest:
+        if not req.cpus:
+            return req
+        if not self.pin_cpus or (self._affinity and not set(req.cpus) <= self._affinity):
+            import dataclasses
+
+            # the configured node is larger than this machine (config override): no pinning
+            return dataclasses.replace(req, cpus=(), cores=())
+        return req
+
+    # ---- message handling -------------------------------------------------------------
+
+    def handle(self, msg: dict[str, Any]) -> None:
+        t = msg.get("t")
+        if t == "launch":
+            req = self._fit_pinning(LaunchRequest.from_json(msg["req"]))
+            try:
+                self.runner.launch(req)
+            except Exception as exc:
+                log.warning("launch of job %d failed: %s", req.job_id, exc)
+                self._send({"t": "launch_failed", "job_id": req.job_id,
+                            "restarts": req.restarts, "message": str(exc)})
+                return
+            self.launches += 1
+            self._send({"t": "launched", "job_id": req.job_id, "restarts": req.restarts})
+        elif t == "cancel":
+            jid = int(msg["job_id"])
+            grace = msg.get("grace_s")
+            self.runner.cancel(jid, None if grace is None else int(grace))
+        elif t == "signal":
+            from corral.agent.proctree import signal_number
+
+            try:
+                sig = signal_number(msg["signal"])
+            except (ValueError, KeyError) as exc:
+                log.warning("bad signal %r: %s", msg.get("signal"), exc)
+                return
+            self.runner.signal(int(msg["job_id"]), sig,
+                               batch_only=bool(msg.get("batch_only")))
+        elif t == "time_limit":
+            self.runner.update_time_limit(int(msg["job_id"]), msg.get("time_limit_s"))
+        elif t == "ack":
+            jid = int(msg["job_id"])
+            ex = self.unacked.get(jid)
+            if ex is not None and ex.restarts != int(msg.get("restarts", ex.restarts)):
+                return
+            self.unacked.pop(jid, None)
+            try:
+                self.runner.ack(jid)
+            except Exception as exc:
+                log.warning("ack of job %d: %s", jid, exc)
+        elif t == "welcome":
+            self.heartbeat_s = float(msg.get("heartbeat_s", self.heartbeat_s))
+            if msg.get("node") and msg["node"] != self.node:
+                log.warning("controller knows this node as %s", msg["node"])
+        elif t == "reject":
+            log.error("the controller refused this agent: %s", msg.get("message"))
+
+    # ---- connection -------------------------------------------------------------------
+
+    async def _connect(self) -> Any:
+        from websockets.asyncio.client import connect, unix_connect
+
+        headers = {"Authorization": f"Bearer {self.key}"}
+        opts: dict[str, Any] = {"additional_headers": headers, "max_size": 256 * 1024 * 1024,
+                                "ping_interval": None, "compression": None,
+                                "open_timeout": 10, "proxy": None}
+        target = self.controller
+        if target.startswith(("unix:", "/")):
+            path = target[5:] if target.startswith("unix:") else target
+            return await unix_connect(path, "ws://localhost/api/v1/agent", **opts)
+        base = target.rstrip("/")
+        if base.startswith("http://"):
+            base = "ws://" + base[7:]
+        elif base.startswith("https://"):
+            base = "wss://" + base[8:]
+        elif not base.startswith(("ws://", "wss://")):
+            base = "ws://" + base
+        return await connect(base + "/api/v1/agent", **opts)
+
+    async def _session(self, ws: Any) -> None:
+        from corral.protocol.messages import decode_frame, encode_frame, node_spec_to_json
+
+        self._collect_exits()
+        hello = {"t": "hello", "node": node_spec_to_json(self.spec),
+                 "running": self._running(),
+                 "exits": [e.to_json() for e in self.unacked.values()],
+                 "agent_version": __version__, "boot_time": _boot_time(), "pid": os.getpid()}
+        await ws.send(encode_frame([hello]))
+        out: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._out = out
+        loop = asyncio.get_running_loop()
+
+        async def writer() -> None:
+            while True:
+                msgs = [await out.get()]
+                while not out.empty():
+                    msgs.append(out.get_nowait())
+                await ws.send(encode_frame(msgs))
+
+        async def heartbeat() -> None:
+            while True:
+                await asyncio.sleep(self.heartbeat_s)
+                self._send({"t": "heartbeat", "running": self._running(), "time": time.time()})
+
+        async def sweeper() -> None:
+            while True:
+                await asyncio.sleep(0.25)
+                self._collect_exits()
+
+        loop.add_reader(self.runner.fileno(), self._collect_exits)
+        tasks = [asyncio.create_task(writer()), asyncio.create_task(heartbeat()),
+                 asyncio.create_task(sweeper())]
+        try:
+            async for frame in ws:
+                for msg in decode_frame(frame):
+                    self.handle(msg)
+                if any(t.done() for t in tasks):
+                    break
+        finally:
+            loop.remove_reader(self.runner.fileno())
+            self._out = None
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                try:
+                    await t
+                except (asyncio.CancelledError, Exception):
+                    pass
+
+    async def run(self) -> None:
+        delay = 0.05
+        while not self._stop.is_set():
+            try:
+                ws = await self._connect()
+            except Exception as exc:
+                log.info("cannot reach the controller at %s: %s (retry in %.1f s)",
+                         self.controller, exc, delay)
+                await self._sleep(delay)
+                delay = min(delay * 2, self.reconnect_max_s)
+                continue
+            delay = 0.05
+            log.info("connected to %s as node %s", self.controller, self.node)
+            try:
+                await self._session(ws)
+            except Exception as exc:
+                log.info("connection lost: %r", exc)
+            finally:
+                try:
+                    await ws.close()
+                except Exception:
+                    pass
+            await self._sleep(delay)
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def run_agent(controller: str, key: str, state_dir: Path, **kwargs: Any) -> None:
+    """Run an agent until SIGINT/SIGTERM (blocking). Jobs keep running after it exits."""
+    daemon = AgentDaemon(controller, key, state_dir, **kwargs)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (_signal.SIGINT, _signal.SIGTERM):
+            loop.add_signal_handler(sig, daemon.stop)
+        task = asyncio.create_task(daemon.run())
+        await daemon._stop.wait()
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, Exception):
+            pass
+
+    try:
+        asyncio.run(main())
+    finally:
+        daemon.runner.close()

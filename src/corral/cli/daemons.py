@@ -1,0 +1,325 @@
+"""``corral up`` / ``down`` / ``controller`` / ``agent`` / ``token``: running the daemons.
+
+``corral up`` starts a controller and a local agent as two processes that talk the
+network protocol (the agent connects to the controller's Unix socket with the cluster
+key), waits until the node registered, prints how to submit, and stays in the foreground
+until Ctrl-C (or returns at once with ``--detach``; ``corral down`` stops it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+StateDirOpt = Annotated[Path | None, typer.Option(
+    "--state-dir", envvar="CORRAL_STATE_DIR",
+    help="State directory (database, socket, logs). Default: /var/lib/corral for root, "
+         "~/.local/state/corral otherwise.")]
+ConfigOpt = Annotated[Path | None, typer.Option(
+    "--config", "-c", envvar="CORRAL_CONFIG", help="corral.toml (default: built-in defaults)")]
+
+_ENTRY = "from corral.cli.main import main; main()"
+
+
+def _state_dir(opt: Path | None, cfg: Any = None) -> Path:
+    from corral.client import default_state_dir
+
+    if opt is not None:
+        return opt.resolve()
+    if cfg is not None and cfg.state_dir:
+        return Path(cfg.state_dir).resolve()
+    return Path(default_state_dir()).resolve()
+
+
+def _load(config: Path | None) -> Any:
+    from corral.config import ConfigError, load_config
+
+    try:
+        return load_config(config)
+    except ConfigError as exc:
+        typer.echo(f"corral: configuration error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _setup_logging(level: str) -> None:
+    import logging
+
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_ready(sock: Path, deadline_s: float,
+                procs: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+    from corral.client import Client, CorralError
+
+    end = time.monotonic() + deadline_s
+    last = ""
+    while time.monotonic() < end:
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"a daemon exited early (code {p.returncode})")
+        if sock.exists():
+            try:
+                with Client(socket_path=str(sock), timeout_s=5) as c:
+                    pong = c.ping()
+                    if pong.get("agents", 0) >= 1 and pong.get("nodes_up", 0) >= 1:
+                        return pong
+                    last = f"controller up, waiting for the agent ({pong})"
+            except CorralError as exc:
+                last = str(exc)
+        time.sleep(0.05)
+    raise RuntimeError(f"the cluster did not become ready in {deadline_s:.0f} s: {last}")
+
+
+def _spawn(args: list[str], log_path: Path, detach: bool) -> subprocess.Popen[bytes]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    logf = open(log_path, "ab")
+    try:
+        return subprocess.Popen([sys.executable, "-c", _ENTRY, *args], stdin=subprocess.DEVNULL,
+                                stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=detach, close_fds=True)
+    finally:
+        logf.close()
+
+
+def _stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if not _pid_alive(pid):
+            return True
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    return not _pid_alive(pid)
+
+
+def up(
+    state_dir: StateDirOpt = None,
+    config: ConfigOpt = None,
+    listen: Annotated[str | None, typer.Option(
+        help="Also serve HTTP on host:port (agents on other hosts, remote users).")] = None,
+    detach: Annotated[bool, typer.Option(
+        "--detach", "-d", help="Return once the cluster is ready (stop it with corral down).")
+    ] = False,
+    node_name: Annotated[str | None, typer.Option(
+        "--node-name", help="Name of the local node (default: the short host name).")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 60.0,
+) -> None:
+    """Start a one-machine cluster: a controller and a local agent."""
+    cfg = _load(config)
+    sd = _state_dir(state_dir, cfg)
+    from corral.controller.server import prepare_state_dir
+
+    prepare_state_dir(sd)
+    info_path = sd / "controller.json"
+    if info_path.exists():
+        try:
+            pid = int(json.loads(info_path.read_text())["pid"])
+        except (ValueError, KeyError, OSError):
+            pid = 0
+        if pid and _pid_alive(pid):
+            typer.echo(f"corral: a cluster is already running on {sd} (controller pid {pid});"
+                       " stop it with `corral down`", err=True)
+            raise typer.Exit(1)
+    common = ["--state-dir", str(sd)] + (["--config", str(config)] if config else [])
+    ctl_args = ["controller", *common] + (["--listen", listen] if listen else [])
+    logs = sd / "log"
+    ctl = _spawn(ctl_args, logs / "controller.log", detach)
+    sock = Path(cfg.controller.socket or sd / "corral.sock")
+    procs = [ctl]
+    try:
+        end = time.monotonic() + timeout
+        while not (sd / "cluster.key").exists() or not sock.exists():
+            if ctl.poll() is not None:
+                raise RuntimeError(f"the controller exited (code {ctl.returncode}); see "
+                                   f"{logs / 'controller.log'}")
+            if time.monotonic() > end:
+                raise RuntimeError("the controller did not start in time")
+            time.sleep(0.02)
+        agent_args = ["agent", "--controller", f"unix:{sock}", "--key-file",
+                      str(sd / "cluster.key"), "--state-dir", str(sd / "agent"),
+                      *(["--config", str(config)] if config else []),
+                      *(["--name", node_name] if node_name else [])]
+        agent = _spawn(agent_args, logs / "agent.log", detach)
+        procs.append(agent)
+        (sd / "agent.pid").write_text(str(agent.pid))
+        pong = _wait_ready(sock, max(1.0, end - time.monotonic()), procs)
+    except (RuntimeError, KeyboardInterrupt) as exc:
+        for p in reversed(procs):
+            if p.poll() is None:
+                _stop_pid(p.pid)
+        typer.echo(f"corral: {exc}", err=True)
+        raise typer.Exit(1) from None
+    _print_banner(sd, sock, pong, cfg.cluster_name, detach)
+    if detach:
+        return
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+        typer.echo("corral: a daemon exited; stopping the cluster", err=True)
+    except KeyboardInterrupt:
+        typer.echo("\nstopping the cluster (running jobs keep running and are re-adopted "
+                   "on the next `corral up`)")
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                _stop_pid(p.pid)
+                p.wait(timeout=5)
+        try:
+            (sd / "agent.pid").unlink()
+        except OSError:
+            pass
+
+
+def _print_banner(sd: Path, sock: Path, pong: dict[str, Any], cluster: str, detach: bool) -> None:
+    from corral.client import Client
+
+    with Client(socket_path=str(sock)) as c:
+        nodes = c.nodes()
+    desc = ", ".join(f"{n['name']}: {n['cpus']} CPUs, {n['mem_mb'] / 1024:.1f} GiB"
+                     + (f", {n['gpus']} GPUs" if n["gpus"] else "") for n in nodes)
+    env_hint = "" if sd == Path(_default_dir()).resolve() else \
+        f"  export CORRAL_STATE_DIR={sd}\n"
+    typer.echo(
+        f"Corral cluster '{cluster}' is up ({len(nodes)} node: {desc}).\n"
+        f"  state dir: {sd}\n  socket:    {sock}\n\n"
+        f"Submit a job:\n{env_hint}  corral submit --wrap 'hostname'\n"
+        f"  corral queue\n\n"
+        + ("Stop it with: corral down" + (f" --state-dir {sd}" if env_hint else "")
+           if detach else "Press Ctrl-C to stop it.")
+    )
+
+
+def _default_dir() -> str:
+    from corral.client import default_state_dir
+
+    return default_state_dir()
+
+
+def down(state_dir: StateDirOpt = None) -> None:
+    """Stop a cluster started with ``corral up --detach`` (jobs keep running)."""
+    sd = _state_dir(state_dir)
+    stopped = 0
+    for name in ("agent.pid", "controller.json"):
+        path = sd / name
+        if not path.exists():
+            continue
+        try:
+            text = path.read_text()
+            pid = int(json.loads(text)["pid"]) if name.endswith(".json") else int(text)
+        except (ValueError, KeyError, OSError):
+            continue
+        if _pid_alive(pid):
+            if not _stop_pid(pid):
+                typer.echo(f"corral: process {pid} did not stop", err=True)
+                raise typer.Exit(1)
+            stopped += 1
+        if name == "agent.pid":
+            try:
+                path.unlink()
+            except OSError:
+                pass
+    if not stopped:
+        typer.echo(f"no running cluster on {sd}")
+    else:
+        typer.echo(f"stopped the cluster on {sd}")
+
+
+def controller(
+    state_dir: StateDirOpt = None,
+    config: ConfigOpt = None,
+    listen: Annotated[str | None, typer.Option(help="Serve HTTP on host:port too.")] = None,
+) -> None:
+    """Run the controller in the foreground."""
+    cfg = _load(config)
+    sd = _state_dir(state_dir, cfg)
+    _setup_logging(cfg.controller.log_level)
+    from corral.controller.server import run_controller
+
+    run_controller(cfg, sd, listen=listen)
+
+
+def agent(
+    controller_url: Annotated[str, typer.Option(
+        "--controller", help="Controller: http://host:port or unix:/path/corral.sock")],
+    state_dir: Annotated[Path | None, typer.Option(
+        "--state-dir", help="Agent state (job spool). Default: <state dir>/agent")] = None,
+    key_file: Annotated[Path | None, typer.Option(
+        "--key-file", help="Cluster key file (the controller's <state dir>/cluster.key); "
+                           "or set CORRAL_CLUSTER_KEY")] = None,
+    name: Annotated[str | None, typer.Option(help="Node name (default: host name)")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Run a node agent in the foreground (jobs survive its restarts)."""
+    cfg = _load(config)
+    _setup_logging(cfg.controller.log_level)
+    key = os.environ.get("CORRAL_CLUSTER_KEY", "")
+    if key_file is not None:
+        try:
+            key = key_file.read_text().strip()
+        except OSError as exc:
+            typer.echo(f"corral: cannot read the key file: {exc.strerror}", err=True)
+            raise typer.Exit(2) from None
+    if not key:
+        default = _state_dir(None, cfg) / "cluster.key"
+        if default.exists():
+            key = default.read_text().strip()
+    if not key:
+        typer.echo("corral: no cluster key: pass --key-file or set CORRAL_CLUSTER_KEY",
+                   err=True)
+        raise typer.Exit(2)
+    sd = state_dir.resolve() if state_dir else _state_dir(None, cfg) / "agent"
+    from corral.agent.daemon import run_agent
+
+    ac = cfg.agent
+    run_agent(controller_url, key, sd, node_name=name,
+              cgroup_root=ac.cgroup_root or None, heartbeat_s=ac.heartbeat_s,
+              reconnect_max_s=ac.reconnect_max_s, pin_cpus=ac.pin_cpus,
+              isolation="none" if ac.cgroup_root == "" else "auto")
+
+
+def token(
+    user: Annotated[str | None, typer.Option(help="For this user (root only)")] = None,
+    ttl: Annotated[int, typer.Option(help="Lifetime in seconds")] = 86400,
+) -> None:
+    """Print a token for remote use: export CORRAL_URL=... CORRAL_TOKEN=<token>."""
+    from corral.client import Client, CorralError
+
+    try:
+        with Client() as c:
+            typer.echo(c.token(user, ttl))
+    except CorralError as exc:
+        typer.echo(f"corral: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up)
+    app.command("down")(down)
+    app.command("controller")(controller)
+    app.command("agent")(agent)
+    app.command("token")(token)

@@ -1,0 +1,1 @@
+"""corral.controller: the controller daemon (API, store, scheduling loop, agent hub)."""

@@ -1,0 +1,251 @@
+"""Agent connections: one WebSocket per node, batched frames, reconciliation on (re)connect.
+
+Each connection has one writer task: messages queued while a frame is being sent go out
+together in the next frame, so a burst of launches to one node costs one write. The
+reader processes frames in order: ``exit`` messages are persisted and then acknowledged
+(``ack``), so an exit is never lost between agent and database (the agent keeps it until
+the ack; after a crash of either side it is reported again and recognised as already
+applied).
+
+Reconciliation (``hello``): the agent reports the runs its supervisors still hold
+(``running``: job id + restart count) and exits not yet acknowledged. For every job the
+database says RUNNING on this node:
+- reported running with the same restart count: adopted;
+- in the exits: applied as usual;
+- unknown to the agent: the start was persisted but the launch never reached it (a crash
+  between commit and send), so the launch is sent again; ``launch`` is idempotent by
+  (job id, restart count) on the agent, so no job is ever started twice.
+Every run the agent reports that the controller does not consider running (cancelled or
+requeued while the agent was away) is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from corral.agent.launch import JobExit, LaunchRequest
+from corral.controller.records import JobRecord
+from corral.protocol.messages import ProtocolError, decode_frame, encode_frame, node_spec_from_json
+
+if TYPE_CHECKING:
+    from corral.controller.service import Controller
+
+log = logging.getLogger("corral.agents")
+
+
+class AgentConn:
+    def __init__(self, ws: Any, node: str) -> None:
+        self.ws = ws
+        self.node = node
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.closed = False
+        self.writer = asyncio.create_task(self._write(), name=f"agent-writer-{node}")
+        self.frames_out = 0
+
+    def send(self, msg: dict[str, Any]) -> None:
+        if not self.closed:
+            self.queue.put_nowait(msg)
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                msgs = [await self.queue.get()]
+                while not self.queue.empty():
+                    msgs.append(self.queue.get_nowait())
+                await self.ws.send_text(encode_frame(msgs))
+                self.frames_out += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # connection gone: the reader notices too
+            log.info("agent %s: send failed: %s", self.node, exc)
+            self.closed = True
+
+    async def close(self) -> None:
+        self.closed = True
+        self.writer.cancel()
+        try:
+            await self.writer
+        except (asyncio.CancelledError, Exception):
+            pass
+        try:
+            await self.ws.close()
+        except Exception:
+            pass
+
+
+class AgentHub:
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        self.conns: dict[str, AgentConn] = {}
+
+    # ---- sending ----------------------------------------------------------------------
+
+    def _conn_for(self, rec: JobRecord) -> AgentConn | None:
+        if rec.allocation is None:
+            return None
+        conn = self.conns.get(rec.allocation.nodes[0].node)
+        return conn if conn is not None and not conn.closed else None
+
+    def connected(self, rec: JobRecord) -> bool:
+        return self._conn_for(rec) is not None
+
+    def launch(self, rec: JobRecord, req: LaunchRequest) -> None:
+        conn = self._conn_for(rec)
+        if conn is not None:
+            conn.send({"t": "launch", "req": req.to_json()})
+
+    def cancel(self, rec: JobRecord) -> None:
+        conn = self._conn_for(rec)
+        if conn is not None:
+            conn.send({"t": "cancel", "job_id": rec.id, "restarts": rec.restarts,
+                       "grace_s": self.ctl.cfg.controller.kill_grace_s})
+
+    def signal(self, rec: JobRecord, sig: str, batch_only: bool) -> None:
+        conn = self._conn_for(rec)
+        if conn is not None:
+            conn.send({"t": "signal", "job_id": rec.id, "signal": sig,
+                       "batch_only": batch_only})
+
+    def time_limit(self, rec: JobRecord) -> None:
+        conn = self._conn_for(rec)
+        if conn is not None:
+            conn.send({"t": "time_limit", "job_id": rec.id, "time_limit_s": rec.time_limit_s})
+
+    async def close_all(self) -> None:
+        for conn in list(self.conns.values()):
+            await conn.close()
+        self.conns.clear()
+
+    # ---- one connection ---------------------------------------------------------------
+
+    async def serve(self, ws: Any) -> None:
+        """Run one agent connection until it closes (``ws``: an accepted WebSocket)."""
+        ctl = self.ctl
+        try:
+            hello_msgs = decode_frame(await ws.receive_text())
+        except ProtocolError as exc:
+            await ws.close(code=4400, reason=str(exc)[:120])
+            return
+        hello = hello_msgs[0] if hello_msgs else {}
+        if hello.get("t") != "hello":
+            await ws.close(code=4400, reason="the first message must be hello")
+            return
+        try:
+            spec = node_spec_from_json(hello["node"])
+            node = ctl.nodes.register(spec, str(hello.get("agent_version", "")),
+                                      hello.get("boot_time"))
+        except Exception as exc:
+            await ws.send_text(encode_frame([{"t": "reject", "message": str(exc)}]))
+            await ws.close(code=4403, reason=str(exc)[:120])
+            return
+        name = node.name
+        old = self.conns.pop(name, None)
+        if old is not None:
+            await old.close()
+        conn = AgentConn(ws, name)
+        self.conns[name] = conn
+        ctl.metrics.agents_connected.set(len(self.conns))
+        log.info("agent %s connected (%d running, %d exits to report)", name,
+                 len(hello.get("running") or ()), len(hello.get("exits") or ()))
+        conn.send({"t": "welcome", "node": name, "cluster": ctl.cfg.cluster_name,
+                   "heartbeat_s": ctl.cfg.agent.heartbeat_s,
+                   "kill_grace_s": ctl.cfg.controller.kill_grace_s})
+        try:
+            await self._reconcile(conn, hello)
+            ctl.sched.trigger()
+            while True:
+                try:
+                    msgs = decode_frame(await ws.receive_text())
+                except ProtocolError as exc:
+                    log.warning("agent %s: bad frame: %s", name, exc)
+                    continue
+                ctl.nodes.seen(name)
+                await self._handle(conn, msgs)
+        except Exception as exc:
+            if type(exc).__name__ not in ("WebSocketDisconnect", "ConnectionClosed",
+                                          "CancelledError"):
+                log.warning("agent %s: connection error: %r", name, exc)
+        finally:
+            if self.conns.get(name) is conn:
+                del self.conns[name]
+                ctl.nodes.disconnected(name)
+                ctl.metrics.agents_connected.set(len(self.conns))
+                log.info("agent %s disconnected", name)
+            await conn.close()
+
+    async def _handle(self, conn: AgentConn, msgs: list[dict[str, Any]]) -> None:
+        exits: list[JobExit] = []
+        for m in msgs:
+            t = m.get("t")
+            if t == "exit":
+                exits.append(JobExit.from_json(m["exit"]))
+            elif t == "launched":
+                rec = self.ctl.jobs.get(int(m["job_id"]))
+                if rec is not None and rec.restarts == int(m.get("restarts", 0)):
+                    rec.dispatched = True
+            elif t == "launch_failed":
+                if exits:
+                    await self._apply_exits(conn, exits)
+                    exits = []
+                await self.ctl.on_launch_failed(conn.node, int(m["job_id"]),
+                                                int(m.get("restarts", 0)),
+                                                str(m.get("message", "")))
+            elif t == "heartbeat":
+                pass
+            else:
+                log.debug("agent %s: unknown message %r", conn.node, t)
+        if exits:
+            await self._apply_exits(conn, exits)
+
+    async def _apply_exits(self, conn: AgentConn, exits: list[JobExit]) -> None:
+        acks = await self.ctl.on_exits(conn.node, exits)
+        for ex in acks:
+            conn.send({"t": "ack", "job_id": ex.job_id, "restarts": ex.restarts})
+
+    async def _reconcile(self, conn: AgentConn, hello: dict[str, Any]) -> None:
+        ctl = self.ctl
+        exits = [JobExit.from_json(e) for e in hello.get("exits") or ()]
+        if exits:
+            await self._apply_exits(conn, exits)
+        exited = {(e.job_id, e.restarts) for e in exits}
+        reported = {int(r["job_id"]): int(r.get("restarts", 0))
+                    for r in hello.get("running") or ()}
+        relaunched = 0
+        for rec in list(ctl.running.values()):
+            if rec.allocation is None or rec.allocation.nodes[0].node != conn.node:
+                continue
+            if reported.get(rec.id) == rec.restarts:
+                rec.dispatched = True
+                if rec.cancel_requested or rec.requeue_requested:
+                    self.cancel(rec)
+                continue
+            if (rec.id, rec.restarts) in exited:
+                continue
+            if rec.cancel_requested or rec.requeue_requested:
+                # it never ran here (or its exit is lost): end it as asked
+                now = time.time()
+                if rec.requeue_requested:
+                    ctl.requeue_record(rec, now, hold=rec.requeue_hold)
+                else:
+                    from corral.core.model.job import JobState
+
+                    ctl.finish(rec, JobState.CANCELLED, now, reason=rec.end_reason)
+                await ctl.persist(updates=[rec])
+                continue
+            conn.send({"t": "launch", "req": ctl.sched.launch_request(rec).to_json()})
+            relaunched += 1
+        for jid, restarts in reported.items():
+            job = ctl.jobs.get(jid)
+            alive = (job is not None and job.state.is_active and job.restarts == restarts
+                     and job.allocation is not None
+                     and job.allocation.nodes[0].node == conn.node)
+            if not alive:
+                log.warning("agent %s: killing orphan run %d (restart %d)", conn.node, jid,
+                            restarts)
+                conn.send({"t": "cancel", "job_id": jid, "restarts": restarts, "grace_s": 0})
+        if relaunched:
+            log.warning("agent %s: re-sent %d launches that never reached it", conn.node,
+                        relaunched)

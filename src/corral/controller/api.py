@@ -1,0 +1,293 @@
+"""REST API (FastAPI) of the controller: jobs, nodes, partitions, history, agents, metrics.
+
+Routes (all JSON, prefix ``/api/v1``; errors are ``{"error": {"code", "message",
+"slurm"?}}`` with a matching HTTP status):
+
+- ``POST /jobs``                 submit (JobSubmission JSON) -> ``{job_ids, array_job_id,
+                                 display_id}``
+- ``GET  /jobs``                 active jobs (query: user, state, partition, id, all)
+- ``POST /jobs/query``           same with a JSON filter body (ids, states, fields, ...)
+- ``GET  /jobs/{id}``            one job in detail (``12`` or ``12_3``)
+- ``PATCH /jobs/{id}``           update fields (time limit, priority, name, ...)
+- ``POST /jobs/cancel|hold|release|requeue``  ``{ids, signal?, admin?, hold?}`` -> per-id results
+- ``POST /history``              accounting records from the database
+- ``GET  /nodes``, ``GET /nodes/{name}``, ``POST /nodes/{name}/drain|resume|down``
+- ``GET  /partitions``, ``GET /config``, ``GET /whoami``, ``GET /ping``
+- ``POST /tokens``               a signed token for HTTP use
+- ``WS   /agent``                agent connection (cluster key)
+- ``GET  /metrics``              Prometheus text format (no prefix)
+
+Handlers take the raw body and return pre-encoded JSON: the submit and queue paths are
+hot (thousands of calls per second), so no per-request model validation layer; the
+payload is decoded into the real types (``JobSubmission.from_json``) with precise errors.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.responses import Response
+
+from corral import __version__
+from corral.config.load import config_to_json
+from corral.controller.auth import Authenticator, Identity
+from corral.controller.errors import ApiError
+
+if TYPE_CHECKING:
+    from corral.controller.service import Controller
+
+PREFIX = "/api/v1"
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(content=json.dumps(data, separators=(",", ":")), status_code=status,
+                    media_type="application/json")
+
+
+def _error(exc: ApiError) -> Response:
+    return _json(exc.to_json(), exc.status)
+
+
+async def _body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ApiError("invalid", f"the request body is not valid JSON: {exc}") from None
+
+
+def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
+    app = FastAPI(title="Corral controller API", version=__version__,
+                  description="Submit and manage jobs, nodes and partitions of a Corral "
+                              "cluster. Local callers use the Unix socket (identity from "
+                              "SO_PEERCRED); remote callers send `Authorization: Bearer "
+                              "<token>`.")
+
+    def identity(request: Request) -> Identity:
+        peer = request.scope.get("corral.peer")
+        if peer is not None:
+            return auth.from_peer(peer[1], peer[2])
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer "):
+            return auth.from_token(header[7:].strip())
+        raise ApiError("unauthorized", "authentication required: use the Unix socket or "
+                                       "send Authorization: Bearer <token> (corral token)")
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> Response:
+        return _error(exc)
+
+    # ---- jobs ---------------------------------------------------------------------------
+
+    @app.post(PREFIX + "/jobs", summary="Submit a job or array (JobSubmission JSON)")
+    async def submit(request: Request) -> Response:
+        who = identity(request)
+        body = await _body(request)
+        host = ""
+        if isinstance(body, dict):
+            host = str((body.get("extra") or {}).get("submit_host", "")) if isinstance(
+                body.get("extra"), dict) else ""
+        return _json(await ctl.submit(body, who, host))
+
+    def _list(flt: dict[str, Any]) -> Response:
+        recs = ctl.query(flt)
+        now = time.time()
+        fields = flt.get("fields")
+        if fields:
+            keep = [str(f) for f in fields]
+            rows = []
+            for r in recs:
+                full = r.to_api(now)
+                rows.append({k: full.get(k) for k in keep})
+            return _json({"now": now, "jobs": rows})
+        return _json({"now": now, "jobs": [r.to_api(now) for r in recs]})
+
+    @app.get(PREFIX + "/jobs", summary="List active jobs")
+    async def list_jobs(request: Request, user: str | None = None, state: str | None = None,
+                        partition: str | None = None, id: str | None = None,
+                        all: bool = False) -> Response:
+        identity(request)
+        flt: dict[str, Any] = {"user": user, "partition": partition,
+                               "include_finished": all}
+        if state:
+            flt["states"] = [s.strip().upper() for s in state.split(",") if s.strip()]
+        if id:
+            flt["ids"] = [s.strip() for s in id.split(",") if s.strip()]
+        return _list(flt)
+
+    @app.post(PREFIX + "/jobs/query", summary="List jobs with a filter body")
+    async def query_jobs(request: Request) -> Response:
+        identity(request)
+        flt = await _body(request)
+        if not isinstance(flt, dict):
+            raise ApiError("invalid", "the filter is a JSON object")
+        return _list(flt)
+
+    @app.get(PREFIX + "/jobs/{job_id}", summary="One job in detail")
+    async def get_job(request: Request, job_id: str) -> Response:
+        return _json(await ctl.get_job(job_id, identity(request)))
+
+    @app.patch(PREFIX + "/jobs/{job_id}", summary="Update a job")
+    async def update_job(request: Request, job_id: str) -> Response:
+        who = identity(request)
+        fields = await _body(request)
+        if not isinstance(fields, dict):
+            raise ApiError("invalid", "the update is a JSON object of fields")
+        return _json(await ctl.update_job(job_id, fields, who))
+
+    async def _action(request: Request, action: str) -> Response:
+        who = identity(request)
+        body = await _body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("ids"), list):
+            raise ApiError("invalid", "expected {\"ids\": [...]}")
+        refs = [str(i) for i in body["ids"]]
+        return _json({"results": await ctl.act(action, refs, who, body)})
+
+    @app.post(PREFIX + "/jobs/cancel", summary="Cancel jobs or send them a signal")
+    async def cancel(request: Request) -> Response:
+        return await _action(request, "cancel")
+
+    @app.post(PREFIX + "/jobs/hold", summary="Hold pending jobs")
+    async def hold(request: Request) -> Response:
+        return await _action(request, "hold")
+
+    @app.post(PREFIX + "/jobs/release", summary="Release held jobs")
+    async def release(request: Request) -> Response:
+        return await _action(request, "release")
+
+    @app.post(PREFIX + "/jobs/requeue", summary="Requeue running or finished jobs")
+    async def requeue(request: Request) -> Response:
+        return await _action(request, "requeue")
+
+    @app.post(PREFIX + "/history", summary="Accounting records from the database")
+    async def history(request: Request) -> Response:
+        who = identity(request)
+        flt = await _body(request)
+        if not isinstance(flt, dict):
+            raise ApiError("invalid", "the filter is a JSON object")
+        return _json({"jobs": await ctl.history(flt, who)})
+
+    # ---- nodes, partitions, cluster -------------------------------------------------------
+
+    @app.get(PREFIX + "/nodes", summary="All nodes")
+    async def nodes(request: Request) -> Response:
+        identity(request)
+        return _json({"nodes": [n.to_api() for _, n in sorted(ctl.nodes.nodes.items())]})
+
+    @app.get(PREFIX + "/nodes/{name}", summary="One node")
+    async def node(request: Request, name: str) -> Response:
+        identity(request)
+        return _json(ctl.nodes.get(name).to_api())
+
+    def _operator(request: Request) -> Identity:
+        who = identity(request)
+        if not who.is_admin:
+            raise ApiError("forbidden", f"user {who.user} is not an operator",
+                           slurm="Access/permission denied")
+        return who
+
+    @app.post(PREFIX + "/nodes/{name}/drain", summary="Drain a node (operators)")
+    async def drain(request: Request, name: str) -> Response:
+        _operator(request)
+        body = await _body(request)
+        rec = ctl.nodes.drain(name, str(body.get("reason", "")))
+        ctl.sched.trigger()
+        return _json(rec.to_api())
+
+    @app.post(PREFIX + "/nodes/{name}/resume", summary="Resume a drained/down node (operators)")
+    async def resume(request: Request, name: str) -> Response:
+        _operator(request)
+        rec = ctl.nodes.resume(name)
+        ctl.sched.trigger()
+        return _json(rec.to_api())
+
+    @app.post(PREFIX + "/nodes/{name}/down", summary="Set a node down (operators)")
+    async def down(request: Request, name: str) -> Response:
+        _operator(request)
+        body = await _body(request)
+        rec = ctl.nodes.set_down(name, str(body.get("reason", "")))
+        return _json(rec.to_api())
+
+    @app.get(PREFIX + "/partitions", summary="Partitions")
+    async def partitions(request: Request) -> Response:
+        identity(request)
+        from corral.core.parse.hostlist import compress
+
+        out = []
+        for p in ctl.nodes.partitions:
+            cpus = sum(ctl.nodes.nodes[n].spec.cpus for n in p.nodes if n in ctl.nodes.nodes)
+            out.append({
+                "name": p.name, "nodes": list(p.nodes), "nodelist": compress(p.nodes),
+                "default": p.is_default, "state": p.state.value, "max_time_s": p.max_time_s,
+                "default_time_s": p.default_time_s, "max_nodes": p.max_nodes,
+                "min_nodes": p.min_nodes, "priority_tier": p.priority_tier,
+                "priority_job_factor": p.priority_job_factor,
+                "preempt_mode": p.preempt_mode.value, "grace_time_s": p.grace_time_s,
+                "exclusive": p.exclusive,
+                "allow_accounts": sorted(p.allow_accounts) if p.allow_accounts else None,
+                "allow_qos": sorted(p.allow_qos) if p.allow_qos else None,
+                "total_cpus": cpus, "total_nodes": len(p.nodes),
+            })
+        return _json({"partitions": out})
+
+    @app.get(PREFIX + "/config", summary="The running configuration")
+    async def config(request: Request) -> Response:
+        identity(request)
+        data = config_to_json(ctl.cfg)
+        data["state_dir"] = str(ctl.state_dir)
+        return _json(data)
+
+    @app.get(PREFIX + "/whoami", summary="The caller's identity")
+    async def whoami(request: Request) -> Response:
+        return _json(identity(request).to_json())
+
+    @app.get(PREFIX + "/ping", summary="Liveness and a cluster summary")
+    async def ping(request: Request) -> Response:
+        return _json({"status": "ok", "cluster": ctl.cfg.cluster_name, "version": __version__,
+                      "time": time.time(), "nodes_up": ctl.nodes.up_count(),
+                      "agents": len(ctl.hub.conns), "jobs_active":
+                          len(ctl.pending) + len(ctl.running),
+                      "pending": len(ctl.pending), "running": len(ctl.running),
+                      "cycles": ctl.sched.cycles, "last_cycle_s": ctl.sched.last_cycle_s})
+
+    @app.post(PREFIX + "/tokens", summary="Mint a token for HTTP use")
+    async def tokens(request: Request) -> Response:
+        who = identity(request)
+        body = await _body(request)
+        user = body.get("user") or who.user
+        ttl = int(body.get("ttl_s") or ctl.cfg.controller.token_ttl_s)
+        if user != who.user:
+            if who.uid != 0:
+                raise ApiError("forbidden", "only root may mint tokens for other users")
+            import pwd
+
+            try:
+                pw = pwd.getpwnam(user)
+            except KeyError:
+                raise ApiError("invalid", f"unknown user {user!r}") from None
+            target = Identity(user, pw.pw_uid, pw.pw_gid)
+        else:
+            target = who
+        return _json({"token": auth.mint(target, ttl), "user": target.user, "ttl_s": ttl})
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def metrics() -> Response:
+        return Response(content=ctl.metrics.render(),
+                        media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.websocket(PREFIX + "/agent")
+    async def agent(ws: WebSocket) -> None:
+        header = ws.headers.get("authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        if not token or not auth.is_cluster_key(token):
+            await ws.close(code=4401, reason="bad or missing cluster key")
+            return
+        await ws.accept()
+        await ctl.hub.serve(ws)
+
+    return app

@@ -1,0 +1,110 @@
+"""Who is calling: SO_PEERCRED on the Unix socket, signed tokens over HTTP, a cluster key
+for agents.
+
+- Unix socket: the kernel gives the peer's uid/gid (``SO_PEERCRED``) when the connection
+  is accepted (``PeerCredProtocol``); no password, like munge on one host.
+- HTTP: ``Authorization: Bearer <JWT>`` signed HS256 with ``<state_dir>/jwt.key``; the
+  claims carry the user name, uid and gid. ``corral token`` mints one (root may mint for
+  any user, a user only for themself).
+- Agents: ``Authorization: Bearer <cluster key>`` (``<state_dir>/cluster.key``, 0600).
+Root (uid 0) and configured operators are admins on every job and node.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import pwd
+import secrets
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.controller.errors import ApiError
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    user: str
+    uid: int
+    gid: int
+    operator: bool = False
+    via: str = "socket"  # socket | token
+
+    @property
+    def is_admin(self) -> bool:
+        return self.uid == 0 or self.operator
+
+    def to_json(self) -> dict[str, Any]:
+        return {"user": self.user, "uid": self.uid, "gid": self.gid,
+                "operator": self.is_admin, "via": self.via}
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def peer_credentials(sock: Any) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process on the other end of a Unix socket."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
+def read_or_create_key(path: Path) -> str:
+    """A random secret kept in a 0600 file (created on first use)."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        key = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(key + "\n")
+        return key
+
+
+class Authenticator:
+    def __init__(self, jwt_key: str, cluster_key: str, operators: frozenset[str]) -> None:
+        self.jwt_key = jwt_key
+        self.cluster_key = cluster_key
+        self.operators = operators
+        self._cache: dict[tuple[int, int], Identity] = {}
+
+    def from_peer(self, uid: int, gid: int) -> Identity:
+        key = (uid, gid)
+        who = self._cache.get(key)
+        if who is None:
+            name = user_name(uid)
+            who = Identity(name, uid, gid, operator=name in self.operators, via="socket")
+            self._cache[key] = who
+        return who
+
+    def from_token(self, token: str) -> Identity:
+        import jwt
+
+        try:
+            claims = jwt.decode(token, self.jwt_key, algorithms=["HS256"],
+                                options={"require": ["exp", "sub"]})
+        except jwt.ExpiredSignatureError:
+            raise ApiError("unauthorized", "the token has expired") from None
+        except jwt.PyJWTError as exc:
+            raise ApiError("unauthorized", f"invalid token: {exc}") from None
+        user = str(claims["sub"])
+        return Identity(user, int(claims.get("uid", -1)), int(claims.get("gid", -1)),
+                        operator=user in self.operators, via="token")
+
+    def mint(self, who: Identity, ttl_s: int) -> str:
+        import jwt
+
+        now = int(time.time())
+        return jwt.encode({"sub": who.user, "uid": who.uid, "gid": who.gid, "iat": now,
+                           "exp": now + ttl_s}, self.jwt_key, algorithm="HS256")
+
+    def is_cluster_key(self, token: str) -> bool:
+        return hmac.compare_digest(token.encode(), self.cluster_key.encode())

@@ -1,0 +1,34 @@
+"""API errors: a stable code, an HTTP status and a precise message (plus Slurm's wording)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STATUS = {
+    "invalid": 400,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "rejected": 422,
+    "unavailable": 503,
+    "internal": 500,
+}
+
+
+class ApiError(Exception):
+    def __init__(self, code: str, message: str, *, slurm: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.slurm = slurm  # Slurm's own message for the same error, for the shims
+
+    @property
+    def status(self) -> int:
+        return STATUS.get(self.code, 400)
+
+    def to_json(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.slurm:
+            err["slurm"] = self.slurm
+        return {"error": err}

@@ -1,0 +1,127 @@
+"""Submission intake: from the API payload to validated job records (arrays expanded).
+
+Checks, in order, each failing with a precise ``ApiError``: the payload decodes to a
+``JobSubmission``; the caller's identity replaces the claimed one (only root may submit
+as someone else, like ``sbatch --uid``); partitions and QOS exist; the array spec parses
+within ``max_array_size``; the working directory is absolute; the request can ever run
+(``corral.core.feasibility.validate``: "can never run" is a rejection at submit, "cannot
+run now" is a pending reason). Dependencies on job ids that never existed are dropped,
+as Slurm does. Array tasks are separate jobs with consecutive ids; the first task's id is
+the array's id (``A_a`` display ids), so every task keeps Slurm's ``SLURM_ARRAY_*``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from corral.config.schema import ClusterConfig
+from corral.controller.auth import Identity
+from corral.controller.errors import ApiError
+from corral.controller.records import JobRecord
+from corral.core.model.job import DependencySpec, HoldKind, JobSpec
+from corral.core.parse.errors import ParseError
+from corral.submission import JobSubmission
+
+
+def decode_submission(body: Any) -> JobSubmission:
+    if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
+        raise ApiError("invalid", "a submission is a JSON object with a 'spec' object")
+    try:
+        return JobSubmission.from_json(body)
+    except TypeError as exc:
+        raise ApiError("invalid", f"bad submission: {exc}") from None
+    except (KeyError, ValueError) as exc:
+        raise ApiError("invalid", f"bad submission field: {exc}") from None
+
+
+def apply_identity(sub: JobSubmission, who: Identity, cfg: ClusterConfig) -> JobSubmission:
+    spec = sub.spec
+    if who.uid == 0 and who.via == "socket" and spec.user and spec.user != "root":
+        # root may submit on behalf of a user (sbatch --uid): trust the given identity
+        import pwd
+
+        try:
+            pw = pwd.getpwnam(spec.user)
+        except KeyError:
+            raise ApiError("invalid", f"unknown user {spec.user!r}") from None
+        user, uid, gid = spec.user, pw.pw_uid, spec.gid if spec.gid else pw.pw_gid
+    else:
+        user, uid, gid = who.user, who.uid, who.gid
+    account = spec.account or cfg.default_account(user)
+    changes: dict[str, Any] = {"user": user, "uid": uid, "gid": gid, "account": account}
+    if spec.qos is None and cfg.qos:
+        changes["qos"] = None  # the core applies the partition/association default
+    new_spec = dataclasses.replace(spec, **changes)
+    return dataclasses.replace(sub, spec=new_spec)
+
+
+def check_names(sub: JobSubmission, cfg: ClusterConfig) -> None:
+    part_names = {p.name for p in cfg.partitions}
+    for p in sub.spec.partitions:
+        if p not in part_names:
+            raise ApiError("invalid", f"invalid partition specified: {p}",
+                           slurm="Invalid partition name specified")
+    if sub.spec.qos is not None and sub.spec.qos not in {q.name for q in cfg.qos}:
+        raise ApiError("invalid", f"invalid qos specified: {sub.spec.qos}",
+                       slurm="Invalid qos specification")
+    if not sub.workdir.startswith("/"):
+        raise ApiError("invalid", f"the working directory must be an absolute path, "
+                                  f"not {sub.workdir!r}")
+    if sub.script is None and not sub.argv and not sub.interactive:
+        raise ApiError("invalid", "a job needs a batch script or a command (argv)")
+    if sub.spec.nodes_min < 1 or (sub.spec.nodes_max is not None
+                                  and sub.spec.nodes_max < sub.spec.nodes_min):
+        raise ApiError("invalid", "bad node count: need 1 <= nodes_min <= nodes_max")
+    if sub.spec.cpus_per_task < 1:
+        raise ApiError("invalid", "cpus_per_task must be at least 1")
+    if sub.spec.ntasks is not None and sub.spec.ntasks < 1:
+        raise ApiError("invalid", "ntasks must be at least 1")
+    if sub.spec.time_limit_s is not None and sub.spec.time_limit_s < 0:
+        raise ApiError("invalid", "time_limit_s must not be negative")
+
+
+def filter_dependency(spec: JobSpec, exists: Callable[[int], bool]) -> JobSpec:
+    """Drop dependency items whose jobs never existed (Slurm: ``Dependency=(null)``)."""
+    dep = spec.dependency
+    if dep is None:
+        return spec
+    items = []
+    for item in dep.items:
+        ids = tuple(i for i in item.job_ids if exists(i))
+        if item.job_ids and not ids:
+            continue
+        items.append(dataclasses.replace(item, job_ids=ids))
+    new = DependencySpec(items=tuple(items), any_of=dep.any_of) if items else None
+    return dataclasses.replace(spec, dependency=new)
+
+
+def array_indices(sub: JobSubmission, cfg: ClusterConfig) -> tuple[tuple[int, ...], int | None]:
+    if not sub.array:
+        return (), None
+    from corral.core.parse.arrayspec import parse_array
+
+    try:
+        arr = parse_array(sub.array, max_array_size=cfg.scheduler.max_array_size)
+    except ParseError as exc:
+        raise ApiError("invalid", str(exc), slurm="Invalid job array specification") from None
+    return arr.indices, arr.max_running
+
+
+def build_records(sub: JobSubmission, first_id: int, now: float, submit_host: str,
+                  indices: tuple[int, ...], max_running: int | None) -> list[JobRecord]:
+    hold = HoldKind.USER if sub.hold else HoldKind.NONE
+    if not indices:
+        return [JobRecord(id=first_id, sub=sub, submit_time=now, hold=hold,
+                          submit_host=submit_host, time_limit_s=sub.spec.time_limit_s)]
+    out = []
+    for k, idx in enumerate(indices):
+        out.append(JobRecord(
+            id=first_id + k, sub=sub, submit_time=now, hold=hold, submit_host=submit_host,
+            time_limit_s=sub.spec.time_limit_s,
+            array_job_id=first_id, array_task_id=idx, array_max_running=max_running,
+            array_task_count=len(indices), array_task_min=indices[0],
+            array_task_max=indices[-1],
+        ))
+    return out

@@ -1,0 +1,67 @@
+"""Prometheus metrics of the controller (served at ``/metrics``).
+
+A private ``CollectorRegistry`` per controller (tests run several in one process). Label
+cardinality is bounded: states, partitions and reasons, never job ids. The operations
+helper extends this set (issue 6); the hook points are the methods below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_CYCLE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                  2.5, 5.0, 10.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.cycle_seconds = Histogram(
+            "corral_scheduler_cycle_seconds", "Duration of one scheduling cycle",
+            buckets=_CYCLE_BUCKETS, registry=r)
+        self.cycle_jobs_started = Counter(
+            "corral_scheduler_jobs_started_total", "Jobs started by scheduling cycles",
+            registry=r)
+        self.jobs_submitted = Counter(
+            "corral_jobs_submitted_total", "Jobs accepted (array tasks count one each)",
+            registry=r)
+        self.jobs_ended = Counter(
+            "corral_jobs_ended_total", "Jobs that reached a terminal state", ["state"],
+            registry=r)
+        self.submit_seconds = Histogram(
+            "corral_submit_seconds", "Time to accept one submission (including the commit)",
+            buckets=_CYCLE_BUCKETS, registry=r)
+        self.jobs_gauge = Gauge("corral_jobs", "Active jobs by state", ["state"], registry=r)
+        self.nodes_gauge = Gauge("corral_nodes", "Nodes by state", ["state"], registry=r)
+        self.agents_connected = Gauge("corral_agents_connected", "Connected agents",
+                                      registry=r)
+
+    def submitted(self, n: int, seconds: float) -> None:
+        self.jobs_submitted.inc(n)
+        self.submit_seconds.observe(seconds)
+
+    def job_ended(self, state: str) -> None:
+        self.jobs_ended.labels(state).inc()
+
+    def cycle(self, seconds: float, started: int) -> None:
+        self.cycle_seconds.observe(seconds)
+        if started:
+            self.cycle_jobs_started.inc(started)
+
+    def set_jobs(self, pending: int, running: int) -> None:
+        self.jobs_gauge.labels("PENDING").set(pending)
+        self.jobs_gauge.labels("RUNNING").set(running)
+
+    def set_nodes(self, nodes: Iterable[Any]) -> None:
+        counts: dict[str, int] = {}
+        for n in nodes:
+            counts[n.state.value] = counts.get(n.state.value, 0) + 1
+        for state in ("IDLE", "MIXED", "ALLOCATED", "DRAINING", "DRAINED", "DOWN", "UNKNOWN"):
+            self.nodes_gauge.labels(state).set(counts.get(state, 0))
+
+    def render(self) -> bytes:
+        out: bytes = generate_latest(self.registry)
+        return out

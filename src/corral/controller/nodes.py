@@ -1,0 +1,305 @@
+"""Node table: registration, allocation bookkeeping, admin states, heartbeat timeouts.
+
+A node's state follows the state table of ``corral.core.model.transitions``: registration
+brings it up, its load makes it IDLE/MIXED/ALLOCATED, an operator drains or downs it, a
+lost agent makes it DOWN after ``node_down_after_s``. Jobs on a DOWN node are ended
+(NODE_FAIL, or requeued when they allow it) only after ``node_fail_grace_s`` more, so a
+brief disconnect (agent restart, network blip) never kills live jobs: an agent that comes
+back in time re-adopts them. Operator drain/down survives controller restarts (stored).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from corral.config.schema import NodeConfig
+from corral.controller.errors import ApiError
+from corral.controller.records import JobRecord, NodeRecord
+from corral.controller.store import Store
+from corral.core.model.job import JobState
+from corral.core.model.node import NodeSpec, NodeState
+from corral.core.model.partition import Partition
+from corral.core.model.transitions import IllegalTransition, NodeEvent, node_transition
+from corral.protocol.messages import node_spec_from_json, node_spec_to_json
+
+if TYPE_CHECKING:
+    from corral.controller.service import Controller
+
+log = logging.getLogger("corral.nodes")
+
+
+def merge_spec(discovered: NodeSpec, conf: NodeConfig | None) -> NodeSpec:
+    """The configured facts override the discovered ones (Slurm ``config_overrides``)."""
+    if conf is None:
+        return discovered
+    changes: dict[str, Any] = {}
+    if conf.cpus is not None and conf.sockets is None and conf.cores_per_socket is None:
+        changes.update(sockets=1, cores_per_socket=conf.cpus, threads_per_core=1)
+    for key in ("sockets", "cores_per_socket", "threads_per_core", "mem_mb"):
+        v = getattr(conf, key)
+        if v is not None:
+            changes[key] = v
+    if "sockets" in changes or "cores_per_socket" in changes or "threads_per_core" in changes:
+        same = all(changes.get(k, getattr(discovered, k)) == getattr(discovered, k)
+                   for k in ("sockets", "cores_per_socket", "threads_per_core"))
+        if not same:
+            changes.update(numa=(), core_cpus=())
+    if conf.gpus is not None:
+        from corral.core.model.node import GpuSpec
+
+        gpus = list(discovered.gpus[: conf.gpus])
+        for i in range(len(gpus), conf.gpus):
+            gpus.append(GpuSpec(index=i, type=conf.gpu_type))
+        changes["gpus"] = tuple(gpus)
+    if conf.features:
+        changes["features"] = frozenset(conf.features) | discovered.features
+    if conf.gres:
+        changes["gres"] = conf.gres
+    if conf.switch is not None:
+        changes["switch"] = conf.switch
+    if conf.weight != 1:
+        changes["weight"] = conf.weight
+    return dataclasses.replace(discovered, **changes)
+
+
+def spec_from_config(conf: NodeConfig) -> NodeSpec:
+    base = NodeSpec(name=conf.name, mem_mb=conf.mem_mb or 0)
+    return merge_spec(base, conf)
+
+
+class NodeTable:
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        self.nodes: dict[str, NodeRecord] = {}
+        self.partitions: tuple[Partition, ...] = ()
+        self.configured = ctl.cfg.node_configs()
+        for name, conf in self.configured.items():
+            if not conf.discover:
+                self.nodes[name] = NodeRecord(spec=spec_from_config(conf),
+                                              state=NodeState.UNKNOWN)
+        self._refresh_partitions()
+
+    # ---- persistence -----------------------------------------------------------------
+
+    def load(self, rows: list[Any]) -> None:
+        for row in rows:
+            spec = node_spec_from_json(json.loads(row.spec))
+            conf = self.configured.get(row.name)
+            if conf is not None and not conf.discover:
+                spec = spec_from_config(conf)
+            elif conf is not None:
+                spec = merge_spec(spec, conf)
+            elif not self.ctl.cfg.accept_unknown_nodes:
+                continue
+            rec = NodeRecord(spec=spec, state=NodeState.UNKNOWN)
+            rec.admin_state = row.admin_state or ""
+            rec.reason = row.reason or ""
+            if rec.admin_state == "down":
+                rec.state = NodeState.DOWN
+            self.nodes[row.name] = rec
+        self._refresh_partitions()
+
+    def _save(self, rec: NodeRecord) -> None:
+        self.ctl.store.submit(Store.op_upsert_node(
+            rec.name, node_spec_to_json(rec.spec), rec.admin_state, rec.reason,
+            {"boot_time": rec.boot_time}))
+
+    def _refresh_partitions(self) -> None:
+        names = sorted(self.nodes)
+        self.partitions = self.ctl.cfg.partition_models(names)
+        member: dict[str, list[str]] = {n: [] for n in names}
+        for p in self.partitions:
+            for n in p.nodes:
+                member.setdefault(n, []).append(p.name)
+        for n, rec in self.nodes.items():
+            rec.partitions = tuple(member.get(n, ()))
+
+    # ---- allocation bookkeeping -------------------------------------------------------
+
+    def allocate(self, job: JobRecord) -> None:
+        assert job.allocation is not None
+        for na in job.allocation.nodes:
+            rec = self.nodes.get(na.node)
+            if rec is None:
+                continue
+            rec.jobs.add(job.id)
+            rec.alloc_cpus += na.cpus
+            rec.alloc_mem_mb += na.mem_mb
+            rec.alloc_gpus += len(na.gpus)
+            self.refresh_load(rec)
+
+    def release(self, job: JobRecord) -> None:
+        if job.allocation is None:
+            return
+        for na in job.allocation.nodes:
+            rec = self.nodes.get(na.node)
+            if rec is None or job.id not in rec.jobs:
+                continue
+            rec.jobs.discard(job.id)
+            rec.alloc_cpus = max(0, rec.alloc_cpus - na.cpus)
+            rec.alloc_mem_mb = max(0, rec.alloc_mem_mb - na.mem_mb)
+            rec.alloc_gpus = max(0, rec.alloc_gpus - len(na.gpus))
+            self.refresh_load(rec)
+
+    def refresh_load(self, rec: NodeRecord) -> None:
+        if rec.state in (NodeState.DOWN, NodeState.UNKNOWN, NodeState.FUTURE):
+            return
+        if not rec.jobs:
+            ev = NodeEvent.LOAD_NONE
+        elif rec.alloc_cpus >= rec.spec.cpus:
+            ev = NodeEvent.LOAD_FULL
+        else:
+            ev = NodeEvent.LOAD_PARTIAL
+        try:
+            rec.state = node_transition(rec.state, ev)
+        except IllegalTransition:
+            pass
+
+    # ---- agent lifecycle -------------------------------------------------------------
+
+    def register(self, discovered: NodeSpec, agent_version: str,
+                 boot_time: float | None) -> NodeRecord:
+        name = discovered.name
+        conf = self.configured.get(name)
+        rec = self.nodes.get(name)
+        if rec is None and conf is None and not self.ctl.cfg.accept_unknown_nodes:
+            raise ApiError("forbidden", f"node {name!r} is not configured and "
+                           "accept_unknown_nodes is false")
+        spec = spec_from_config(conf) if conf is not None and not conf.discover else \
+            merge_spec(discovered, conf)
+        new = rec is None
+        if rec is None:
+            rec = NodeRecord(spec=spec)
+            self.nodes[name] = rec
+        else:
+            rec.spec = spec
+        rec.connected = True
+        rec.last_seen = time.time()
+        rec.agent_version = agent_version
+        rec.boot_time = boot_time
+        if rec.admin_state != "down":
+            if rec.state in (NodeState.DOWN, NodeState.UNKNOWN, NodeState.FUTURE):
+                rec.state = node_transition(rec.state, NodeEvent.REGISTER)
+                if rec.admin_state == "drain":
+                    rec.state = node_transition(rec.state, NodeEvent.DRAIN)
+                else:
+                    rec.reason = ""
+            rec.down_since = None
+            self.refresh_load(rec)
+        if new:
+            self._refresh_partitions()
+        self._save(rec)
+        self.ctl.metrics.set_nodes(self.nodes.values())
+        return rec
+
+    def seen(self, name: str) -> None:
+        rec = self.nodes.get(name)
+        if rec is not None:
+            rec.last_seen = time.time()
+
+    def disconnected(self, name: str) -> None:
+        rec = self.nodes.get(name)
+        if rec is not None:
+            rec.connected = False
+
+    async def check_timeouts(self, now: float) -> None:
+        c = self.ctl.cfg.controller
+        changed_jobs: list[JobRecord] = []
+        for rec in self.nodes.values():
+            if rec.connected or rec.last_seen is None:
+                continue
+            if rec.state is not NodeState.DOWN and now - rec.last_seen >= c.node_down_after_s:
+                log.warning("node %s: no heartbeat for %.0f s: DOWN", rec.name,
+                            now - rec.last_seen)
+                rec.state = node_transition(rec.state, NodeEvent.FAIL)
+                rec.reason = "Not responding"
+                rec.down_since = now
+                self.ctl.metrics.set_nodes(self.nodes.values())
+                self.ctl.sched.trigger()
+            if rec.state is NodeState.DOWN and rec.down_since is not None and \
+                    now - rec.down_since >= c.node_fail_grace_s and rec.jobs:
+                for jid in sorted(rec.jobs):
+                    job = self.ctl.jobs.get(jid)
+                    if job is None or not job.state.is_active:
+                        continue
+                    if job.sub.spec.requeue and not job.cancel_requested:
+                        self.ctl.requeue_record(job, now)
+                        job.reason_detail = f"requeued: node {rec.name} failed"
+                    else:
+                        self.ctl.finish(job, JobState.NODE_FAIL
+                                        if not job.cancel_requested else JobState.CANCELLED,
+                                        now, reason=f"node {rec.name} failed")
+                    changed_jobs.append(job)
+        if changed_jobs:
+            await self.ctl.persist(updates=changed_jobs)
+            self.ctl.sched.trigger()
+
+    # ---- operator actions ------------------------------------------------------------
+
+    def get(self, name: str) -> NodeRecord:
+        rec = self.nodes.get(name)
+        if rec is None:
+            raise ApiError("not_found", f"Invalid node name specified: {name}",
+                           slurm="Invalid node name specified")
+        return rec
+
+    def drain(self, name: str, reason: str) -> NodeRecord:
+        rec = self.get(name)
+        if not reason:
+            raise ApiError("invalid", "a reason is required to drain a node")
+        rec.admin_state = "drain"
+        rec.reason = reason
+        if rec.state is not NodeState.DOWN:
+            rec.state = node_transition(rec.state, NodeEvent.DRAIN)
+            self.refresh_load(rec)
+        self._save(rec)
+        self.ctl.metrics.set_nodes(self.nodes.values())
+        return rec
+
+    def set_down(self, name: str, reason: str) -> NodeRecord:
+        rec = self.get(name)
+        rec.admin_state = "down"
+        rec.reason = reason or "set down by an operator"
+        rec.state = node_transition(rec.state, NodeEvent.DOWN)
+        rec.down_since = time.time()
+        self._save(rec)
+        self.ctl.metrics.set_nodes(self.nodes.values())
+        return rec
+
+    def resume(self, name: str) -> NodeRecord:
+        rec = self.get(name)
+        if rec.state not in (NodeState.DRAINING, NodeState.DRAINED, NodeState.DOWN) and \
+                not rec.admin_state:
+            raise ApiError("conflict", f"node {name} is {rec.state.value}: nothing to resume")
+        rec.admin_state = ""
+        rec.reason = ""
+        rec.down_since = None
+        if rec.state is NodeState.DOWN and not rec.connected:
+            rec.state = NodeState.DOWN
+            rec.reason = "Not responding"
+        else:
+            try:
+                rec.state = node_transition(rec.state, NodeEvent.RESUME)
+            except IllegalTransition:
+                pass
+            self.refresh_load(rec)
+        self._save(rec)
+        self.ctl.metrics.set_nodes(self.nodes.values())
+        return rec
+
+    def up_count(self) -> int:
+        return sum(1 for n in self.nodes.values() if n.state.runs_jobs)
+
+    def is_schedulable(self, name: str) -> bool:
+        rec = self.nodes.get(name)
+        return rec is not None and rec.state.schedulable and rec.connected
+
+    def job_states_on(self, name: str) -> list[JobState]:
+        rec = self.nodes.get(name)
+        if rec is None:
+            return []
+        return [self.ctl.jobs[j].state for j in rec.jobs if j in self.ctl.jobs]

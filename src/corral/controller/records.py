@@ -1,0 +1,298 @@
+"""In-memory job and node records of the controller, and their API (JSON) form.
+
+``JobRecord`` is the mutable record the controller keeps for every active job (and for a
+while after it ends); the database row is its durable copy (``store.py``). ``to_core()``
+gives the frozen ``corral.core.model.Job`` the scheduling core sees, cached until the
+record changes (``touch()``), so building a snapshot of thousands of pending jobs costs
+little. ``to_api()`` gives the record shape documented in ``corral.client``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.core.model.job import Allocation, HoldKind, Job, JobState, NodeAllocation
+from corral.core.model.node import Node, NodeSpec, NodeState
+from corral.core.parse.dependency import format_dependency
+from corral.core.parse.hostlist import compress
+from corral.submission import JobSubmission
+
+ACTIVE_STATES = frozenset(s for s in JobState if not s.is_finished)
+
+
+@dataclass(slots=True)
+class JobRecord:
+    id: int
+    sub: JobSubmission
+    submit_time: float
+    state: JobState = JobState.PENDING
+    hold: HoldKind = HoldKind.NONE
+    start_time: float | None = None
+    end_time: float | None = None
+    eligible_time: float | None = None
+    allocation: Allocation | None = None
+    partition: str | None = None  # where it runs, once started
+    time_limit_s: int | None = None  # effective limit (admin updates land here)
+    time_limit_set: bool = False  # an admin/owner update set time_limit_s explicitly
+    admin_priority: int | None = None
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_max_running: int | None = None
+    array_task_count: int = 0
+    array_task_min: int = 0
+    array_task_max: int = 0
+    restarts: int = 0
+    exit_code: int | None = None
+    signal: int = 0
+    reason: str = "None"
+    reason_detail: str = ""
+    priority: float = 0.0
+    rank: int | None = None
+    est_start: float | None = None
+    end_reason: str = ""
+    cpu_time_s: float = 0.0
+    max_rss_mb: float = 0.0
+    stdout: str = ""
+    stderr: str = ""
+    submit_host: str = ""
+    cancel_requested: bool = False
+    requeue_requested: bool = False
+    requeue_hold: bool = False
+    dispatched: bool = False  # the agent confirmed the launch (not persisted)
+    overrides: dict[str, Any] = field(default_factory=dict)  # updates of spec fields
+    _core: Job | None = None
+
+    @property
+    def spec(self) -> Any:
+        return self.sub.spec
+
+    @property
+    def user(self) -> str:
+        return str(self.sub.spec.user)
+
+    @property
+    def uid(self) -> int:
+        return int(self.sub.spec.uid)
+
+    @property
+    def display_id(self) -> str:
+        if self.array_job_id is not None and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return str(self.id)
+
+    def touch(self) -> None:
+        """Forget the cached core view after any change."""
+        self._core = None
+
+    def to_core(self) -> Job:
+        if self._core is None:
+            self._core = Job(
+                id=self.id,
+                spec=self.sub.spec,
+                submit_time=self.submit_time,
+                state=self.state,
+                start_time=self.start_time,
+                end_time=self.end_time,
+                hold=self.hold,
+                allocation=self.allocation,
+                time_limit_s=self.time_limit_s if self.time_limit_set else None,
+                admin_priority=self.admin_priority,
+                array_job_id=self.array_job_id,
+                array_task_id=self.array_task_id,
+                array_max_running=self.array_max_running,
+                restarts=self.restarts,
+                exit_code=self.exit_code,
+                partition=self.partition,
+                eligible_time=self.eligible_time,
+            )
+        return self._core
+
+    # ---- API form ---------------------------------------------------------------------
+
+    def to_api(self, now: float | None = None, detail: bool = False,
+               private: bool = False) -> dict[str, Any]:
+        spec = self.sub.spec
+        alloc = self.allocation
+        nodes = list(alloc.node_names) if alloc else []
+        if alloc:
+            num_cpus = alloc.cpus
+            num_tasks = alloc.tasks
+            tres = alloc.resources.tres_string(len(nodes))
+            alloc_mem = sum(n.mem_mb for n in alloc.nodes)
+            gpus = sum(len(n.gpus) for n in alloc.nodes)
+        else:
+            num_tasks = spec.ntasks or (spec.ntasks_per_node or 1) * spec.nodes_min
+            num_cpus = num_tasks * spec.cpus_per_task
+            mem = spec.mem_per_node_mb * spec.nodes_min if spec.mem_per_node_mb else (
+                (spec.mem_per_cpu_mb or 0) * num_cpus)
+            tres = f"cpu={num_cpus},mem={mem}M,node={spec.nodes_min}"
+            alloc_mem = 0
+            gpus = spec.gpus or spec.gpus_per_node * spec.nodes_min
+            if gpus:
+                tres += f",gres/gpu={gpus}"
+        t = now if now is not None else time.time()
+        if self.start_time is not None:
+            used = (self.end_time if self.end_time is not None else t) - self.start_time
+        else:
+            used = 0.0
+        if self.sub.script is not None:
+            command = self.sub.extra.get("script_path", "") or "(batch script)"
+        else:
+            command = " ".join(self.sub.argv)
+        rec: dict[str, Any] = {
+            "id": self.id,
+            "job_id": self.display_id,
+            "array_job_id": self.array_job_id,
+            "array_task_id": self.array_task_id,
+            "array_task_str": self.sub.array,
+            "array_max_running": self.array_max_running,
+            "name": spec.name,
+            "user": spec.user,
+            "uid": spec.uid,
+            "gid": spec.gid,
+            "account": spec.account,
+            "qos": spec.qos,
+            "partition": self.partition or ",".join(spec.partitions),
+            "partitions": list(spec.partitions),
+            "state": self.state.value,
+            "state_short": self.state.short,
+            "reason": self.reason,
+            "reason_detail": self.reason_detail,
+            "priority": self.priority,
+            "rank": self.rank,
+            "est_start": self.est_start,
+            "hold": self.hold.value,
+            "submit_time": self.submit_time,
+            "eligible_time": self.eligible_time,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "begin_time": spec.begin_time,
+            "time_limit_s": self.time_limit_s,
+            "time_used_s": max(0.0, used),
+            "nodes": nodes,
+            "nodelist": compress(nodes) if nodes else "",
+            "num_nodes": len(nodes) if nodes else spec.nodes_min,
+            "num_cpus": num_cpus,
+            "num_tasks": num_tasks,
+            "cpus_per_task": spec.cpus_per_task,
+            "mem_per_node_mb": spec.mem_per_node_mb,
+            "mem_per_cpu_mb": spec.mem_per_cpu_mb,
+            "alloc_mem_mb": alloc_mem,
+            "gpus": gpus,
+            "tres": tres,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "derived_exit": f"{self.exit_code or 0}:{self.signal}",
+            "restarts": self.restarts,
+            "requeue": spec.requeue,
+            "workdir": self.sub.workdir,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "command": command,
+            "dependency": format_dependency(spec.dependency) if spec.dependency else "",
+            "submit_host": self.submit_host,
+            "comment": spec.comment,
+            "constraint": spec.constraint or "",
+            "exclusive": spec.exclusive,
+            "end_reason": self.end_reason,
+            "cpu_time_s": self.cpu_time_s,
+            "max_rss_mb": self.max_rss_mb,
+            "dialect": self.sub.dialect,
+        }
+        if detail:
+            from corral.submission import JobSubmission as _JS  # noqa: F401 (type only)
+
+            sub = self.sub.to_json()
+            rec["spec"] = sub.pop("spec")
+            if not private:
+                sub.pop("script", None)
+                sub.pop("env", None)
+                sub.pop("argv", None)
+            rec["submission"] = sub
+            rec["allocation"] = allocation_to_json(alloc) if alloc else None
+            rec["admin_priority"] = self.admin_priority
+        return rec
+
+
+def allocation_to_json(alloc: Allocation) -> dict[str, Any]:
+    return {
+        "partition": alloc.partition,
+        "nodes": [
+            {"node": n.node, "cores": list(n.cores), "cpus": n.cpus, "mem_mb": n.mem_mb,
+             "gpus": list(n.gpus), "gpu_types": list(n.gpu_types),
+             "gres": [list(g) for g in n.gres], "tasks": n.tasks, "group": n.group}
+            for n in alloc.nodes
+        ],
+    }
+
+
+def allocation_from_json(data: dict[str, Any]) -> Allocation:
+    return Allocation(
+        partition=str(data["partition"]),
+        nodes=tuple(
+            NodeAllocation(
+                node=str(n["node"]), cores=tuple(n.get("cores") or ()), cpus=int(n["cpus"]),
+                mem_mb=int(n["mem_mb"]), gpus=tuple(n.get("gpus") or ()),
+                gpu_types=tuple(n.get("gpu_types") or ()),
+                gres=tuple((str(k), int(v)) for k, v in n.get("gres") or ()),
+                tasks=int(n.get("tasks", 1)), group=n.get("group"),
+            )
+            for n in data["nodes"]
+        ),
+    )
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    spec: NodeSpec
+    state: NodeState = NodeState.UNKNOWN
+    reason: str = ""
+    admin_state: str = ""  # "" | "drain" | "down": what an operator asked for
+    connected: bool = False
+    last_seen: float | None = None
+    down_since: float | None = None
+    agent_version: str = ""
+    boot_time: float | None = None
+    jobs: set[int] = field(default_factory=set)
+    alloc_cpus: int = 0
+    alloc_mem_mb: int = 0
+    alloc_gpus: int = 0
+    partitions: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def to_core(self) -> Node:
+        return Node(spec=self.spec, state=self.state, reason=self.reason,
+                    partitions=self.partitions)
+
+    def to_api(self) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "name": s.name,
+            "state": self.state.value,
+            "reason": self.reason,
+            "partitions": list(self.partitions),
+            "cpus": s.cpus,
+            "sockets": s.sockets,
+            "cores_per_socket": s.cores_per_socket,
+            "threads_per_core": s.threads_per_core,
+            "mem_mb": s.mem_mb,
+            "gpus": len(s.gpus),
+            "gpu_types": s.gpu_types(),
+            "features": sorted(s.features),
+            "gres": dict(s.gres),
+            "alloc_cpus": self.alloc_cpus,
+            "alloc_mem_mb": self.alloc_mem_mb,
+            "alloc_gpus": self.alloc_gpus,
+            "jobs": sorted(self.jobs),
+            "arch": s.arch,
+            "weight": s.weight,
+            "connected": self.connected,
+            "last_seen": self.last_seen,
+            "agent_version": self.agent_version,
+            "boot_time": self.boot_time,
+        }

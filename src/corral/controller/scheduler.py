@@ -1,0 +1,256 @@
+"""The event-driven scheduling loop and the binder (apply decisions: persist, then dispatch).
+
+Loop: any event (submit, job end, node change, release...) calls ``trigger()``. The loop
+waits ``schedule_delay_ms`` so a burst of events shares one cycle, builds a frozen
+``ClusterSnapshot`` from the in-memory records (cached core views, no database access),
+runs ``corral.core.run_cycle`` in a worker thread, then applies the result on the event
+loop. Events that arrive during a cycle trigger the next one. A slow periodic tick
+(``tick_s``) covers time-based changes (begin times, priority age).
+
+Binder: each ``Start`` is re-checked against what changed during the cycle (job still
+pending and not held or cancelled, nodes still schedulable), moved to RUNNING in memory,
+persisted in one commit, and only then sent to the agents. A launch the agent cannot
+perform comes back as ``launch_failed`` (requeue or fail, ``service.on_launch_failed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from corral.agent.launch import LaunchRequest
+from corral.controller.env import job_environment
+from corral.controller.errors import ApiError
+from corral.controller.records import JobRecord
+from corral.core.decisions import CycleResult, Start
+from corral.core.model.job import HoldKind, JobSpec, JobState
+from corral.core.model.partition import PreemptMode
+from corral.core.model.transitions import JobEvent, job_transition
+from corral.core.snapshot import ClusterSnapshot
+
+if TYPE_CHECKING:
+    from corral.controller.service import Controller
+
+log = logging.getLogger("corral.scheduler")
+
+
+class SchedulerLoop:
+    def __init__(self, ctl: Controller, cycle_fn: Callable[..., Any] | None = None) -> None:
+        self.ctl = ctl
+        if cycle_fn is None:
+            from corral.core.cycle import run_cycle
+
+            cycle_fn = run_cycle
+        self.cycle_fn = cycle_fn
+        self.sched_cfg = ctl.cfg.to_scheduler_config()
+        self._event = asyncio.Event()
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cycle")
+        self.generation = 0
+        self.last_cycle_end = 0.0
+        self.last_cycle_s = 0.0
+        self.cycles = 0
+        self.reserved: tuple[int, ...] = ()
+        self._accounts = ctl.cfg.account_tree()
+        self._qos = ctl.cfg.qos_models()
+        self._validate: Callable[..., Any] | None = None
+        try:
+            from corral.core.feasibility import validate
+
+            self._validate = validate
+        except ImportError:
+            self._validate = None
+
+    def trigger(self) -> None:
+        self._event.set()
+
+    async def run(self) -> None:
+        delay = self.ctl.cfg.controller.schedule_delay_ms / 1000.0
+        while True:
+            await self._event.wait()
+            if delay:
+                await asyncio.sleep(delay)
+            self._event.clear()
+            try:
+                await self.cycle()
+            except Exception:
+                log.exception("scheduling cycle failed")
+                await asyncio.sleep(0.5)
+
+    # ---- snapshot ---------------------------------------------------------------------
+
+    def snapshot(self) -> ClusterSnapshot:
+        ctl = self.ctl
+        self.generation += 1
+        nodes = []
+        for n in ctl.nodes.nodes.values():
+            core = n.to_core()
+            if not n.connected and core.state.schedulable:
+                from dataclasses import replace
+
+                from corral.core.model.node import NodeState
+
+                core = replace(core, state=NodeState.DOWN, reason="agent not connected")
+            nodes.append(core)
+        return ClusterSnapshot(
+            nodes=tuple(nodes),
+            partitions=ctl.nodes.partitions,
+            qos=self._qos,
+            accounts=self._accounts,
+            pending=tuple(r.to_core() for r in ctl.pending.values()),
+            running=tuple(r.to_core() for r in ctl.running.values()),
+            finished=dict(ctl.finished),
+            usage=dict(ctl.usage),
+            generation=self.generation,
+            reserved=self.reserved,
+        )
+
+    def check_feasible(self, spec: JobSpec) -> None:
+        """Reject at submit what can never run (e.g. more CPUs than any node has)."""
+        if self._validate is None:
+            return
+        snap = ClusterSnapshot(nodes=tuple(n.to_core() for n in self.ctl.nodes.nodes.values()),
+                               partitions=self.ctl.nodes.partitions, qos=self._qos,
+                               accounts=self._accounts)
+        rej = self._validate(spec, snap, self.sched_cfg)
+        if rej is not None:
+            raise ApiError("rejected", rej.message, slurm=_slurm_reject(rej.reason))
+
+    # ---- one cycle --------------------------------------------------------------------
+
+    async def cycle(self) -> None:
+        ctl = self.ctl
+        if not ctl.pending and not any(r.cancel_requested for r in ctl.running.values()):
+            self.last_cycle_end = time.time()
+            return
+        now = time.time()
+        t0 = time.perf_counter()
+        snap = self.snapshot()
+        loop = asyncio.get_running_loop()
+        result: CycleResult = await loop.run_in_executor(
+            self._pool, self.cycle_fn, snap, self.sched_cfg, now)
+        elapsed = time.perf_counter() - t0
+        self.last_cycle_s = elapsed
+        self.reserved = tuple(getattr(result, "reserved", ()))
+        self.cycles += 1
+        started = await self.apply(result, time.time())
+        ctl.metrics.cycle(elapsed, started)
+        self.last_cycle_end = time.time()
+
+    async def apply(self, result: CycleResult, now: float) -> int:
+        ctl = self.ctl
+        for jid, info in result.pending.items():
+            rec = ctl.pending.get(jid)
+            if rec is None:
+                continue
+            prio = float(round(info.priority))
+            if (rec.reason != info.reason or rec.priority != prio or rec.rank != info.rank
+                    or rec.est_start != info.est_start or rec.reason_detail != info.detail):
+                rec.reason = info.reason
+                rec.reason_detail = info.detail
+                rec.priority = prio
+                rec.rank = info.rank
+                rec.est_start = info.est_start
+                if rec.eligible_time is None and info.reason not in _INELIGIBLE:
+                    rec.eligible_time = now
+        for rej in result.rejects:
+            rec = ctl.pending.get(rej.job_id)
+            if rec is not None:
+                rec.reason = rej.reason
+                rec.reason_detail = rej.message
+        starts: list[tuple[JobRecord, Start]] = []
+        for st in result.starts:
+            rec = ctl.pending.get(st.job_id)
+            if rec is None or rec.hold is not HoldKind.NONE or rec.cancel_requested:
+                continue
+            if not all(ctl.nodes.is_schedulable(n) for n in st.allocation.node_names):
+                continue
+            starts.append((rec, st))
+        for rec, st in starts:
+            rec.state = job_transition(rec.state, JobEvent.START)
+            rec.start_time = now
+            if rec.eligible_time is None:
+                rec.eligible_time = now
+            rec.allocation = st.allocation
+            rec.partition = st.allocation.partition
+            if not rec.time_limit_set:
+                rec.time_limit_s = st.time_limit_s
+            rec.reason = "None"
+            rec.reason_detail = ""
+            rec.rank = None
+            rec.est_start = None
+            rec.dispatched = False
+            rec.touch()
+            ctl._place(rec)
+            ctl.nodes.allocate(rec)
+        preempted = self._preempt(result, now)
+        if starts or preempted:
+            recs = [r for r, _ in starts] + preempted
+            await ctl.persist(updates=recs)
+            ctl.metrics.set_jobs(len(ctl.pending), len(ctl.running))
+        for rec, _st in starts:
+            if rec.state is JobState.RUNNING and not rec.cancel_requested:
+                ctl.hub.launch(rec, self.launch_request(rec))
+        for rec in preempted:
+            ctl.hub.cancel(rec)
+        return len(starts)
+
+    def _preempt(self, result: CycleResult, now: float) -> list[JobRecord]:
+        out = []
+        for p in result.preemptions:
+            rec = self.ctl.running.get(p.victim_id)
+            if rec is None or rec.cancel_requested or rec.requeue_requested:
+                continue
+            if p.mode is PreemptMode.REQUEUE and rec.sub.spec.requeue:
+                rec.requeue_requested = True
+            else:
+                rec.cancel_requested = True
+                rec.end_reason = f"preempted by job {p.for_job_id}"
+            out.append(rec)
+        return out
+
+    # ---- launch -----------------------------------------------------------------------
+
+    def launch_request(self, rec: JobRecord) -> LaunchRequest:
+        from corral.agent.prepare import output_paths
+
+        assert rec.allocation is not None
+        ctl = self.ctl
+        na = rec.allocation.nodes[0]
+        node = ctl.nodes.nodes.get(na.node)
+        cpus: tuple[int, ...] = ()
+        if node is not None:
+            cpus = tuple(c for core in na.cores for c in node.spec.cpus_of_core(core))
+        sub = rec.sub
+        req = LaunchRequest(
+            job_id=rec.id, name=sub.spec.name, user=sub.spec.user, uid=sub.spec.uid,
+            gid=sub.spec.gid, workdir=sub.workdir, script=sub.script, argv=sub.argv,
+            env=job_environment(rec, ctl.cfg.cluster_name, ctl.host),
+            stdout=sub.stdout, stderr=sub.stderr, stdin=sub.stdin, open_mode=sub.open_mode,
+            cores=na.cores, cpus=cpus, mem_mb=na.mem_mb, gpus=na.gpus,
+            time_limit_s=rec.time_limit_s, kill_grace_s=ctl.cfg.controller.kill_grace_s,
+            signal=sub.signal, tasks=na.tasks, array_job_id=rec.array_job_id,
+            array_task_id=rec.array_task_id, nodes=rec.allocation.node_names, node_index=0,
+            restarts=rec.restarts,
+        )
+        try:
+            out, err = output_paths(req, na.node)
+            rec.stdout, rec.stderr = out, err
+        except Exception:  # display only; the agent expands for real
+            pass
+        return req
+
+
+_INELIGIBLE = frozenset({"BeginTime", "Dependency", "DependencyNeverSatisfied",
+                         "JobHeldUser", "JobHeldAdmin"})
+
+
+def _slurm_reject(reason: str) -> str:
+    return {
+        "PartitionTimeLimit": "Requested time limit is invalid (missing or exceeds some limit)",
+        "PartitionNodeLimit": "Node count specification invalid",
+        "BadConstraints": "Requested node configuration is not available",
+    }.get(reason, "Requested node configuration is not available")

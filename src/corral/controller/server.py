@@ -1,0 +1,171 @@
+"""The controller process: state directory, keys, store, API server on Unix socket + TCP.
+
+``run_controller(...)`` blocks until SIGINT/SIGTERM. Files in the state directory:
+``corral.db`` (SQLite), ``corral.sock`` (API, mode 0666 when root so every user can
+submit; 0600 otherwise), ``cluster.key`` / ``jwt.key`` (0600 secrets),
+``controller.json`` (pid, socket, url: how ``corral up``/agents find it) and
+``controller.lock`` (one controller per state directory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import socket
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from corral.client import SOCKET_NAME
+from corral.config.schema import ClusterConfig
+
+log = logging.getLogger("corral.controller")
+
+
+def _peer_protocol_class() -> type:
+    """uvicorn's HTTP protocol, extended to put SO_PEERCRED of Unix-socket callers into
+    the ASGI scope as ``scope["corral.peer"] = (pid, uid, gid)``."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    from corral.controller.auth import peer_credentials
+
+    class PeerCredProtocol(H11Protocol):  # type: ignore[misc]
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family == socket.AF_UNIX:
+                try:
+                    creds = peer_credentials(sock)
+                except OSError:
+                    return
+                inner = self.app
+
+                async def app(scope: Any, receive: Any, send: Any) -> None:
+                    scope["corral.peer"] = creds
+                    await inner(scope, receive, send)
+
+                self.app = app
+
+    return PeerCredProtocol
+
+
+def _bind_unix(path: Path, world: bool) -> socket.socket:
+    if path.exists() or path.is_symlink():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # stale socket of a dead controller
+        else:
+            probe.close()
+            raise SystemExit(f"a controller is already listening on {path}")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o000 if world else 0o077)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o666 if world else 0o600)
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def _bind_tcp(listen: str) -> socket.socket:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, int(port)))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def prepare_state_dir(state_dir: Path) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        # users must reach the socket inside; secrets and the database are 0600
+        mode = stat.S_IMODE(state_dir.stat().st_mode)
+        os.chmod(state_dir, mode | 0o711)
+
+
+def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = None,
+                   cycle_fn: Callable[..., Any] | None = None,
+                   ready: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Run a controller until SIGINT/SIGTERM (blocking)."""
+    import uvicorn
+
+    from corral.controller.api import create_app
+    from corral.controller.auth import Authenticator, read_or_create_key
+    from corral.controller.service import Controller
+    from corral.controller.store import Store
+
+    prepare_state_dir(state_dir)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    lock_fd = os.open(state_dir / "controller.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"another controller is running on {state_dir}") from None
+    cluster_key = read_or_create_key(state_dir / "cluster.key")
+    jwt_key = read_or_create_key(state_dir / "jwt.key")
+    operators = frozenset(cfg.operators) | frozenset(u.name for u in cfg.users if u.operator)
+    auth = Authenticator(jwt_key, cluster_key, operators)
+    url = cfg.controller.database_url or f"sqlite:///{state_dir / 'corral.db'}"
+    store = Store(url)
+    ctl = Controller(cfg, state_dir, store, cycle_fn=cycle_fn)
+    app = create_app(ctl, auth)
+    sock_path = Path(cfg.controller.socket or state_dir / SOCKET_NAME)
+    sockets = [_bind_unix(sock_path, world=os.geteuid() == 0)]
+    listen = listen or cfg.controller.listen
+    http_url = None
+    if listen:
+        tcp = _bind_tcp(listen)
+        sockets.append(tcp)
+        host, port = tcp.getsockname()[:2]
+        shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+        http_url = f"http://{shown}:{port}"
+    uv_cfg = uvicorn.Config(app, http=_peer_protocol_class(), ws="websockets-sansio",
+                            lifespan="off", log_level="warning", access_log=False,
+                            ws_max_size=64 * 1024 * 1024, ws_ping_interval=None,
+                            timeout_keep_alive=60)
+    server = uvicorn.Server(uv_cfg)
+    info = {"pid": os.getpid(), "socket": str(sock_path), "url": http_url,
+            "state_dir": str(state_dir), "cluster": cfg.cluster_name}
+
+    async def main() -> None:
+        await ctl.start()
+        tmp = state_dir / "controller.json.tmp"
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, state_dir / "controller.json")
+        log.info("controller ready: socket %s%s", sock_path,
+                 f", http {http_url}" if http_url else "")
+        if ready is not None:
+            ready(info)
+        try:
+            await server.serve(sockets=sockets)
+        finally:
+            await ctl.stop()
+            try:
+                if json.loads((state_dir / "controller.json").read_text()).get(
+                        "pid") == os.getpid():
+                    (state_dir / "controller.json").unlink()
+            except (OSError, ValueError):
+                pass
+            try:
+                sock_path.unlink()
+            except OSError:
+                pass
+
+    try:
+        asyncio.run(main())
+    finally:
+        os.close(lock_fd)

@@ -1,0 +1,684 @@
+"""The controller's state and operations: intake, job actions, agent events, recovery.
+
+One asyncio event loop owns all of this state (no locks). Active jobs live in memory
+(``pending`` and ``running`` maps, plus recently finished ones for ``min_job_age_s``); the
+store is the durable log. Every change follows the same path: mutate the record, queue
+its row to the store, and act outside (answer the caller, message an agent) only after the
+commit future resolved ("persist first, then dispatch"). Scheduling lives in
+``scheduler.py``; the agent connections in ``agents.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from corral.agent.launch import JobExit
+from corral.config.schema import ClusterConfig
+from corral.controller import intake
+from corral.controller.auth import Identity
+from corral.controller.errors import ApiError
+from corral.controller.metrics import Metrics
+from corral.controller.nodes import NodeTable
+from corral.controller.records import JobRecord
+from corral.controller.rows import insert_row, record_from_row, update_row
+from corral.controller.store import Store
+from corral.core.model.job import HoldKind, JobState
+from corral.core.model.transitions import JobEvent, job_transition
+from corral.core.snapshot import FinishedJob
+
+log = logging.getLogger("corral.controller")
+
+_EXIT_EVENTS = {
+    "COMPLETED": JobEvent.COMPLETE, "FAILED": JobEvent.FAIL, "TIMEOUT": JobEvent.TIMEOUT,
+    "CANCELLED": JobEvent.CANCEL, "OUT_OF_MEMORY": JobEvent.OOM,
+    "NODE_FAIL": JobEvent.NODE_FAIL, "PREEMPTED": JobEvent.PREEMPT_CANCEL,
+    "BOOT_FAIL": JobEvent.BOOT_FAIL, "DEADLINE": JobEvent.DEADLINE,
+}
+
+
+class Controller:
+    def __init__(self, cfg: ClusterConfig, state_dir: Path, store: Store,
+                 cycle_fn: Callable[..., Any] | None = None) -> None:
+        self.cfg = cfg
+        self.state_dir = state_dir
+        self.store = store
+        self.host = socket.gethostname().split(".")[0]
+        self.jobs: dict[int, JobRecord] = {}  # active + recently finished
+        self.pending: dict[int, JobRecord] = {}
+        self.running: dict[int, JobRecord] = {}
+        self.recent: deque[int] = deque()  # finished ids in end order
+        self.arrays: dict[int, list[int]] = {}  # array id -> task ids held in self.jobs
+        self.finished: dict[int, FinishedJob] = {}  # end states other jobs may depend on
+        self.usage: dict[tuple[str, str], float] = {}
+        self.next_id = 1
+        self.metrics = Metrics()
+        self.nodes = NodeTable(self)
+        from corral.controller.agents import AgentHub
+        from corral.controller.scheduler import SchedulerLoop
+
+        self.hub = AgentHub(self)
+        self.sched = SchedulerLoop(self, cycle_fn)
+        self.started_at = time.time()
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.store.open)
+        self.nodes.load(await loop.run_in_executor(None, self.store.load_nodes))
+        rows = await loop.run_in_executor(None, self.store.load_active)
+        for row in rows:
+            rec = record_from_row(row)
+            self._index(rec)
+            if rec.state.is_active:
+                self.nodes.allocate(rec)
+        self.next_id = max(await loop.run_in_executor(None, self.store.max_job_id), 0) + 1
+        await self._load_dependency_targets(list(self.pending.values()))
+        self.metrics.set_jobs(len(self.pending), len(self.running))
+        log.info("recovered %d pending and %d running jobs; next job id %d",
+                 len(self.pending), len(self.running), self.next_id)
+        self._tasks.append(asyncio.create_task(self.sched.run(), name="scheduler"))
+        self._tasks.append(asyncio.create_task(self._ticker(), name="ticker"))
+        self.sched.trigger()
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self.hub.close_all()
+        await asyncio.get_running_loop().run_in_executor(None, self.store.close)
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(min(self.cfg.controller.tick_s, 1.0))
+            try:
+                await self.tick(time.time())
+            except Exception:
+                log.exception("tick failed")
+
+    async def tick(self, now: float) -> None:
+        """Time-based work: node timeouts, pruning finished jobs, a periodic cycle."""
+        await self.nodes.check_timeouts(now)
+        self._prune_recent(now)
+        if now - self.sched.last_cycle_end >= self.cfg.controller.tick_s:
+            self.sched.trigger()
+
+    # ---- bookkeeping ----------------------------------------------------------------
+
+    def _index(self, rec: JobRecord) -> None:
+        self.jobs[rec.id] = rec
+        if rec.array_job_id is not None:
+            self.arrays.setdefault(rec.array_job_id, []).append(rec.id)
+        self._place(rec)
+
+    def _place(self, rec: JobRecord) -> None:
+        """Keep the pending/running maps in step with the record's state."""
+        self.pending.pop(rec.id, None)
+        self.running.pop(rec.id, None)
+        if rec.state is JobState.PENDING:
+            self.pending[rec.id] = rec
+        elif rec.state.is_active:
+            self.running[rec.id] = rec
+
+    def _prune_recent(self, now: float) -> None:
+        age = self.cfg.controller.min_job_age_s
+        while self.recent:
+            rec = self.jobs.get(self.recent[0])
+            if rec is not None and rec.state.is_finished and rec.end_time is not None \
+                    and now - rec.end_time < age:
+                break
+            jid = self.recent.popleft()
+            if rec is None or not rec.state.is_finished:
+                continue
+            del self.jobs[jid]
+            if rec.array_job_id is not None:
+                tasks = self.arrays.get(rec.array_job_id)
+                if tasks is not None:
+                    try:
+                        tasks.remove(jid)
+                    except ValueError:
+                        pass
+                    if not tasks:
+                        del self.arrays[rec.array_job_id]
+        if len(self.finished) > 4 * max(len(self.pending), 1000):
+            needed = self._dependency_targets(self.pending.values())
+            for jid in list(self.finished):
+                if jid not in needed and jid not in self.jobs:
+                    del self.finished[jid]
+
+    def persist(self, inserts: Iterable[JobRecord] = (), updates: Iterable[JobRecord] = (),
+                with_submission: Iterable[JobRecord] = ()) -> asyncio.Future[Any]:
+        ins = [insert_row(r) for r in inserts]
+        ups = [update_row(r) for r in updates]
+        subs = [{"_id": r.id, "submission": _submission_json(r)} for r in with_submission]
+        ops = []
+        if ins:
+            ops.append(Store.op_insert_jobs(ins))
+        if ups:
+            ops.append(Store.op_update_jobs(ups))
+        if subs:
+            ops.append(Store.op_update_jobs(subs))
+
+        def run(conn: Any) -> None:
+            for op in ops:
+                op(conn)
+
+        return asyncio.wrap_future(self.store.submit(run))
+
+    def _finished_info(self, rec: JobRecord) -> FinishedJob:
+        return FinishedJob(id=rec.id, state=rec.state, exit_code=rec.exit_code or 0,
+                           name=rec.sub.spec.name, user=rec.sub.spec.user,
+                           start_time=rec.start_time, end_time=rec.end_time,
+                           array_job_id=rec.array_job_id, array_task_id=rec.array_task_id)
+
+    def finish(self, rec: JobRecord, state: JobState, now: float, *, exit_code: int | None = None,
+               signal: int = 0, reason: str = "") -> None:
+        """Move a job to a terminal state in memory (the caller persists)."""
+        was_active = rec.state.is_active
+        rec.state = job_transition(rec.state, _EXIT_EVENTS[state.value])
+        rec.end_time = now
+        rec.exit_code = exit_code if exit_code is not None else rec.exit_code
+        rec.signal = signal
+        rec.end_reason = reason or rec.end_reason
+        rec.reason = "None"
+        rec.reason_detail = ""
+        rec.rank = None
+        rec.est_start = None
+        rec.touch()
+        if was_active:
+            self.nodes.release(rec)
+            if rec.start_time is not None and rec.allocation is not None:
+                key = (rec.sub.spec.account or "", rec.sub.spec.user)
+                self.usage[key] = self.usage.get(key, 0.0) + rec.allocation.cpus * max(
+                    0.0, now - rec.start_time)
+        self._place(rec)
+        self.recent.append(rec.id)
+        self.finished[rec.id] = self._finished_info(rec)
+        self.metrics.job_ended(rec.state.value)
+        self.metrics.set_jobs(len(self.pending), len(self.running))
+
+    def requeue_record(self, rec: JobRecord, now: float, *, hold: bool = False) -> None:
+        if rec.state.is_active:
+            self.nodes.release(rec)
+            rec.state = job_transition(rec.state, JobEvent.REQUEUE)
+        else:
+            rec.state = job_transition(rec.state, JobEvent.REQUEUE)
+        rec.restarts += 1
+        rec.start_time = None
+        rec.end_time = None
+        rec.allocation = None
+        rec.partition = None
+        rec.exit_code = None
+        rec.signal = 0
+        rec.dispatched = False
+        rec.cancel_requested = False
+        rec.requeue_requested = False
+        rec.requeue_hold = False
+        rec.eligible_time = None
+        if hold:
+            rec.hold = HoldKind.USER
+        rec.reason = "JobHeldUser" if hold else "None"
+        rec.touch()
+        self.finished.pop(rec.id, None)
+        self._place(rec)
+        self.metrics.set_jobs(len(self.pending), len(self.running))
+
+    # ---- dependencies -----------------------------------------------------------------
+
+    @staticmethod
+    def _dependency_targets(recs: Iterable[JobRecord | _Probe]) -> set[int]:
+        out: set[int] = set()
+        for r in recs:
+            dep = r.sub.spec.dependency
+            if dep is not None:
+                for item in dep.items:
+                    out.update(item.job_ids)
+        return out
+
+    async def _load_dependency_targets(self, recs: list[JobRecord]) -> None:
+        """Finished jobs (and array tasks) that pending jobs depend on, from the store."""
+        targets = {t for t in self._dependency_targets(recs)
+                   if t not in self.jobs and t not in self.finished}
+        if not targets:
+            return
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(None, lambda: self.store.history(
+            ids=list(targets), array_ids=list(targets)))
+        for row in rows:
+            rec = record_from_row(row)
+            if rec.state.is_finished and rec.id not in self.jobs:
+                self.finished[rec.id] = self._finished_info(rec)
+
+    def _job_exists(self, jid: int) -> bool:
+        return jid in self.jobs or jid in self.finished or jid in self.arrays
+
+    # ---- submission ---------------------------------------------------------------------
+
+    async def submit(self, body: Any, who: Identity, submit_host: str = "") -> dict[str, Any]:
+        t0 = time.perf_counter()
+        sub = intake.decode_submission(body)
+        sub = intake.apply_identity(sub, who, self.cfg)
+        intake.check_names(sub, self.cfg)
+        indices, max_running = intake.array_indices(sub, self.cfg)
+        if sub.spec.dependency is not None:
+            unknown = [t for t in self._dependency_targets([_Probe(sub)])
+                       if not self._job_exists(t)]
+            if unknown:
+                loop = asyncio.get_running_loop()
+                rows = await loop.run_in_executor(None, lambda: self.store.history(
+                    ids=unknown, array_ids=unknown))
+                for row in rows:
+                    rec = record_from_row(row)
+                    if rec.state.is_finished:
+                        self.finished[rec.id] = self._finished_info(rec)
+                    if rec.array_job_id is not None:
+                        self.finished.setdefault(rec.id, self._finished_info(rec))
+                known = {r.id for r in rows} | {r.array_job_id for r in rows
+                                                if r.array_job_id is not None}
+                spec = intake.filter_dependency(
+                    sub.spec, lambda j: self._job_exists(j) or j in known)
+            else:
+                spec = sub.spec
+            sub = dataclasses.replace(sub, spec=spec)
+        self.sched.check_feasible(sub.spec)
+        first = self.next_id
+        self.next_id += max(len(indices), 1)
+        now = time.time()
+        recs = intake.build_records(sub, first, now, submit_host or self.host, indices,
+                                    max_running)
+        await self.persist(inserts=recs)
+        for rec in recs:
+            self._index(rec)
+        self.metrics.submitted(len(recs), time.perf_counter() - t0)
+        self.metrics.set_jobs(len(self.pending), len(self.running))
+        self.sched.trigger()
+        ids = [r.id for r in recs]
+        return {"job_ids": ids, "array_job_id": first if indices else None,
+                "display_id": str(first)}
+
+    # ---- lookups ------------------------------------------------------------------------
+
+    def resolve_memory(self, ref: str) -> list[JobRecord] | None:
+        """Records for an id reference in memory: ``12``, ``12_3``, ``12_[1-3]``.
+
+        ``None`` when the reference is well formed but not in memory."""
+        base, sep, task = ref.partition("_")
+        if not base.isdigit():
+            raise ApiError("invalid", f"Invalid job id {ref}", slurm="Invalid job id specified")
+        jid = int(base)
+        if not sep:
+            if jid in self.arrays:
+                return [self.jobs[t] for t in self.arrays[jid] if t in self.jobs]
+            rec = self.jobs.get(jid)
+            return [rec] if rec is not None else None
+        wanted = _task_set(ref, task)
+        tasks = [self.jobs[t] for t in self.arrays.get(jid, ()) if t in self.jobs]
+        if wanted is None:
+            return tasks or None
+        found = [t for t in tasks if t.array_task_id in wanted]
+        return found or None
+
+    async def resolve(self, ref: str) -> list[JobRecord]:
+        """Records for an id reference, from memory or the store (finished long ago)."""
+        found = self.resolve_memory(ref)
+        if found is not None:
+            return found
+        base, sep, task = ref.partition("_")
+        jid = int(base)
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(
+            None, lambda: self.store.history(ids=[jid], array_ids=[jid]))
+        recs = [record_from_row(r) for r in rows]
+        if sep:
+            wanted = _task_set(ref, task)
+            recs = [r for r in recs if r.array_job_id == jid
+                    and (wanted is None or r.array_task_id in wanted)]
+        else:
+            arr = [r for r in recs if r.array_job_id == jid]
+            recs = arr or [r for r in recs if r.id == jid]
+        return recs
+
+    async def get_job(self, ref: str, who: Identity) -> dict[str, Any]:
+        recs = await self.resolve(ref)
+        if not recs:
+            raise ApiError("not_found", f"Invalid job id specified: {ref}",
+                           slurm="Invalid job id specified")
+        rec = recs[0] if len(recs) == 1 else next(
+            (r for r in recs if r.id == int(ref.partition("_")[0])), recs[0])
+        private = who.is_admin or who.uid == rec.uid
+        return rec.to_api(time.time(), detail=True, private=private)
+
+    def query(self, flt: dict[str, Any]) -> list[JobRecord]:
+        states = set(flt.get("states") or ())
+        include_finished = bool(flt.get("include_finished")) or bool(
+            states & {s.value for s in JobState if s.is_finished})
+        if flt.get("ids"):
+            recs: list[JobRecord] = []
+            seen: set[int] = set()
+            for ref in flt["ids"]:
+                for r in self.resolve_memory(str(ref)) or ():
+                    if r.id not in seen:
+                        seen.add(r.id)
+                        recs.append(r)
+            recs.sort(key=lambda r: r.id)
+        elif include_finished:
+            recs = sorted(self.jobs.values(), key=lambda r: r.id)
+        else:
+            recs = list(self.pending.values()) + list(self.running.values())
+            recs.sort(key=lambda r: r.id)
+        user = flt.get("user")
+        part = flt.get("partition")
+        account = flt.get("account")
+        name = flt.get("name")
+        out = []
+        for r in recs:
+            if user is not None and r.user != user:
+                continue
+            if states and r.state.value not in states and r.state.short not in states:
+                continue
+            if part is not None and part not in ((r.partition,) if r.partition
+                                                 else r.sub.spec.partitions):
+                continue
+            if account is not None and r.sub.spec.account != account:
+                continue
+            if name is not None and r.sub.spec.name != name:
+                continue
+            out.append(r)
+        return out
+
+    async def history(self, flt: dict[str, Any], who: Identity) -> list[dict[str, Any]]:
+        user = flt.get("user")
+        if user is None and not flt.get("all_users"):
+            user = who.user
+        ids: list[int] | None = None
+        array_ids: list[int] | None = None
+        if flt.get("ids"):
+            ids, array_ids = [], []
+            for ref in flt["ids"]:
+                base = str(ref).partition("_")[0]
+                if not base.isdigit():
+                    raise ApiError("invalid", f"Invalid job id {ref}")
+                ids.append(int(base))
+                array_ids.append(int(base))
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(None, lambda: self.store.history(
+            user=user, since=flt.get("since"), until=flt.get("until"),
+            states=flt.get("states"), ids=ids, array_ids=array_ids,
+            account=flt.get("account"), partition=flt.get("partition"),
+            limit=flt.get("limit")))
+        now = time.time()
+        out = []
+        for row in rows:
+            mem = self.jobs.get(int(row.id))
+            rec = mem if mem is not None else record_from_row(row)
+            out.append(rec.to_api(now))
+        return out
+
+    # ---- job actions --------------------------------------------------------------------
+
+    def _check_owner(self, rec: JobRecord, who: Identity) -> None:
+        if not (who.is_admin or who.uid == rec.uid or (who.via == "token"
+                                                       and who.user == rec.user)):
+            raise ApiError("forbidden", f"Access/permission denied for job {rec.display_id}",
+                           slurm="Access/permission denied")
+
+    async def act(self, action: str, refs: list[str], who: Identity,
+                  opts: dict[str, Any]) -> list[dict[str, Any]]:
+        """cancel / hold / release / requeue on every referenced job; per-id results."""
+        results: list[dict[str, Any]] = []
+        changed: list[JobRecord] = []
+        after: list[Callable[[], None]] = []
+        now = time.time()
+        for ref in refs:
+            try:
+                recs = await self.resolve(ref)
+                if not recs:
+                    raise ApiError("not_found", f"Invalid job id specified: {ref}",
+                                   slurm="Invalid job id specified")
+                for rec in recs:
+                    self._check_owner(rec, who)
+                done = 0
+                for rec in recs:
+                    if self._act_one(action, rec, who, opts, now, changed, after, len(recs) > 1):
+                        done += 1
+                results.append({"id": ref, "ok": True, "code": "ok", "message": "",
+                                "jobs": done})
+            except ApiError as exc:
+                res = {"id": ref, "ok": False, "code": exc.code, "message": exc.message}
+                if exc.slurm:
+                    res["slurm"] = exc.slurm
+                results.append(res)
+        if changed:
+            await self.persist(updates=_unique(changed))
+        for fn in after:
+            fn()
+        if changed:
+            self.sched.trigger()
+        return results
+
+    def _act_one(self, action: str, rec: JobRecord, who: Identity, opts: dict[str, Any],
+                 now: float, changed: list[JobRecord], after: list[Callable[[], None]],
+                 many: bool) -> bool:
+        finished_msg = f"Job has already finished for job {rec.display_id}"
+        if action == "cancel":
+            sig = opts.get("signal")
+            if rec.state.is_finished:
+                if many:
+                    return False
+                raise ApiError("conflict", finished_msg, slurm="Job/step already completing "
+                               "or completed")
+            if sig is not None:
+                if not rec.state.is_active:
+                    if many:
+                        return False
+                    raise ApiError("conflict", f"job {rec.display_id} is not running: "
+                                   "a signal can only be sent to a running job")
+                batch_only = bool(opts.get("batch_only"))
+                after.append(lambda: self.hub.signal(rec, str(sig), batch_only))
+                return True
+            if rec.state is JobState.PENDING:
+                self.finish(rec, JobState.CANCELLED, now, reason=f"cancelled by {who.user}")
+                changed.append(rec)
+                return True
+            if rec.cancel_requested:
+                return True
+            rec.cancel_requested = True
+            rec.end_reason = f"cancelled by {who.user}"
+            if not self.hub.connected(rec):
+                self.finish(rec, JobState.CANCELLED, now, reason=rec.end_reason)
+            changed.append(rec)
+            after.append(lambda: self.hub.cancel(rec))
+            return True
+        if action == "hold":
+            if rec.state.is_finished:
+                raise ApiError("conflict", finished_msg, slurm="Job has already finished")
+            if rec.state is not JobState.PENDING:
+                if many:
+                    return False
+                raise ApiError("conflict", f"job {rec.display_id} is not pending",
+                               slurm="Job is no longer pending execution")
+            admin = bool(opts.get("admin")) or (who.is_admin and who.uid != rec.uid)
+            if admin and not who.is_admin:
+                raise ApiError("forbidden", "only an operator may place an admin hold")
+            rec.hold = HoldKind.ADMIN if admin else HoldKind.USER
+            rec.reason = "JobHeldAdmin" if admin else "JobHeldUser"
+            rec.touch()
+            changed.append(rec)
+            return True
+        if action == "release":
+            if rec.state.is_finished:
+                raise ApiError("conflict", finished_msg, slurm="Job has already finished")
+            if rec.hold is HoldKind.NONE:
+                return False
+            if rec.hold is HoldKind.ADMIN and not who.is_admin:
+                raise ApiError("forbidden", f"job {rec.display_id} has an admin hold: "
+                               "only an operator may release it",
+                               slurm="Access/permission denied")
+            rec.hold = HoldKind.NONE
+            rec.reason = "None"
+            rec.touch()
+            changed.append(rec)
+            return True
+        if action == "requeue":
+            if not rec.sub.spec.requeue and not who.is_admin:
+                raise ApiError("conflict", f"job {rec.display_id} is not requeueable "
+                               "(submitted with --no-requeue)",
+                               slurm="Requested operation is presently disabled")
+            hold = bool(opts.get("hold"))
+            if rec.state is JobState.PENDING:
+                if many:
+                    return False
+                raise ApiError("conflict", f"job {rec.display_id} is pending: nothing to "
+                               "requeue", slurm="Job is pending execution")
+            if rec.state.is_finished:
+                self.requeue_record(rec, now, hold=hold)
+                if rec.id not in self.jobs:
+                    self._index(rec)
+                changed.append(rec)
+                return True
+            if rec.requeue_requested:
+                return True
+            rec.requeue_requested = True
+            rec.requeue_hold = hold
+            if not self.hub.connected(rec):
+                self.requeue_record(rec, now, hold=hold)
+            changed.append(rec)
+            after.append(lambda: self.hub.cancel(rec))
+            return True
+        raise ApiError("invalid", f"unknown action {action!r}")
+
+    async def update_job(self, ref: str, fields: dict[str, Any], who: Identity) -> dict[str, Any]:
+        from corral.controller.updates import apply_update
+
+        recs = await self.resolve(ref)
+        if not recs:
+            raise ApiError("not_found", f"Invalid job id specified: {ref}",
+                           slurm="Invalid job id specified")
+        changed, spec_changed = [], []
+        after: list[Callable[[], None]] = []
+        for rec in recs:
+            self._check_owner(rec, who)
+            spec_touched = apply_update(self, rec, fields, who, after)
+            changed.append(rec)
+            if spec_touched:
+                spec_changed.append(rec)
+        await self.persist(updates=changed, with_submission=spec_changed)
+        for fn in after:
+            fn()
+        self.sched.trigger()
+        return recs[0].to_api(time.time(), detail=True, private=True)
+
+    # ---- agent events -----------------------------------------------------------------
+
+    async def on_exits(self, node: str, exits: list[JobExit]) -> list[JobExit]:
+        """Apply job exits reported by an agent; returns the ones to acknowledge."""
+        now = time.time()
+        changed: list[JobRecord] = []
+        acks: list[JobExit] = []
+        for ex in exits:
+            acks.append(ex)
+            rec = self.jobs.get(ex.job_id)
+            if rec is None or not rec.state.is_active or rec.restarts != ex.restarts:
+                continue  # stale: a run we already ended (or requeued): just forget it
+            if rec.allocation is None or rec.allocation.nodes[0].node != node:
+                continue
+            rec.cpu_time_s = ex.cpu_time_s
+            rec.max_rss_mb = ex.max_rss_mb
+            if ex.stdout_path:
+                rec.stdout = ex.stdout_path
+                rec.stderr = ex.stderr_path or ex.stdout_path
+            if rec.requeue_requested:
+                hold = rec.requeue_hold
+                self.requeue_record(rec, now, hold=hold)
+            else:
+                try:
+                    state = JobState(ex.state)
+                except ValueError:
+                    state = JobState.FAILED
+                if rec.cancel_requested and state is not JobState.COMPLETED:
+                    state = JobState.CANCELLED
+                reason = rec.end_reason if state is JobState.CANCELLED else ex.reason
+                self.finish(rec, state, ex.end_time or now, exit_code=ex.exit_code,
+                            signal=ex.signal, reason=reason)
+                if ex.start_time:
+                    rec.start_time = min(rec.start_time or ex.start_time, ex.start_time)
+            changed.append(rec)
+        if changed:
+            await self.persist(updates=changed)
+            self.sched.trigger()
+        return acks
+
+    async def on_launch_failed(self, node: str, job_id: int, restarts: int, message: str) -> None:
+        rec = self.jobs.get(job_id)
+        if rec is None or not rec.state.is_active or rec.restarts != restarts:
+            return
+        now = time.time()
+        log.warning("launch of job %d on %s failed: %s", job_id, node, message)
+        if rec.sub.spec.requeue and rec.restarts < 3:
+            self.requeue_record(rec, now)
+            rec.reason_detail = f"launch failed on {node}: {message}"
+        else:
+            self.finish(rec, JobState.FAILED, now, exit_code=1,
+                        reason=f"launch failed on {node}: {message}")
+        await self.persist(updates=[rec])
+        self.sched.trigger()
+
+
+class _Probe:
+    """Adapter so ``_dependency_targets`` can look at a bare submission."""
+
+    def __init__(self, sub: Any) -> None:
+        self.sub = sub
+
+
+def _task_set(ref: str, task: str) -> set[int] | None:
+    if task in ("*", ""):
+        return None
+    if task.isdigit():
+        return {int(task)}
+    if task.startswith("[") and task.endswith("]"):
+        from corral.core.parse.arrayspec import parse_array
+        from corral.core.parse.errors import ParseError
+
+        try:
+            return set(parse_array(task[1:-1]).indices)
+        except ParseError:
+            pass
+    raise ApiError("invalid", f"Invalid job id {ref}", slurm="Invalid job id specified")
+
+
+def _unique(recs: list[JobRecord]) -> list[JobRecord]:
+    seen: dict[int, JobRecord] = {}
+    for r in recs:
+        seen[r.id] = r
+    return list(seen.values())
+
+
+def _submission_json(rec: JobRecord) -> str:
+    import json
+
+    return json.dumps(rec.sub.to_json(), separators=(",", ":"))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,273 @@
+"""The durable log of the controller: jobs and nodes in SQL (SQLite WAL or PostgreSQL).
+
+Design: the controller keeps active jobs in memory (``state.py``); this store is their
+durable copy and the queryable history. All writes go through ONE writer thread that
+takes every queued operation, applies them in order in ONE transaction and then resolves
+the callers' futures: concurrent submits share a commit (group commit), and an operation
+queued after another is never committed before it (the binder relies on this: a job's
+start is persisted only after its insert).
+
+Durability: SQLite runs in WAL mode with ``synchronous=NORMAL``. A commit is in the WAL
+file before the future resolves, so a crash of the controller process (``kill -9``) loses
+nothing that was acknowledged; a power loss or kernel crash may lose the last commits
+(set ``synchronous=FULL`` via ``database_url`` ``?synchronous=full`` to fsync each commit).
+
+Reads (history, one job) use separate connections (WAL readers do not block the writer).
+The hot paths never scan the jobs table: active jobs are loaded once at start through the
+partial index on active states; history queries go through the user/end-time indexes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+log = logging.getLogger("corral.store")
+
+metadata = sa.MetaData()
+
+ACTIVE_STATE_VALUES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
+
+jobs = sa.Table(
+    "jobs", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("array_job_id", sa.Integer, nullable=True),
+    sa.Column("array_task_id", sa.Integer, nullable=True),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("user", sa.Text, nullable=False),
+    sa.Column("uid", sa.Integer, nullable=False),
+    sa.Column("account", sa.Text, nullable=True),
+    sa.Column("partition", sa.Text, nullable=True),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("submit_time", sa.Float, nullable=False),
+    sa.Column("start_time", sa.Float, nullable=True),
+    sa.Column("end_time", sa.Float, nullable=True),
+    sa.Column("exit_code", sa.Integer, nullable=True),
+    sa.Column("restarts", sa.Integer, nullable=False, default=0),
+    sa.Column("nodes", sa.Text, nullable=False, default=""),
+    sa.Column("submission", sa.Text, nullable=False),  # JobSubmission JSON (immutable)
+    sa.Column("data", sa.Text, nullable=False),  # mutable record fields JSON
+    sa.Index("ix_jobs_active", "state",
+             sqlite_where=sa.text("state IN ('PENDING','RUNNING','SUSPENDED','COMPLETING')"),
+             postgresql_where=sa.text(
+                 "state IN ('PENDING','RUNNING','SUSPENDED','COMPLETING')")),
+    sa.Index("ix_jobs_user_end", "user", "end_time"),
+    sa.Index("ix_jobs_end", "end_time"),
+    sa.Index("ix_jobs_array", "array_job_id"),
+)
+
+nodes = sa.Table(
+    "nodes", metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("spec", sa.Text, nullable=False),
+    sa.Column("admin_state", sa.Text, nullable=False, default=""),
+    sa.Column("reason", sa.Text, nullable=False, default=""),
+    sa.Column("data", sa.Text, nullable=False, default="{}"),
+)
+
+meta = sa.Table(
+    "meta", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+Op = Callable[[Connection], Any]
+
+
+class Store:
+    """SQL store with a single group-committing writer thread."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine: Engine = _make_engine(url)
+        self._q: queue.Queue[tuple[Op, Future[Any]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._writer, name="corral-store", daemon=True)
+        self.commits = 0
+        self.ops = 0
+        self._closed = False
+
+    # ---- lifecycle -----------------------------------------------------------------
+
+    def open(self) -> None:
+        from corral.controller.migrate import upgrade
+
+        upgrade(self.engine)
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread.is_alive():
+            self._q.put(None)
+            self._thread.join(timeout=10)
+        self.engine.dispose()
+
+    # ---- writes ----------------------------------------------------------------------
+
+    def submit(self, op: Op) -> Future[Any]:
+        """Queue ``op(conn)``; the future resolves once its transaction committed."""
+        fut: Future[Any] = Future()
+        self._q.put((op, fut))
+        return fut
+
+    def _writer(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            batch = [item]
+            stop = False
+            while True:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                batch.append(nxt)
+            self._run_batch(batch)
+            if stop:
+                return
+
+    def _run_batch(self, batch: list[tuple[Op, Future[Any]]]) -> None:
+        results: list[Any] = []
+        try:
+            with self.engine.begin() as conn:
+                for op, _fut in batch:
+                    results.append(op(conn))
+        except Exception as exc:  # one bad op must not lose the others: retry one by one
+            if len(batch) > 1:
+                for one in batch:
+                    self._run_batch([one])
+                return
+            log.exception("store write failed")
+            batch[0][1].set_exception(exc)
+            return
+        self.commits += 1
+        self.ops += len(batch)
+        for (_op, fut), res in zip(batch, results, strict=True):
+            fut.set_result(res)
+
+    # ---- operations (run in the writer thread) ---------------------------------------
+
+    @staticmethod
+    def op_insert_jobs(rows: list[dict[str, Any]]) -> Op:
+        def run(conn: Connection) -> None:
+            conn.execute(jobs.insert(), rows)
+        return run
+
+    @staticmethod
+    def op_update_jobs(rows: list[dict[str, Any]]) -> Op:
+        """Rows carry ``_id`` plus every mutable column."""
+        def run(conn: Connection) -> None:
+            if rows:
+                stmt = jobs.update().where(jobs.c.id == sa.bindparam("_id"))
+                conn.execute(stmt, rows)
+        return run
+
+    @staticmethod
+    def op_upsert_node(name: str, spec: dict[str, Any], admin_state: str, reason: str,
+                       data: dict[str, Any]) -> Op:
+        def run(conn: Connection) -> None:
+            values = {"spec": json.dumps(spec), "admin_state": admin_state, "reason": reason,
+                      "data": json.dumps(data)}
+            updated = conn.execute(nodes.update().where(nodes.c.name == name).values(**values))
+            if updated.rowcount == 0:
+                conn.execute(nodes.insert().values(name=name, **values))
+        return run
+
+    # ---- reads (any thread) -----------------------------------------------------------
+
+    def load_active(self) -> list[sa.Row[Any]]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(
+                sa.select(jobs).where(jobs.c.state.in_(ACTIVE_STATE_VALUES))
+                .order_by(jobs.c.id)))
+
+    def load_nodes(self) -> list[sa.Row[Any]]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(sa.select(nodes)))
+
+    def max_job_id(self) -> int:
+        with self.engine.connect() as conn:
+            v = conn.execute(sa.select(sa.func.max(jobs.c.id))).scalar()
+            return int(v or 0)
+
+    def get_jobs(self, ids: Iterable[int]) -> list[sa.Row[Any]]:
+        id_list = list(ids)
+        if not id_list:
+            return []
+        with self.engine.connect() as conn:
+            return list(conn.execute(sa.select(jobs).where(jobs.c.id.in_(id_list))))
+
+    def get_array_tasks(self, array_job_id: int) -> list[sa.Row[Any]]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(
+                sa.select(jobs).where(jobs.c.array_job_id == array_job_id)
+                .order_by(jobs.c.array_task_id)))
+
+    def history(
+        self, *, user: str | None = None, since: float | None = None,
+        until: float | None = None, states: list[str] | None = None,
+        ids: list[int] | None = None, array_ids: list[int] | None = None,
+        account: str | None = None, partition: str | None = None, limit: int | None = None,
+    ) -> list[sa.Row[Any]]:
+        q = sa.select(jobs)
+        if user is not None:
+            q = q.where(jobs.c.user == user)
+        if since is not None:  # lifetime overlaps [since, until]: not ended before since
+            q = q.where(sa.or_(jobs.c.end_time.is_(None), jobs.c.end_time >= since))
+        if until is not None:
+            q = q.where(jobs.c.submit_time <= until)
+        if states:
+            q = q.where(jobs.c.state.in_(states))
+        if ids is not None or array_ids is not None:
+            conds = []
+            if ids:
+                conds.append(jobs.c.id.in_(ids))
+            if array_ids:
+                conds.append(jobs.c.array_job_id.in_(array_ids))
+            q = q.where(sa.or_(*conds)) if conds else q.where(sa.false())
+        if account is not None:
+            q = q.where(jobs.c.account == account)
+        if partition is not None:
+            q = q.where(jobs.c.partition == partition)
+        q = q.order_by(jobs.c.id)
+        if limit is not None:
+            q = q.limit(limit)
+        with self.engine.connect() as conn:
+            return list(conn.execute(q))
+
+
+def _make_engine(url: str) -> Engine:
+    synchronous = "NORMAL"
+    if url.startswith("sqlite"):
+        base, _, query = url.partition("?")
+        params = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
+        synchronous = params.pop("synchronous", "normal").upper()
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"database_url: bad synchronous={synchronous!r}")
+        url = base + ("?" + "&".join(f"{k}={v}" for k, v in params.items()) if params else "")
+        engine = sa.create_engine(url, connect_args={"check_same_thread": False,
+                                                     "timeout": 30})
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _rec: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA synchronous={synchronous}")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
