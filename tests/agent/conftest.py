@@ -58,14 +58,13 @@ def kill_leftovers(state_dir: Path) -> None:
         return
     for jdir in base.iterdir():
         st = spool.read_json(jdir / spool.STATUS) or {}
-        sup = spool.read_json(jdir / spool.SUPERVISOR) or {}
         job_pid, job_ticks = st.get("job_pid"), st.get("job_ticks")
         if job_pid and is_alive(int(job_pid), job_ticks):
             try:
                 os.killpg(int(job_pid), signal.SIGKILL)
             except OSError:
                 pass
-        pid, ticks = sup.get("pid"), sup.get("ticks")
+        pid, ticks = st.get("supervisor_pid"), st.get("supervisor_ticks")
         if pid and is_alive(int(pid), ticks):
             os.kill(int(pid), signal.SIGKILL)
 

@@ -40,10 +40,12 @@ def test_kill_9_agent_jobs_continue_and_are_readopted(tmp_path: Path) -> None:
         assert agent.stdout.readline().strip() == "launched"
         os.kill(agent.pid, signal.SIGKILL)
         assert agent.wait(timeout=10) == -signal.SIGKILL
-        sups = {j: spool.read_json(spool.job_dir(state, j) / spool.SUPERVISOR) or {}
-                for j in (31, 32, 33)}
-        for rec in sups.values():
-            assert is_alive(int(rec["pid"]), rec["ticks"])
+        for j in (31, 32, 33):
+            wait_for(lambda j=j: (spool.read_json(spool.job_dir(state, j) / spool.STATUS) or {})
+                     .get("state") == "RUNNING", what=f"job {j} running")
+            rec = spool.read_json(spool.job_dir(state, j) / spool.STATUS) or {}
+            assert is_alive(int(rec["supervisor_pid"]), rec["supervisor_ticks"])
+            assert is_alive(int(rec["job_pid"]), rec["job_ticks"])
         # job 32 finishes while no agent runs
         (tmp_path / "go32").touch()
         wait_for(lambda: (spool.job_dir(state, 32) / spool.EXIT).exists(), what="job 32 exit")

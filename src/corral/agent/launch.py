@@ -45,7 +45,11 @@ class LaunchRequest:
     max_pids: int = 0  # pids limit of the job's cgroup (0: none)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # not dataclasses.asdict: this is on the launch hot path and asdict deep-copies
+        out = {name: getattr(self, name) for name in _LAUNCH_FIELDS}
+        out["env"] = dict(self.env)
+        out["extra"] = dict(self.extra)
+        return out
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> LaunchRequest:
@@ -53,6 +57,9 @@ class LaunchRequest:
         for key in ("argv", "cores", "cpus", "gpus", "nodes"):
             d[key] = tuple(d.get(key) or ())
         return LaunchRequest(**d)
+
+
+_LAUNCH_FIELDS = tuple(f.name for f in dataclasses.fields(LaunchRequest))
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from corral.agent.cgroups import CgroupLayout, JobCgroup
 from corral.agent.isolation import node_layout
 from corral.agent.launch import JobExit, LaunchRequest
 from corral.agent.prepare import parse_warning_signal
-from corral.agent.proctree import is_alive, kill_pids, start_ticks
+from corral.agent.proctree import is_alive, kill_pids
 from corral.agent.supervisor import WAKE_SIGNALS, SupervisorConfig, run_supervisor
 
 _STARTUP_GRACE_S = 30.0  # a job dir with a request but no supervisor record yet
@@ -86,6 +86,7 @@ class JobRunner:
         self._reported: set[int] = set()
         self._last_sweep = 0.0
         self._groups: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {}
+        self._children: set[int] = set()  # supervisors forked by this runner, not yet reaped
         self.adopted: list[int] = []
         self._adopt()
 
@@ -109,7 +110,7 @@ class JobRunner:
             self._forget(jid)
         if jdir.exists():
             shutil.rmtree(jdir, ignore_errors=True)
-        (jdir / spool.CTL).mkdir(parents=True)
+        os.mkdir(jdir)
         spool.write_json(jdir / spool.REQUEST, req.to_json())
         refusal, groups, switch = self._check(req)
         if refusal:
@@ -122,9 +123,7 @@ class JobRunner:
                                isolation=self.isolation, notify_addr=self._addr,
                                mem_poll_s=self.mem_poll_s, groups=groups, switch_user=switch)
         pid = self._fork_supervisor(str(jdir), req, cfg)
-        ticks = start_ticks(pid)
-        spool.write_json(jdir / spool.SUPERVISOR, {"pid": pid, "ticks": ticks})
-        self._active[jid] = _Sup(pid, ticks)
+        self._active[jid] = _Sup(pid, None)
 
     def poll(self) -> list[JobExit]:
         """Jobs that finished since the last poll, each reported once (until ``ack``)."""
@@ -134,6 +133,7 @@ class JobRunner:
         if sweep:
             self._last_sweep = now
             ids |= set(self._active)
+            self._reap()
         ids |= self._pending
         out: list[JobExit] = []
         for jid in sorted(ids):
@@ -225,16 +225,25 @@ class JobRunner:
 
     def _sup_record(self, jid: int) -> _Sup | None:
         jdir = spool.job_dir(self.state_dir, jid)
-        for name, pid_key, ticks_key in ((spool.SUPERVISOR, "pid", "ticks"),
-                                         (spool.STATUS, "supervisor_pid", "supervisor_ticks")):
-            rec = spool.read_json(jdir / name)
-            if rec and rec.get(pid_key):
-                ticks = rec.get(ticks_key)
-                return _Sup(int(rec[pid_key]), int(ticks) if ticks is not None else None)
+        rec = spool.read_json(jdir / spool.STATUS)
+        if rec and rec.get("supervisor_pid"):
+            ticks = rec.get("supervisor_ticks")
+            return _Sup(int(rec["supervisor_pid"]), int(ticks) if ticks is not None else None)
         return None
 
     def _supervisor_alive(self, jid: int) -> bool:
-        sup = self._active.get(jid) or self._sup_record(jid)
+        sup = self._active.get(jid)
+        if sup is not None and sup.pid in self._children:  # our own child: waitpid knows
+            try:
+                done, _ = os.waitpid(sup.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else (a waitpid(-1) elsewhere)
+                self._children.discard(sup.pid)
+                return is_alive(sup.pid)
+            if not done:
+                return True
+            self._children.discard(sup.pid)
+            return False
+        sup = sup or self._sup_record(jid)
         if sup is not None:
             self._active[jid] = sup
             return is_alive(sup.pid, sup.ticks)
@@ -284,8 +293,10 @@ class JobRunner:
         if jid not in self._active or (jdir / spool.EXIT).exists():
             return False
         spool.post_command(jdir, cmd)
-        sup = self._active.get(jid) or self._sup_record(jid)
-        if sup is not None and is_alive(sup.pid, sup.ticks):
+        sup = self._active.get(jid)
+        if sup is None or (sup.ticks is None and sup.pid not in self._children):
+            sup = self._sup_record(jid)  # adopted: trust only a pid with a start time
+        if sup is not None and (sup.pid in self._children or is_alive(sup.pid, sup.ticks)):
             try:
                 os.kill(sup.pid, signal.SIGUSR1)
             except ProcessLookupError:
@@ -340,35 +351,28 @@ class JobRunner:
         return groups
 
     def _fork_supervisor(self, jdir: str, req: LaunchRequest, cfg: SupervisorConfig) -> int:
-        r, w = os.pipe2(os.O_CLOEXEC)
+        """Fork the supervisor (one fork: it starts its own session at once). The runner
+        reaps it when it ends (``_reap``); if the agent dies first, init adopts it."""
         old = signal.pthread_sigmask(signal.SIG_BLOCK, WAKE_SIGNALS)
         try:
             pid = os.fork()
-            if pid == 0:  # the intermediate child: new session, fork, report, leave
-                try:
-                    os.close(r)
-                    os.setsid()
-                    pid2 = os.fork()
-                    if pid2 == 0:
-                        os.close(w)
-                        run_supervisor(jdir, req, cfg)
-                    os.write(w, str(pid2).encode())
-                finally:
-                    os._exit(0)
+            if pid == 0:
+                os.setsid()
+                run_supervisor(jdir, req, cfg)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        os.close(w)
-        data = b""
-        while True:
-            chunk = os.read(r, 64)
-            if not chunk:
-                break
-            data += chunk
-        os.close(r)
-        os.waitpid(pid, 0)
-        if not data.isdigit():
-            raise OSError(f"could not start a supervisor for job {req.job_id}")
-        return int(data)
+        self._children.add(pid)
+        return pid
+
+    def _reap(self) -> None:
+        """Collect supervisors this runner forked that have ended (no zombies)."""
+        for pid in list(self._children):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self._children.discard(pid)
 
 
 def _user_name(uid: int) -> str:

@@ -3,8 +3,8 @@
 Layout under ``<state_dir>/jobs/<job_id>/``:
 
 - ``request.json``    the ``LaunchRequest`` (written by the runner before it starts a supervisor)
-- ``supervisor.json`` pid and kernel start time of the supervisor (written by the runner)
-- ``status.json``     what the supervisor is doing (pids, cgroup paths, output files, start)
+- ``status.json``     what the supervisor is doing: its own pid and kernel start time (written
+  first thing), then the job's pids, cgroup paths, output files, start time
 - ``exit.json``       the final ``JobExit`` (written once, by the supervisor, or by the
   runner when the supervisor vanished); its presence means "finished"
 - ``ctl/``            commands for the supervisor (cancel, signal, time limit), one file each
@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 REQUEST = "request.json"
-SUPERVISOR = "supervisor.json"
 STATUS = "status.json"
 EXIT = "exit.json"
 CTL = "ctl"

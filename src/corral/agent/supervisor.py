@@ -57,6 +57,8 @@ from corral.agent.proctree import (
 WAKE_SIGNALS = frozenset({signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT,
                           signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2, signal.SIGPIPE})
 _REAP_DEADLINE_S = 10.0
+_IGNORED_BY_DEFAULT = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
+_CATCHABLE = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
 
 @dataclass(frozen=True)
@@ -196,13 +198,11 @@ class Supervisor:
         stage = "setup"
         try:
             os.setsid()
-            for sig in signal.valid_signals():
-                if sig in (signal.SIGKILL, signal.SIGSTOP):
-                    continue
-                try:
-                    signal.signal(sig, signal.SIG_DFL)
-                except (OSError, ValueError):
-                    pass
+            # handlers are reset by exec; ignored signals (Python ignores SIGPIPE, SIGXFSZ)
+            # and the blocked mask are inherited, so undo those
+            for sig in _IGNORED_BY_DEFAULT | {s for s in _CATCHABLE
+                                              if signal.getsignal(s) == signal.SIG_IGN}:
+                signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, set())
             stage = "cgroup"
             if self.iso is not None:
@@ -252,6 +252,7 @@ class Supervisor:
     def start(self) -> str | None:
         """Start the job; returns a failure reason, or None when it runs."""
         req = self.req
+        self.write_status("STARTING")
         if req.signal:
             try:
                 self.warning = parse_warning_signal(req.signal)
@@ -479,7 +480,6 @@ class Supervisor:
             except OSError as exc:
                 self.log(f"cannot remove isolation: {exc}")
         spool.write_json(os.path.join(self.jdir, spool.EXIT), exit_rec.to_json())
-        self.write_status(exit_rec.state)
         self.notify()
 
 
@@ -504,7 +504,17 @@ def run_supervisor(jdir: str, req: LaunchRequest, cfg: SupervisorConfig) -> NoRe
     code = 0
     try:
         prepare_process(jdir)
-        Supervisor(jdir, req, cfg).main()
+        if os.environ.get("CORRAL_SUPERVISOR_PROFILE"):
+            import cProfile
+            cProfile.runctx("Supervisor(jdir, req, cfg).main()", globals(), locals(),
+                            os.path.join(jdir, "prof"))
+        else:
+            Supervisor(jdir, req, cfg).main()
+        if os.environ.get("CORRAL_SUPERVISOR_TIMES"):
+            import resource
+            a = resource.getrusage(resource.RUSAGE_SELF)
+            b = resource.getrusage(resource.RUSAGE_CHILDREN)
+            os.write(2, f"TIMES {a.ru_utime} {a.ru_stime} {b.ru_utime} {b.ru_stime}\n".encode())
     except BaseException:  # noqa: B036 - the last resort: record why, never return to the agent
         code = 1
         try:
