@@ -686,6 +686,7 @@ class SbatchRequest:
     submission: JobSubmission
     options: SlurmOptions
     script_path: str | None  # None for --wrap and stdin
+    local: dict[str, str | None] = field(default_factory=dict)  # caller's own options
 
 
 def _read_script(ctx: SubmitContext, path: str | None) -> str:
@@ -729,14 +730,24 @@ def check_script(ctx: SubmitContext, script: str) -> None:
                         "character '\\0'.", 1)
 
 
-def parse_sbatch(argv: Sequence[str], ctx: SubmitContext) -> SbatchRequest:
+def parse_sbatch(
+    argv: Sequence[str],
+    ctx: SubmitContext,
+    *,
+    table: OptionTable | None = None,
+    local_keys: frozenset[str] = frozenset(),
+) -> SbatchRequest:
     """Parse an ``sbatch`` call completely: flags, script (file, stdin or ``--wrap``),
     ``#SBATCH`` lines and ``SBATCH_*`` variables. Raises ``SubmitError`` on bad input.
 
     ``--help``/``--usage``/``--version`` are reported through ``options`` (the caller
-    prints them); the script is not read then.
+    prints them); the script is not read then. A caller with options of its own (such as
+    ``corral submit --json``) passes a ``table`` that has them and their keys in
+    ``local_keys``: they come back in ``SbatchRequest.local`` and nowhere else.
     """
-    cli, positional = parse_slurm_args(argv, ctx)
+    cli, positional = parse_slurm_args(argv, ctx, table)
+    local = {p.opt.key: p.value for p in cli if p.opt.key in local_keys}
+    cli = [p for p in cli if p.opt.key not in local_keys]
     probe = SlurmOptions()
     for p in cli:  # first pass: what decides where the script comes from
         if p.opt.key in ("wrap", "help", "usage", "version"):
@@ -746,7 +757,7 @@ def parse_sbatch(argv: Sequence[str], ctx: SubmitContext) -> SbatchRequest:
         apply_options(opts, [p for p in cli if p.opt.key in ("help", "usage", "version")],
                       ctx, "cli")
         dummy = JobSubmission(spec=JobSpec(), workdir=ctx.cwd)
-        return SbatchRequest(dummy, opts, None)
+        return SbatchRequest(dummy, opts, None, local)
 
     script_path: str | None = None
     script_args: list[str] = []
@@ -775,4 +786,4 @@ def parse_sbatch(argv: Sequence[str], ctx: SubmitContext) -> SbatchRequest:
         sub.extra["command"] = abs_path
     elif probe.wrap is not None:
         sub.extra["command"] = "(null)"
-    return SbatchRequest(sub, opts, script_path)
+    return SbatchRequest(sub, opts, script_path, local)
