@@ -37,6 +37,13 @@ class PlacementMode(str, Enum):
     TOPOLOGY = "topology"  # fewest switches, then best fit
 
 
+class ReservationPolicy(str, Enum):
+    """Who holds a reservation across cycles (Maui ``RESERVATIONPOLICY``)."""
+
+    CURRENT_HIGHEST = "current_highest"  # recomputed every cycle from priorities (Slurm-like)
+    HIGHEST = "highest"  # a job that got a reservation stays first until it starts
+
+
 class FairshareAlgorithm(str, Enum):
     FAIR_TREE = "fair_tree"
     CLASSIC = "classic"
@@ -83,3 +90,7 @@ class SchedulerConfig:
     default_time_s: int = 3600  # when neither job nor partition gives one
     default_mem_per_cpu_mb: int = 0  # 0: whole node memory split by CPUs is not assumed
     max_array_size: int = 4001
+    # added by the scheduling engine (issue 2, items 4-6)
+    reservation_policy: ReservationPolicy = ReservationPolicy.CURRENT_HIGHEST
+    annotate_pending: bool = True  # False: no PendingInfo/est. starts (simulator fast path)
+    bf_max_preempt_candidates: int = 256  # running jobs examined as victims per preemptor

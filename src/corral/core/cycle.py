@@ -3,14 +3,71 @@
 ``run_cycle(snapshot, config, now) -> CycleResult``. Pure and deterministic: the same
 snapshot, config and ``now`` always give the same decisions. The controller daemon and the
 simulator both call this function.
+
+Steps: index the nodes (cached across cycles), build the pool of free resources (diffed
+against the previous call when the nodes are unchanged), compute priorities
+(``corral.core.priority.compute``), order the queue (``passes.order``), and run the queue
+pass (``passes.schedule``) for the configured backfill mode.
+
+Fast path: when preemption is off, no core is free on any up node and nothing needs to be
+annotated (``annotate_pending=False``), nothing can start, so the cycle returns at once
+(carrying persistent reservations over). Under ``ReservationPolicy.HIGHEST`` this happens
+only once a reservation exists, so the job that blocks first keeps its place.
+
+Reading the result: ``starts`` (exact allocations), ``reservations`` (planned starts),
+``preemptions``, ``rejects`` (can never run as asked), ``pending`` (a ``PendingInfo`` per
+waiting job when ``annotate_pending``), ``reserved`` (ids to pass back as
+``ClusterSnapshot.reserved``) and ``stats``.
 """
 
 from __future__ import annotations
 
-from corral.core.config import SchedulerConfig
-from corral.core.decisions import CycleResult
+from corral.core import priority
+from corral.core.config import PreemptType, ReservationPolicy, SchedulerConfig
+from corral.core.decisions import CycleResult, CycleStats
+from corral.core.nodes import node_table
+from corral.core.passes.order import order_jobs
+from corral.core.passes.schedule import Pass, reserved_ids
+from corral.core.pool import build_pool
 from corral.core.snapshot import ClusterSnapshot
 
 
 def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> CycleResult:
-    raise NotImplementedError("scheduling core under construction")
+    table, up = node_table(snapshot.nodes, snapshot.partitions)
+    pool = build_pool(table, up, snapshot.running)
+    if not snapshot.pending:
+        return CycleResult(stats=CycleStats(running=len(snapshot.running)))
+    highest = config.reservation_policy == ReservationPolicy.HIGHEST
+    if (
+        not config.annotate_pending
+        and config.preempt_type == PreemptType.NONE
+        and not pool.ge_cores[1]
+        and (not highest or snapshot.reserved)
+    ):
+        return CycleResult(
+            stats=CycleStats(pending=len(snapshot.pending), running=len(snapshot.running)),
+            reserved=snapshot.reserved if highest else (),
+        )
+    prio = priority.compute(snapshot, config, now)
+    order = order_jobs(snapshot.pending, prio, reserved_ids(snapshot, config),
+                       config.reservation_policy)
+    out = Pass(snapshot, config, now, table, pool).run(order, prio)
+    stats = CycleStats(
+        pending=len(snapshot.pending),
+        running=len(snapshot.running),
+        started=len(out.starts),
+        backfilled=out.backfilled,
+        reserved=len(out.reservations),
+        preempted=len(out.preemptions),
+        rejected=len(out.rejects),
+        jobs_tested=out.tested,
+    )
+    return CycleResult(
+        starts=tuple(out.starts),
+        reservations=tuple(out.reservations),
+        preemptions=tuple(out.preemptions),
+        rejects=tuple(out.rejects),
+        pending=out.pending,
+        stats=stats,
+        reserved=tuple(out.reserved),
+    )

@@ -77,3 +77,6 @@ class CycleResult:
     rejects: tuple[Reject, ...] = ()
     pending: dict[int, PendingInfo] = field(default_factory=dict)
     stats: CycleStats = field(default_factory=CycleStats)
+    # ids holding a reservation after this cycle, in the order they got it (feed back as
+    # ``ClusterSnapshot.reserved``; only ReservationPolicy.HIGHEST reads it)
+    reserved: tuple[int, ...] = ()

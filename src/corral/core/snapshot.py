@@ -45,6 +45,9 @@ class ClusterSnapshot:
     usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
     licenses: GresItems = ()
     generation: int = 0
+    # ids holding a persistent reservation (ReservationPolicy.HIGHEST), in the order they got
+    # it; the shell copies ``CycleResult.reserved`` here for the next cycle
+    reserved: tuple[int, ...] = ()
 
     def partition(self, name: str) -> Partition | None:
         for p in self.partitions:

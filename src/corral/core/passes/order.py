@@ -1,0 +1,38 @@
+"""Queue order: priority (higher first), then submit time, then job id.
+
+With ``ReservationPolicy.HIGHEST`` (Maui's ``RESERVATIONPOLICY HIGHEST``) the jobs that
+hold a persistent reservation from earlier cycles (``ClusterSnapshot.reserved``, in the
+order they got it) come first, whatever their priority is now; a job keeps that place until
+it starts. With ``CURRENT_HIGHEST`` (the default, like Slurm) the order is recomputed from
+priorities every cycle. An ``admin_priority`` overrides the computed priority.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from corral.core.config import ReservationPolicy
+from corral.core.model.job import Job
+
+
+def effective_priority(job: Job, prio: Mapping[int, float]) -> float:
+    if job.admin_priority is not None:
+        return float(job.admin_priority)
+    return prio.get(job.id, 0.0)
+
+
+def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
+               reserved: Sequence[int], policy: ReservationPolicy) -> list[Job]:
+    """Pending jobs in the order the passes consider them."""
+    get = prio.get
+    if any(j.admin_priority is not None for j in pending):
+        jobs = sorted(pending, key=lambda j: (-effective_priority(j, prio), j.submit_time, j.id))
+    else:
+        jobs = sorted(pending, key=lambda j: (-get(j.id, 0.0), j.submit_time, j.id))
+    if policy == ReservationPolicy.HIGHEST and reserved:
+        pos = {jid: k for k, jid in enumerate(reserved)}
+        head = sorted((j for j in jobs if j.id in pos), key=lambda j: pos[j.id])
+        if head:
+            rest = [j for j in jobs if j.id not in pos]
+            jobs = head + rest
+    return jobs

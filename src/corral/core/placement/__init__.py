@@ -1,0 +1,177 @@
+"""Placement: which nodes, cores, GPUs and memory a job gets (``select/cons_tres`` style).
+
+``Placer.place(shape, partition, pool, ...)`` returns a ``Placement`` (the exact
+``Allocation`` plus the compiled per-node uses) or ``None``. Node choice follows the
+configured mode: ``pack`` (best fit), ``spread`` (least loaded) or ``topology`` (fewest
+leaf switches). ``--switches=N@wait`` is honoured in every mode: a placement over more than
+N switches is refused until the job has waited ``wait`` seconds.
+
+Gangs (task groups) are placed all-or-nothing on a scratch copy of the pool: either every
+group reaches its minimum and the job's ``min_available`` is met, or nothing is taken.
+
+Candidate nodes: the partition's up nodes that satisfy the job's (and the group's)
+constraint, minus ``exclude``; nodes with GPUs of the wanted type only; idle nodes only for
+exclusive jobs. ``nodelist`` nodes must all be part of a plain job's allocation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.core.config import PlacementMode
+from corral.core.model.job import Allocation, NodeAllocation
+from corral.core.nodes import NodeTable
+from corral.core.placement.select import Pick, SetPlacer
+from corral.core.placement.within import node_use
+from corral.core.pool import NodeUse, Pool
+from corral.core.shape import Shape, TaskSet
+
+__all__ = ["Placement", "Placer", "Pick", "SetPlacer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    allocation: Allocation
+    uses: tuple[NodeUse, ...]
+
+
+class Placer:
+    """Per-cycle placement context (caches keyed by shape identity live one cycle)."""
+
+    __slots__ = ("table", "mode", "sets", "_cand", "gpu_nodes")
+
+    def __init__(self, table: NodeTable, mode: PlacementMode) -> None:
+        self.table = table
+        self.mode = mode
+        self.sets = SetPlacer(table)
+        self._cand: dict[tuple[int, int, str], tuple[TaskSet, int, int]] = {}
+        g = 0
+        for i, n in enumerate(table.ngpus):
+            if n:
+                g |= 1 << i
+        self.gpu_nodes = g
+
+    def static_candidates(self, shape: Shape, ts: TaskSet, partition: str) -> tuple[int, int]:
+        """(candidates, required) before node state and load: partition, features, lists.
+
+        Raises ``ValueError`` from a malformed constraint.
+        """
+        key = (id(shape), id(ts), partition)
+        got = self._cand.get(key)
+        if got is not None and got[0] is ts:
+            return got[1], got[2]
+        t = self.table
+        mask = t.part_masks.get(partition, 0)
+        mask &= t.feature_mask(shape.constraint)
+        if ts.constraint:
+            mask &= t.feature_mask(ts.constraint)
+        if shape.exclude:
+            mask &= ~t.names_mask(shape.exclude)[0]
+        if ts.gpu_type is not None and (ts.gpus_per_node or ts.gpus_per_task or ts.gpus_total):
+            mask &= t.gpu_type_nodes.get(ts.gpu_type, 0)
+        required = 0
+        if shape.nodelist:
+            required = t.names_mask(shape.nodelist)[0]
+            if shape.grouped:
+                mask &= required
+                required = 0
+        self._cand[key] = (ts, mask, required)
+        return mask, required
+
+    def select(self, shape: Shape, ts: TaskSet, view: Pool, cand: int, required: int,
+               switch_limit: int | None) -> list[Pick] | None:
+        """Count-level node choice for one task set on ``view``."""
+        sp = self.sets
+        whole = shape.exclusive
+        avoid = self.gpu_nodes if not (ts.gpus_per_node or ts.gpus_per_task
+                                       or ts.gpus_total) else 0
+        cand &= view.up
+        if required & ~cand:
+            return None
+        if self.mode == PlacementMode.TOPOLOGY and ts.nodes_max > 1:
+            picks = sp.topology(view, ts, cand, required, whole, avoid)
+        else:
+            spread = self.mode == PlacementMode.SPREAD
+            if ts.uniform:
+                picks = sp.uniform(view, ts, cand, required, spread, whole, avoid)
+            else:
+                picks = sp.flexible(view, ts, cand, required, spread, whole, avoid, shape.spread)
+        if picks is None:
+            return None
+        if switch_limit is not None and len(picks) > 1 and sp.switch_count(picks) > switch_limit:
+            if self.mode != PlacementMode.TOPOLOGY:
+                picks = sp.topology(view, ts, cand, required, whole, avoid)
+            if picks is None or sp.switch_count(picks) > switch_limit:
+                return None
+        return picks
+
+    def fits(self, shape: Shape, partition: str, view: Pool,
+             switch_limit: int | None = None) -> list[list[Pick]] | None:
+        """Count-level choice for every task set (gangs on a scratch copy), or ``None``."""
+        if len(shape.sets) == 1:
+            ts = shape.sets[0]
+            cand, required = self.static_candidates(shape, ts, partition)
+            picks = self.select(shape, ts, view, cand, required, switch_limit)
+            return None if picks is None else [picks]
+        scratch = view.copy()
+        out: list[list[Pick]] = []
+        placed = 0
+        for ts in shape.sets:
+            cand, required = self.static_candidates(shape, ts, partition)
+            picks = self.select(shape, ts, scratch, cand, required, switch_limit)
+            if picks is None:
+                if ts.min_tasks > 0:
+                    return None
+                picks = []
+            for p in picks:
+                scratch.take(self._use(scratch, ts, p))
+            placed += sum(p.tasks for p in picks)
+            out.append(picks)
+        return out if placed >= shape.min_available else None
+
+    def _use(self, pool: Pool, ts: TaskSet, p: Pick) -> NodeUse:
+        return node_use(pool, p.i, p.ncores, p.mem_mb, p.ngpus, ts.gpu_type, ts.gres, p.whole)
+
+    def place(self, shape: Shape, partition: str, pool: Pool,
+              switch_limit: int | None = None) -> Placement | None:
+        """Choose and take exact resources from ``pool``; ``None`` leaves ``pool`` untouched."""
+        chosen = self.fits(shape, partition, pool, switch_limit)
+        if chosen is None:
+            return None
+        return self.commit(shape, partition, pool, chosen)
+
+    def commit(self, shape: Shape, partition: str, pool: Pool,
+               chosen: list[list[Pick]]) -> Placement:
+        t = self.table
+        nodes: list[NodeAllocation] = []
+        uses: list[NodeUse] = []
+        for ts, picks in zip(shape.sets, chosen, strict=True):
+            for p in picks:
+                use = self._use(pool, ts, p)
+                pool.take(use)
+                uses.append(use)
+                nodes.append(_node_allocation(t, use, p, ts))
+        return Placement(Allocation(partition, tuple(nodes)), tuple(uses))
+
+
+def _node_allocation(t: NodeTable, use: NodeUse, p: Pick, ts: TaskSet) -> NodeAllocation:
+    i = use.i
+    cores: list[int] = []
+    m = use.core_bits
+    while m:
+        low = m & -m
+        cores.append(low.bit_length() - 1)
+        m ^= low
+    gpus: list[int] = []
+    types: list[str] = []
+    m = use.gpu_bits
+    while m:
+        low = m & -m
+        pos = low.bit_length() - 1
+        gpus.append(t.gpu_ids[i][pos])
+        types.append(t.gpu_types[i][pos])
+        m ^= low
+    return NodeAllocation(
+        node=t.names[i], cores=tuple(cores), cpus=len(cores) * t.tpc[i], mem_mb=use.mem_mb,
+        gpus=tuple(gpus), gpu_types=tuple(types), gres=use.gres, tasks=p.tasks, group=ts.name,
+    )

@@ -1,0 +1,327 @@
+"""``Pool``: the cycle's working copy of free cores, GPUs, memory and GRES per node.
+
+Built from the snapshot (node capacities minus every running job's exact allocation) and
+changed only through ``take``/``give`` with exact core and GPU bitmasks, so nothing can be
+allocated twice. Besides per-node counts it keeps summary masks that placement uses to
+reject or narrow candidates without touching single nodes:
+
+* ``ge_cores[c]``: up nodes with at least ``c`` free cores (``ge_cores[0]`` = up nodes);
+* ``ge_gpus[g]``: up nodes with at least ``g`` free GPUs;
+* ``idle``: nodes with nothing allocated (exclusive jobs need them).
+
+Invariants (checked by the property tests through ``check()``): per node
+``0 <= cores_free <= cores``, ``cores_free == popcount(core_mask)``, the same for GPUs,
+``0 <= mem_free <= mem``, and every summary mask agrees with the counts.
+
+A SUSPENDED job keeps its memory, GPUs and GRES but gives its cores back (Slurm's
+suspend releases CPUs); RUNNING and COMPLETING jobs hold everything.
+
+Compiled allocations (node index and bitmasks) are memoized by allocation identity, and the
+pool of the previous call is diffed against the new running set when the nodes are the same
+objects, so a simulator calling once per event pays for what changed, not for the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from corral.core.model.job import Allocation, Job, JobState
+from corral.core.nodes import NodeTable, mask_of
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUse:
+    """One node's share of an allocation, compiled against a ``NodeTable``."""
+
+    i: int
+    core_bits: int
+    mem_mb: int
+    gpu_bits: int
+    gres: tuple[tuple[str, int], ...]
+
+
+def compile_allocation(table: NodeTable, alloc: Allocation) -> tuple[NodeUse, ...]:
+    """Node indexes and core/GPU bitmasks of ``alloc`` (unknown nodes are skipped)."""
+    out: list[NodeUse] = []
+    for na in alloc.nodes:
+        i = table.index.get(na.node)
+        if i is None:
+            continue
+        if na.cores:
+            core_bits = mask_of([c for c in na.cores if 0 <= c < table.cores[i]])
+        else:  # cores unknown: count only; bits are chosen when taken
+            core_bits = -max(1, -(-na.cpus // table.tpc[i]))
+        gpu_bits = 0
+        if na.gpus:
+            ids = table.gpu_ids[i]
+            for g in na.gpus:
+                if g in ids:
+                    gpu_bits |= 1 << ids.index(g)
+        out.append(NodeUse(i, core_bits, na.mem_mb, gpu_bits, na.gres))
+    return tuple(out)
+
+
+_COMPILED: dict[int, tuple[Allocation, NodeTable, tuple[NodeUse, ...]]] = {}
+_COMPILED_MAX = 100_000
+
+
+def compiled(table: NodeTable, alloc: Allocation) -> tuple[NodeUse, ...]:
+    entry = _COMPILED.get(id(alloc))
+    if entry is not None and entry[0] is alloc and entry[1] is table:
+        return entry[2]
+    uses = compile_allocation(table, alloc)
+    if len(_COMPILED) >= _COMPILED_MAX:
+        _COMPILED.clear()
+    _COMPILED[id(alloc)] = (alloc, table, uses)
+    return uses
+
+
+class Pool:
+    """Free resources per node plus summary masks (see the module docstring)."""
+
+    __slots__ = (
+        "table", "up", "core_mask", "cores_free", "mem_free", "gpu_mask", "gpus_free",
+        "gres_free", "ge_cores", "ge_gpus", "idle", "version", "approx",
+    )
+
+    def __init__(self, table: NodeTable, up: int) -> None:
+        self.table = table
+        self.up = up
+        self.core_mask: list[int] = list(table.full_core_mask)
+        self.cores_free: list[int] = list(table.cores)
+        self.mem_free: list[int] = list(table.mem)
+        self.gpu_mask: list[int] = list(table.full_gpu_mask)
+        self.gpus_free: list[int] = list(table.ngpus)
+        self.gres_free: list[dict[str, int]] | None = (
+            [dict(g) for g in table.gres] if table.has_gres else None
+        )
+        self.idle: int = table.all_mask
+        self.ge_cores: list[int] = []
+        self.ge_gpus: list[int] = []
+        self.version = 0
+        self.approx = False  # took an allocation without core ids (cannot be diffed)
+        self._rebuild_masks()
+
+    def _rebuild_masks(self) -> None:
+        t = self.table
+        ge_c = [0] * (t.max_cores + 2)
+        ge_g = [0] * (t.max_gpus + 2)
+        for i in range(len(t)):
+            bit = 1 << i
+            if not self.up & bit:
+                continue
+            ge_c[self.cores_free[i]] |= bit
+            ge_g[self.gpus_free[i]] |= bit
+        for c in range(len(ge_c) - 2, -1, -1):
+            ge_c[c] |= ge_c[c + 1]
+        for g in range(len(ge_g) - 2, -1, -1):
+            ge_g[g] |= ge_g[g + 1]
+        self.ge_cores = ge_c
+        self.ge_gpus = ge_g
+
+    def copy(self) -> Pool:
+        p = Pool.__new__(Pool)
+        p.table = self.table
+        p.up = self.up
+        p.core_mask = list(self.core_mask)
+        p.cores_free = list(self.cores_free)
+        p.mem_free = list(self.mem_free)
+        p.gpu_mask = list(self.gpu_mask)
+        p.gpus_free = list(self.gpus_free)
+        p.gres_free = [dict(g) for g in self.gres_free] if self.gres_free is not None else None
+        p.idle = self.idle
+        p.ge_cores = list(self.ge_cores)
+        p.ge_gpus = list(self.ge_gpus)
+        p.version = self.version
+        p.approx = self.approx
+        return p
+
+    # -- mutation ---------------------------------------------------------------------------
+
+    def take(self, use: NodeUse, cores: bool = True, rest: bool = True) -> None:
+        """Remove ``use`` from the free resources (``cores``/``rest`` select which parts)."""
+        i = use.i
+        bit = 1 << i
+        t = self.table
+        self.version += 1
+        if cores:
+            bits = use.core_bits
+            if bits < 0:  # a count without core ids: take the lowest free cores
+                self.approx = True
+                want = -bits
+                m = self.core_mask[i]
+                bits = 0
+                while m and want:
+                    low = m & -m
+                    bits |= low
+                    m ^= low
+                    want -= 1
+            old = self.cores_free[i]
+            self.core_mask[i] &= ~bits
+            new = self.core_mask[i].bit_count()
+            self.cores_free[i] = new
+            if self.up & bit:
+                ge = self.ge_cores
+                for c in range(new + 1, old + 1):
+                    ge[c] &= ~bit
+        if rest:
+            self.mem_free[i] -= use.mem_mb
+            if use.gpu_bits:
+                old = self.gpus_free[i]
+                self.gpu_mask[i] &= ~use.gpu_bits
+                new = self.gpu_mask[i].bit_count()
+                self.gpus_free[i] = new
+                if self.up & bit:
+                    geg = self.ge_gpus
+                    for g in range(new + 1, old + 1):
+                        geg[g] &= ~bit
+            if use.gres and self.gres_free is not None:
+                free = self.gres_free[i]
+                for name, n in use.gres:
+                    free[name] = free.get(name, 0) - n
+        if self.idle & bit and (
+            self.cores_free[i] != t.cores[i]
+            or self.mem_free[i] != t.mem[i]
+            or self.gpus_free[i] != t.ngpus[i]
+            or (use.gres and rest)
+        ):
+            self.idle &= ~bit
+
+    def give(self, use: NodeUse, cores: bool = True, rest: bool = True) -> None:
+        """Return ``use`` to the free resources (the exact inverse of ``take``)."""
+        i = use.i
+        bit = 1 << i
+        t = self.table
+        self.version += 1
+        if cores and use.core_bits > 0:
+            old = self.cores_free[i]
+            self.core_mask[i] |= use.core_bits & t.full_core_mask[i]
+            new = self.core_mask[i].bit_count()
+            self.cores_free[i] = new
+            if self.up & bit:
+                ge = self.ge_cores
+                for c in range(old + 1, new + 1):
+                    ge[c] |= bit
+        if rest:
+            self.mem_free[i] += use.mem_mb
+            if use.gpu_bits:
+                old = self.gpus_free[i]
+                self.gpu_mask[i] |= use.gpu_bits & t.full_gpu_mask[i]
+                new = self.gpu_mask[i].bit_count()
+                self.gpus_free[i] = new
+                if self.up & bit:
+                    geg = self.ge_gpus
+                    for g in range(old + 1, new + 1):
+                        geg[g] |= bit
+            if use.gres and self.gres_free is not None:
+                free = self.gres_free[i]
+                for name, n in use.gres:
+                    free[name] = free.get(name, 0) + n
+        if (
+            self.cores_free[i] == t.cores[i]
+            and self.mem_free[i] == t.mem[i]
+            and self.gpus_free[i] == t.ngpus[i]
+            and (self.gres_free is None or self.gres_free[i] == t.gres[i])
+        ):
+            self.idle |= bit
+
+    def take_job(self, job: Job) -> None:
+        if job.allocation is None:
+            return
+        suspended = job.state == JobState.SUSPENDED
+        for use in compiled(self.table, job.allocation):
+            self.take(use, cores=not suspended)
+
+    def give_job(self, job: Job) -> None:
+        if job.allocation is None:
+            return
+        suspended = job.state == JobState.SUSPENDED
+        for use in compiled(self.table, job.allocation):
+            self.give(use, cores=not suspended)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def typed_gpus_free(self, i: int, gpu_type: str | None) -> int:
+        if gpu_type is None:
+            return self.gpus_free[i]
+        return (self.gpu_mask[i] & self.table.gpu_type_masks[i].get(gpu_type, 0)).bit_count()
+
+    def gres_fit(self, i: int, gres: Iterable[tuple[str, int]], times: int = 1) -> bool:
+        if self.gres_free is None:
+            return not any(n for _, n in gres)
+        free = self.gres_free[i]
+        return all(free.get(name, 0) >= n * times for name, n in gres)
+
+    def free_cores_in(self, mask: int) -> int:
+        """Total free cores on the up nodes of ``mask`` (O(popcount))."""
+        total = 0
+        m = mask & self.up
+        cf = self.cores_free
+        while m:
+            low = m & -m
+            total += cf[low.bit_length() - 1]
+            m ^= low
+        return total
+
+    def check(self) -> list[str]:
+        """Violated invariants (empty when consistent); used by tests."""
+        t = self.table
+        bad: list[str] = []
+        for i in range(len(t)):
+            name = t.names[i]
+            if self.core_mask[i] & ~t.full_core_mask[i]:
+                bad.append(f"{name}: core bits outside the node")
+            if self.cores_free[i] != self.core_mask[i].bit_count():
+                bad.append(f"{name}: core count {self.cores_free[i]} != mask")
+            if self.gpus_free[i] != self.gpu_mask[i].bit_count():
+                bad.append(f"{name}: gpu count != mask")
+            if not 0 <= self.mem_free[i] <= t.mem[i]:
+                bad.append(f"{name}: free memory {self.mem_free[i]} outside 0..{t.mem[i]}")
+            if self.gres_free is not None:
+                for k, v in self.gres_free[i].items():
+                    if not 0 <= v <= t.gres[i].get(k, 0):
+                        bad.append(f"{name}: gres {k} free {v} out of range")
+            bit = 1 << i
+            for c in range(len(self.ge_cores)):
+                want = bool(self.up & bit) and self.cores_free[i] >= c
+                if bool(self.ge_cores[c] & bit) != want:
+                    bad.append(f"{name}: ge_cores[{c}] disagrees")
+                    break
+        return bad
+
+
+_LAST: list[tuple[NodeTable, int, dict[int, Job], Pool]] = []
+
+
+def build_pool(table: NodeTable, up: int, running: Sequence[Job]) -> Pool:
+    """The pool for ``running`` jobs on ``table``; reuses the previous one by diffing."""
+    if _LAST:
+        old_table, old_up, old_jobs, old_pool = _LAST[0]
+        if (old_table is table and old_up == up and not old_pool.approx
+                and len(running) < 4 * len(old_jobs) + 64):
+            pool = old_pool.copy()
+            cur: dict[int, Job] = {}
+            for j in running:
+                cur[j.id] = j
+            for jid, j in old_jobs.items():
+                k = cur.get(jid)
+                if k is None or k is not j and (
+                    k.allocation is not j.allocation or k.state != j.state
+                ):
+                    pool.give_job(j)
+            for jid, k in cur.items():
+                j2 = old_jobs.get(jid)
+                if j2 is None or k is not j2 and (
+                    k.allocation is not j2.allocation or k.state != j2.state
+                ):
+                    pool.take_job(k)
+            _LAST[0] = (table, up, cur, pool.copy())
+            return pool
+    pool = Pool(table, up)
+    jobs: dict[int, Job] = {}
+    for j in running:
+        jobs[j.id] = j
+        pool.take_job(j)
+    _LAST[:] = [(table, up, jobs, pool.copy())]
+    return pool
