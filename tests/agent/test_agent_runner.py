@@ -292,3 +292,18 @@ def test_job_runs_as_submitting_user(runner: JobRunner,
         assert out.stat().st_uid == uid  # the output file was created by the user
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_cancel_right_after_launch(runner: JobRunner, tmp_path: Path) -> None:
+    runner.launch(make_request(28, tmp_path, "#!/bin/sh\necho started > started.txt\nsleep 30\n"))
+    assert runner.cancel(28, grace_s=1)
+    t0 = time.monotonic()
+    ex = wait_exits(runner)[28]
+    assert ex.state == "CANCELLED" and time.monotonic() - t0 < 3
+
+
+def test_stdin_file(runner: JobRunner, tmp_path: Path) -> None:
+    (tmp_path / "in-29.txt").write_text("from stdin\n")
+    runner.launch(make_request(29, tmp_path, "#!/bin/sh\ncat\n", stdin="in-%j.txt"))
+    assert wait_exits(runner)[29].state == "COMPLETED"
+    assert (tmp_path / "slurm-29.out").read_text() == "from stdin\n"

@@ -90,6 +90,13 @@ def output_paths(req: LaunchRequest, node_name: str) -> tuple[str, str]:
     return os.path.normpath(out), os.path.normpath(err)
 
 
+def input_path(req: LaunchRequest, node_name: str) -> str:
+    """The batch script's stdin: the expanded ``--input`` pattern, or /dev/null."""
+    if not req.stdin:
+        return "/dev/null"
+    return os.path.normpath(os.path.join(req.workdir, expand_pattern(req.stdin, req, node_name)))
+
+
 def job_environment(req: LaunchRequest, node_name: str) -> dict[str, str]:
     """The environment of the batch script (``SLURM_TASK_PID`` is added in the job itself)."""
     env = dict(req.env)

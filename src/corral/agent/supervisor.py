@@ -41,6 +41,7 @@ from corral.agent.isolation import Isolation, make_isolation
 from corral.agent.launch import JobExit, LaunchRequest
 from corral.agent.prepare import (
     WarningSignal,
+    input_path,
     job_environment,
     output_paths,
     parse_warning_signal,
@@ -104,6 +105,7 @@ class Supervisor:
         self.iso: Isolation | None = None
         self.stdout_path = ""
         self.stderr_path = ""
+        self.stdin_path = "/dev/null"
         self.sock: socket.socket | None = None
 
     # ---- plumbing -------------------------------------------------------------------------
@@ -218,8 +220,8 @@ class Supervisor:
                 os.setuid(self.req.uid)
             stage = f"cannot change to working directory {self.req.workdir}"
             os.chdir(self.req.workdir)
-            stage = f"cannot open input file {self.req.stdin or '/dev/null'}"
-            in_fd = os.open(self.req.stdin or "/dev/null", os.O_RDONLY)
+            stage = f"cannot open input file {self.stdin_path}"
+            in_fd = os.open(self.stdin_path, os.O_RDONLY)
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
             if self.req.open_mode != "append":
                 flags |= os.O_TRUNC
@@ -259,6 +261,10 @@ class Supervisor:
             except ValueError as exc:
                 return str(exc)
         self.stdout_path, self.stderr_path = output_paths(req, self.cfg.node_name)
+        self.stdin_path = input_path(req, self.cfg.node_name)
+        self.handle_commands()  # cancelled before it started: do not start it at all
+        if self.run.ending:
+            return None
         try:
             self.iso, note = make_isolation(self.cfg.isolation, self.cfg.cgroup_root, req,
                                             self.cfg.mem_poll_s)
@@ -414,7 +420,7 @@ class Supervisor:
 
     def finish(self, failure: str | None) -> JobExit:
         req, run = self.req, self.run
-        exit_code, sig = 1, 0
+        exit_code, sig = (1, 0) if failure is not None else (0, 0)
         if failure is None and run.main_status is not None:
             code = os.waitstatus_to_exitcode(run.main_status)
             exit_code, sig = (code, 0) if code >= 0 else (0, -code)
@@ -467,7 +473,7 @@ class Supervisor:
                     _, self.run.main_status = os.waitpid(self.run.job_pid, 0)
                 except ChildProcessError:
                     break
-        elif failure is None:
+        elif failure is None and self.run.job_pid:
             self.loop()
         try:
             self.drain()
