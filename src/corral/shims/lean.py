@@ -4,7 +4,7 @@ Imports only ``os``, ``_socket`` and ``_json`` (C modules): a shim is called in 
 workflow tools, and an interpreter start already costs ~10 ms here; ``json``, ``socket`` or
 the ``corral`` model would each add as much again (measured with ``python -X importtime``).
 
-Protocol (``POST /v1/shim/exec``, HTTP/1.1 over the controller's Unix socket, or TCP when
+Protocol (``POST /api/v1/shim/exec``, HTTP/1.1 over the controller's Unix socket, or TCP when
 ``CORRAL_URL`` is an ``http://`` address):
 
 - request body (JSON): ``{"v": 1, "cmd": "sbatch", "argv": [...], "cwd": "...",
@@ -34,6 +34,9 @@ LOCAL_COMMANDS = frozenset({"srun", "salloc"})
 MAX_FILE_BYTES = 64 * 1024 * 1024
 FRAME_MAGIC = b"CRSH1"
 STDIN_MARK = "-"
+SOCKET_NAME = "corral.sock"
+SYSTEM_STATE_DIR = "/var/lib/corral"
+API = "/api/v1"
 
 
 class LeanError(Exception):
@@ -87,14 +90,15 @@ def decode_frame(body: bytes) -> tuple[int, bytes, bytes, list[str]]:
 
 
 def default_state_dir() -> str:
-    """Where ``corral up`` keeps its state when no ``--state-dir`` is given."""
+    """Where ``corral up`` keeps its state (same rule as ``corral.client``)."""
     env = os.environ
     explicit = env.get("CORRAL_STATE_DIR")
     if explicit:
         return explicit
-    if os.getuid() == 0:
-        return "/var/lib/corral"
-    base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local", "state")
+    if os.geteuid() == 0:
+        return SYSTEM_STATE_DIR
+    base = env.get("XDG_STATE_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "corral")
 
 
@@ -103,13 +107,17 @@ def controller_address() -> tuple[str, str]:
     env = os.environ
     url = env.get("CORRAL_URL", "")
     if url.startswith("http://"):
-        return "tcp", url[len("http://") :].rstrip("/")
+        return "tcp", url[len("http://") :].split("/", 1)[0]
     if url.startswith("unix:"):
         return "unix", url[len("unix:") :]
     sock = env.get("CORRAL_SOCKET")
     if sock:
         return "unix", sock
-    return "unix", os.path.join(default_state_dir(), "controller.sock")
+    first = os.path.join(default_state_dir(), SOCKET_NAME)
+    for path in (first, os.path.join(SYSTEM_STATE_DIR, SOCKET_NAME)):
+        if os.path.exists(path):
+            return "unix", path
+    return "unix", first
 
 
 def http_request(
@@ -214,7 +222,7 @@ def exec_remote(cmd: str, argv: list[str]) -> tuple[int, bytes, bytes]:
             {"v": 1, "cmd": cmd, "argv": argv, "cwd": cwd, "env": env, "files": files,
              "stdin": stdin}
         ).encode("ascii")
-        status, payload = http_request("POST", "/v1/shim/exec", body)
+        status, payload = http_request("POST", API + "/shim/exec", body)
         if status == 404:
             raise NoShimEndpoint()
         if status != 200:

@@ -228,6 +228,7 @@ def run(ctx: Context, client: Client) -> None:
                 return False
         return True
 
+    sf.fill_default_partition(records, client)
     kept = [r for r in records if keep(r)]
     kept.sort(key=lambda r: (sf.array_job_id(r), int(r.get("array_task_id") or 0),
                              int(r["id"])))

@@ -166,6 +166,7 @@ def _show_job(ctx: Context, client: Client, arg: str | None, oneliner: bool) -> 
             raise ctx.fail("slurm_load_jobs error: Invalid job id specified")
         rows = sf.collapse_pending_arrays(sorted(rows, key=lambda r: -int(r["id"])))
         rows.sort(key=lambda r: 0 if r.get("members") else 1)
+    sf.fill_default_partition(rows, client)
     for rec in rows:
         ctx.write(show.block(show.job_lines(rec, now), oneliner))
         if not oneliner:

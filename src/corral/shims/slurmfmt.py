@@ -227,3 +227,17 @@ def collapse_pending_arrays(records: Iterable[Record]) -> list[Record]:
 def shown_id(rec: Record) -> str:
     """The id column: a collapsed array remainder shows its bracket form."""
     return str(rec.get("display") or display_id(rec))
+
+
+def fill_default_partition(records: list[Record], client: Any) -> None:
+    """Pending jobs that asked for no partition show the default one, as in Slurm."""
+    if all(r.get("partition") for r in records):
+        return
+    default = ""
+    for p in client.partitions():
+        if p.get("default"):
+            default = str(p["name"])
+            break
+    for r in records:
+        if not r.get("partition"):
+            r["partition"] = default

@@ -218,6 +218,7 @@ def run(ctx: Context, client: Client) -> None:
         return True
 
     now = ctx.now
+    sf.fill_default_partition(rows, client)
     rows = [r for r in rows if keep(r)]
     if "array" not in opts:
         rows = sf.collapse_pending_arrays(rows)

@@ -1,0 +1,59 @@
+"""``corral shims install DIR`` / ``uninstall DIR`` / ``list``: the Slurm and PBS commands.
+
+``install`` writes small launchers (``sbatch``, ``srun``, ``salloc``, ``squeue``, ``scancel``,
+``sinfo``, ``sacct``, ``scontrol``, ``qsub``, ``qstat``, ``qdel``) into DIR; put DIR first on
+``PATH`` to use them. It refuses when DIR holds a command that is not ours or when a real
+Slurm/PBS command is already on ``PATH`` (``--force`` overrides), so a real scheduler is
+never shadowed by accident.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+shims_app = typer.Typer(name="shims", help="Slurm/PBS-compatible commands (sbatch, qsub...).",
+                        no_args_is_help=True)
+
+
+@shims_app.command("install")
+def install_cmd(
+    directory: Annotated[str, typer.Argument(help="Where to write the commands (e.g. ~/bin).")],
+    force: Annotated[bool, typer.Option(
+        "--force", help="Install even where a real Slurm/PBS command exists.")] = False,
+    slurm_only: Annotated[bool, typer.Option("--slurm-only", help="Skip qsub/qstat/qdel.")]
+    = False,
+) -> None:
+    """Write the Slurm and PBS commands into DIRECTORY."""
+    from corral.shims.install import COMMANDS, SLURM_COMMANDS, InstallError, install
+
+    cmds = SLURM_COMMANDS if slurm_only else COMMANDS
+    try:
+        result = install(directory, force=force, commands=cmds)
+    except InstallError as exc:
+        typer.echo(f"corral shims install: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        typer.echo(f"corral shims install: cannot write to {directory}: {exc.strerror}",
+                   err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"Installed {' '.join(result.written)} in {result.directory}")
+    if result.replaced:
+        typer.echo(f"Replaced (--force): {' '.join(result.replaced)}")
+    typer.echo(f'Put it first on PATH:  export PATH="{result.directory.resolve()}:$PATH"')
+
+
+@shims_app.command("uninstall")
+def uninstall_cmd(
+    directory: Annotated[str, typer.Argument(help="Directory given to `install`.")],
+) -> None:
+    """Remove Corral's commands from DIRECTORY (other files are left alone)."""
+    from corral.shims.install import uninstall
+
+    removed = uninstall(directory)
+    typer.echo(f"Removed {' '.join(removed)}" if removed else "No Corral shims there.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(shims_app)

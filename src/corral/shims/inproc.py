@@ -1,0 +1,231 @@
+"""Run shim commands inside the controller: the ``/api/v1/shim/exec`` route.
+
+``mount(app, ctl, identity)`` adds the route to the controller's FastAPI app. A request
+runs the command in a worker thread (``handle_exec``); its ``Client`` calls hop back onto
+the controller's event loop (``run_coroutine_threadsafe``), which owns all controller
+state, so nothing here touches that state from another thread. Records come straight from
+memory (``JobRecord.to_api``): no JSON round trip, which is what keeps ``squeue`` over
+thousands of jobs within tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from corral.shims.server import handle_exec
+
+if TYPE_CHECKING:
+    from corral.controller.auth import Identity
+    from corral.controller.service import Controller
+
+T = TypeVar("T")
+ROUTE = "/api/v1/shim/exec"
+SHIM_MEDIA_TYPE = "application/x-corral-shim"
+
+
+class InProcessClient:
+    """The ``corral.shims.context.Client`` methods over a live ``Controller``."""
+
+    def __init__(self, ctl: Controller, who: Identity, loop: asyncio.AbstractEventLoop) -> None:
+        self.ctl = ctl
+        self.who = who
+        self.loop = loop
+
+    # ---- plumbing -----------------------------------------------------------------------
+    def _run(self, make: Callable[[], Awaitable[T]]) -> T:
+        async def call() -> T:
+            return await make()
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result()
+
+    def _sync(self, fn: Callable[[], T]) -> T:
+        async def call() -> T:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result()
+
+    def _wrap(self, fn: Callable[[], Awaitable[T]]) -> T:
+        from corral.client import CorralError
+        from corral.controller.errors import ApiError
+
+        try:
+            return self._run(fn)
+        except ApiError as exc:
+            err = CorralError(exc.code, exc.message, exc.status)
+            err.slurm = exc.slurm  # type: ignore[attr-defined]
+            raise err from None
+
+    # ---- jobs ---------------------------------------------------------------------------
+    def submit_result(self, sub: Mapping[str, Any]) -> dict[str, Any]:
+        body = dict(sub)
+        extra = body.get("extra")
+        host = str(extra.get("submit_host", "")) if isinstance(extra, dict) else ""
+        return self._wrap(lambda: self.ctl.submit(body, self.who, host))
+
+    def jobs(
+        self,
+        user: str | None = None,
+        states: Iterable[str] | None = None,
+        partition: str | None = None,
+        ids: Iterable[int | str] | None = None,
+        *,
+        account: str | None = None,
+        name: str | None = None,
+        include_finished: bool = False,
+        fields: Iterable[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        flt: dict[str, Any] = {"include_finished": include_finished, "user": user,
+                               "partition": partition, "account": account, "name": name}
+        if states is not None:
+            flt["states"] = list(states)
+        if ids is not None:
+            flt["ids"] = [str(i) for i in ids]
+
+        def query() -> list[dict[str, Any]]:
+            now = time.time()
+            return [r.to_api(now) for r in self.ctl.query(flt)]
+
+        from corral.client import CorralError
+        from corral.controller.errors import ApiError
+
+        try:
+            return self._sync(query)
+        except ApiError as exc:
+            raise CorralError(exc.code, exc.message, exc.status) from None
+
+    def job(self, job_id: int | str) -> dict[str, Any]:
+        return self._wrap(lambda: self.ctl.get_job(str(job_id), self.who))
+
+    def _act(self, action: str, ids: Iterable[int | str], **opts: Any) -> list[dict[str, Any]]:
+        refs = [str(i) for i in ids]
+        body = {k: v for k, v in opts.items() if v is not None}
+        return self._wrap(lambda: self.ctl.act(action, refs, self.who, body))
+
+    def cancel(self, ids: Iterable[int | str], signal: str | int | None = None, *,
+               batch_only: bool = False) -> list[dict[str, Any]]:
+        return self._act("cancel", ids, signal=None if signal is None else str(signal),
+                         batch_only=batch_only or None)
+
+    def hold(self, ids: Iterable[int | str], *, admin: bool = False) -> list[dict[str, Any]]:
+        return self._act("hold", ids, admin=admin or None)
+
+    def release(self, ids: Iterable[int | str]) -> list[dict[str, Any]]:
+        return self._act("release", ids)
+
+    def requeue(self, ids: Iterable[int | str], *, hold: bool = False) -> list[dict[str, Any]]:
+        return self._act("requeue", ids, hold=hold or None)
+
+    def update_job(self, job_id: int | str, **fields: Any) -> dict[str, Any]:
+        return self._wrap(lambda: self.ctl.update_job(str(job_id), dict(fields), self.who))
+
+    def history(self, user: str | None = None, *, since: float | None = None,
+                until: float | None = None, states: Iterable[str] | None = None,
+                ids: Iterable[int | str] | None = None, account: str | None = None,
+                partition: str | None = None, limit: int | None = None,
+                all_users: bool = False) -> list[dict[str, Any]]:
+        flt: dict[str, Any] = {"all_users": all_users, "user": user, "since": since,
+                               "until": until, "account": account, "partition": partition,
+                               "limit": limit}
+        if states is not None:
+            flt["states"] = list(states)
+        if ids is not None:
+            flt["ids"] = [str(i) for i in ids]
+        return self._wrap(lambda: self.ctl.history(flt, self.who))
+
+    # ---- nodes, partitions, cluster -----------------------------------------------------
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._sync(lambda: [n.to_api() for _, n in sorted(self.ctl.nodes.nodes.items())])
+
+    def partitions(self) -> list[dict[str, Any]]:
+        def collect() -> list[dict[str, Any]]:
+            from corral.core.parse.hostlist import compress
+
+            nodes = self.ctl.nodes.nodes
+            out = []
+            for p in self.ctl.nodes.partitions:
+                present = [nodes[n] for n in p.nodes if n in nodes]
+                out.append({
+                    "name": p.name, "nodes": list(p.nodes), "nodelist": compress(p.nodes),
+                    "default": p.is_default, "state": p.state.value,
+                    "max_time_s": p.max_time_s, "default_time_s": p.default_time_s,
+                    "max_nodes": p.max_nodes, "min_nodes": p.min_nodes,
+                    "priority_tier": p.priority_tier,
+                    "priority_job_factor": p.priority_job_factor,
+                    "preempt_mode": p.preempt_mode.value, "grace_time_s": p.grace_time_s,
+                    "exclusive": p.exclusive,
+                    "allow_accounts": sorted(p.allow_accounts) if p.allow_accounts else None,
+                    "allow_qos": sorted(p.allow_qos) if p.allow_qos else None,
+                    "total_cpus": sum(n.spec.cpus for n in present),
+                    "total_mem_mb": sum(n.spec.mem_mb for n in present),
+                    "total_nodes": len(p.nodes),
+                })
+            return out
+
+        return self._sync(collect)
+
+    def cluster_config(self) -> dict[str, Any]:
+        def collect() -> dict[str, Any]:
+            from corral.config.load import config_to_json
+
+            data: dict[str, Any] = config_to_json(self.ctl.cfg)
+            data["state_dir"] = str(self.ctl.state_dir)
+            return data
+
+        return self._sync(collect)
+
+    def _node_op(self, fn: Callable[[], Any]) -> dict[str, Any]:
+        from corral.client import CorralError
+        from corral.controller.errors import ApiError
+
+        if not self.who.is_admin:
+            raise CorralError("forbidden", f"user {self.who.user} is not an operator", 403)
+
+        def op() -> dict[str, Any]:
+            rec = fn()
+            self.ctl.sched.trigger()
+            out: dict[str, Any] = rec.to_api()
+            return out
+
+        try:
+            return self._sync(op)
+        except ApiError as exc:
+            raise CorralError(exc.code, exc.message, exc.status) from None
+
+    def drain(self, node: str, reason: str) -> dict[str, Any]:
+        return self._node_op(lambda: self.ctl.nodes.drain(node, reason))
+
+    def resume(self, node: str) -> dict[str, Any]:
+        return self._node_op(lambda: self.ctl.nodes.resume(node))
+
+    def set_node_down(self, node: str, reason: str) -> dict[str, Any]:
+        return self._node_op(lambda: self.ctl.nodes.set_down(node, reason))
+
+    def whoami(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.who.to_json()
+        return out
+
+    def ping(self) -> dict[str, Any]:
+        from corral import __version__
+
+        return {"status": "ok", "cluster": self.ctl.cfg.cluster_name, "version": __version__,
+                "time": time.time(), "host": self.ctl.host}
+
+
+def mount(app: FastAPI, ctl: Controller, identity: Callable[[Request], Identity]) -> None:
+    """Add ``POST /api/v1/shim/exec`` to the controller's app."""
+
+    @app.post(ROUTE, summary="Run a Slurm/PBS shim command (used by `corral shims`)",
+              include_in_schema=True)
+    async def shim_exec(request: Request) -> Response:
+        who = identity(request)
+        raw = await request.body()
+        loop = asyncio.get_running_loop()
+        client = InProcessClient(ctl, who, loop)
+        frame = await asyncio.to_thread(handle_exec, raw, who.uid, client)
+        return Response(content=frame, media_type=SHIM_MEDIA_TYPE)
