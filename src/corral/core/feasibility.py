@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.core import reasons as R
-from corral.core.config import SchedulerConfig
+from corral.core.config import PlacementMode, SchedulerConfig
 from corral.core.decisions import Reject
 from corral.core.limits import Tres, per_job, qos_name
 from corral.core.model.job import Job, JobSpec
@@ -213,7 +213,14 @@ def _partition_problem(spec: JobSpec, job: Job, p: Partition, qn: str | None, ta
 def explain(shape: Shape, p: Partition, table: NodeTable) -> str:
     """One sentence on why ``shape`` cannot fit the partition even when it is empty."""
     pmask = table.part_masks.get(p.name, 0) & table.feature_mask(shape.constraint)
+    empty = _empty_pool(table)
+    placer = Placer(table, PlacementMode.PACK)
     for ts in shape.sets:
+        if shape.grouped and len(shape.sets) > 1:
+            alone = Shape((ts,), shape.exclusive, shape.constraint, (), shape.exclude, None, 0,
+                          ts.min_tasks, False, ts.cpus_per_task, 0, 1, True)
+            if placer.fits(alone, p.name, empty) is not None:
+                continue
         mask = pmask & (table.feature_mask(ts.constraint) if ts.constraint else table.all_mask)
         what = f"task group {ts.name!r}" if ts.name else "the job"
         per = ts.hi if ts.fixed else 1
@@ -248,7 +255,13 @@ def explain(shape: Shape, p: Partition, table: NodeTable) -> str:
                     f"{sum(table.ngpus[i] for i in iter_bits(mask))}")
         return (f"{what} asks for {_describe(ts)} and the nodes of partition {p.name} cannot "
                 f"provide that even when idle")
-    return f"the request cannot be satisfied by partition {p.name}"
+    cores = sum(table.cores[i] for i in iter_bits(pmask))
+    gpus = sum(table.ngpus[i] for i in iter_bits(pmask))
+    need_c = sum(ts.min_tasks * ts.cpus_per_task for ts in shape.sets)
+    need_g = sum(ts.min_tasks * ts.gpus_per_task for ts in shape.sets)
+    return (f"the task groups fit one by one but not together: they need at least {need_c} "
+            f"CPUs and {need_g} GPUs at once, and partition {p.name} has {cores} cores and "
+            f"{gpus} GPUs")
 
 
 def _describe(ts: TaskSet) -> str:

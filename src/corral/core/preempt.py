@@ -12,10 +12,12 @@ preempted (COMPLETING) or suspended.
 
 Choice (fewest, lowest-priority victims): candidates that share nodes with the
 preemptor's partition are sorted lowest first (tier or QOS priority, then admin priority,
-then the most recently started, which loses the least work); they are added one by one to a
-what-if pool until the job fits, then each chosen victim is tried for removal, highest
-first, and dropped when the job still fits without it. Jobs already ending (COMPLETING)
-count as free in the what-if; when they suffice, nobody is preempted and the job waits.
+then the most recently started, which loses the least work). The lowest single victim that
+suffices wins; otherwise they are added one by one to a what-if pool until the job fits,
+then each chosen victim is tried for removal, highest first, and dropped when the job
+still fits without it (a greedy bound, not an exact minimum set cover). Jobs already
+ending (COMPLETING) count as free in the what-if; when they suffice, nobody is preempted
+and the job waits.
 
 Mode: the victim partition's (partition_prio) or the victim QOS's (qos) preempt mode.
 SUSPEND is used only when ``config.allow_suspend``, otherwise the configured
@@ -109,9 +111,15 @@ def choose(victims: list[Victim], pool: Pool, ending: Sequence[Job],
         what_if.give_job(j)
     if fits(what_if):
         return []
+    candidates = [v for v in victims if touches(v.job)]
+    for v in candidates:  # one victim is the fewest possible: the lowest that suffices
+        _give(what_if, v)
+        if fits(what_if):
+            return [v]
+        _take(what_if, v)
     chosen: list[Victim] = []
     ok = False
-    for v in victims:
+    for v in candidates:
         if not touches(v.job):
             continue
         _give(what_if, v)

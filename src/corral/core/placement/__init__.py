@@ -112,7 +112,10 @@ class Placer:
             ts = shape.sets[0]
             cand, required = self.static_candidates(shape, ts, partition)
             picks = self.select(shape, ts, view, cand, required, switch_limit)
-            return None if picks is None else [picks]
+            if picks is None or (shape.grouped
+                                 and sum(p.tasks for p in picks) < shape.min_available):
+                return None
+            return [picks]
         scratch = view.copy()
         out: list[list[Pick]] = []
         placed = 0
