@@ -201,7 +201,7 @@ def test_submitit_script() -> None:
     assert sub.array == "0-4%3" and sub.open_mode == "append" and sub.signal == "USR2@90"
     assert sub.stdout == "/tmp/sub/%A_%a_0_log.out" and sub.stderr == "/tmp/sub/%A_%a_0_log.err"
     assert sub.extra["wckey"] == "submitit" and sub.extra["mail_type"] == "END,FAIL"
-    assert sub.extra["command"] == "/tmp/sub/.submission_file_x.sh"
+    assert sub.extra["script_path"] == "/tmp/sub/.submission_file_x.sh"
     assert sub.script == SUBMITIT  # captured at submit time
 
 

@@ -371,7 +371,7 @@ def parse_qsub(argv: Sequence[str], ctx: SubmitContext) -> QsubRequest:
     sub = build_pbs_submission(opts, ctx, script=script, argv=command,
                                default_name=default_name)
     if script_path:
-        sub.extra["command"] = ctx.abspath(script_path)
+        sub.extra["script_path"] = ctx.abspath(script_path)
     return QsubRequest(sub, opts, script_path)
 
 

@@ -782,8 +782,5 @@ def parse_sbatch(
     sub = build_submission(opts, ctx, script=script, argv=script_args,
                            default_name=default_name)
     if script_path is not None and script_path not in ("-", "/dev/stdin"):
-        abs_path = ctx.abspath(script_path)
-        sub.extra["command"] = abs_path
-    elif probe.wrap is not None:
-        sub.extra["command"] = "(null)"
+        sub.extra["script_path"] = ctx.abspath(script_path)  # scontrol's Command=
     return SbatchRequest(sub, opts, script_path, local)

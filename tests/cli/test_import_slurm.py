@@ -1,0 +1,183 @@
+"""`corral config import-slurm`: real slurm.conf files from the Slurm bench and a richer
+hand-written one; the output must load with `corral.config.load_config`."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from corral.cli.main import build_app
+from corral.config import load_config, parse_config
+from corral.frontends.slurmconf import SlurmConfError, import_slurm_conf, read_conf
+from corral.frontends.tomlwrite import dumps
+
+DATA = Path(__file__).parent / "data"
+runner = CliRunner()
+app = build_app()
+
+
+@pytest.mark.parametrize("name", ["bench-slurm.conf", "bench-slurm-tuned.conf",
+                                  "bench-slurm-multi.conf"])
+def test_bench_confs_translate_and_load(name: str, tmp_path: Path) -> None:
+    out = tmp_path / "corral.toml"
+    res = runner.invoke(app, ["config", "import-slurm", str(DATA / name), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    cfg = load_config(out)
+    assert cfg.cluster_name == "anchor"
+    assert [p.name for p in cfg.partitions] == ["debug"] and cfg.partitions[0].default
+    assert cfg.partitions[0].max_time_s is None  # MaxTime=INFINITE
+    assert cfg.scheduler.default_mem_per_cpu_mb == 100
+    assert cfg.scheduler.max_array_size == 4001
+    nodes = cfg.node_configs()
+    total = sum((n.sockets or 1) * (n.cores_per_socket or 0) for n in nodes.values())
+    assert total == 64 and all(n.mem_mb for n in nodes.values())
+    text = out.read_text()
+    assert "# NOT MAPPED:" in text and "AuthType=auth/munge" in text
+    assert "not mapped" in res.stderr and "AuthType" in res.stderr
+
+
+def test_multi_profile_keeps_the_hostlist() -> None:
+    res = import_slurm_conf(str(DATA / "bench-slurm-multi.conf"))
+    (node,) = res.data["nodes"]
+    assert node["name"] == "n[1-4]" and node["cores_per_socket"] == 16
+    assert {u.key for u in res.unmapped} >= {"NodeHostname", "NodeAddr", "Port", "State"}
+
+
+def test_tuned_profile_scheduler_parameters() -> None:
+    res = import_slurm_conf(str(DATA / "bench-slurm-tuned.conf"))
+    s = res.data["scheduler"]
+    assert (s["bf_resolution_s"], s["bf_continue"], s["max_jobs_per_cycle"]) == (600, True, 500)
+    assert res.data["controller"]["min_job_age_s"] == 5
+    skipped = {u.key for u in res.unmapped}
+    assert "SchedulerParameters:bf_interval" in skipped
+    assert "SchedulerParameters:batch_sched_delay" in skipped
+
+
+def test_rich_conf() -> None:
+    res = import_slurm_conf(str(DATA / "rich-slurm.conf"))
+    d = res.data
+    cfg = parse_config(tomllib.loads(dumps(d)))  # valid for the real loader
+    assert cfg.cluster_name == "lab"
+    nodes = {n["name"]: n for n in d["nodes"]}
+    cn = nodes["cn[001-064]"]
+    assert (cn["sockets"], cn["cores_per_socket"], cn["threads_per_core"]) == (2, 24, 2)
+    assert cn["mem_mb"] == 192000 and cn["features"] == ["avx512", "ib"] and cn["weight"] == 10
+    gpu = nodes["gpu[01-04]"]
+    assert (gpu["gpus"], gpu["gpu_type"], gpu["gres"]) == (4, "a100", {"nvme": 2})
+    assert gpu["mem_mb"] == 512000 and gpu["features"] == ["ib", "a100"]
+    assert nodes["fat[1-2]"]["cpus"] == 64 and nodes["fat[1-2]"]["mem_mb"] == 2048000
+    assert (nodes["old01"]["gpus"], nodes["old01"]["gpu_type"]) == (2, "k80")
+    assert len(cfg.node_configs()) == 64 + 4 + 2 + 1
+
+    parts = {p["name"]: p for p in d["partitions"]}
+    assert parts["cpu"] == {
+        "name": "cpu", "nodes": "cn[001-064]", "max_time_s": 7 * 86400,
+        "default_time_s": 3600, "default": True, "priority_tier": 1,
+        "priority_job_factor": 10, "preempt_mode": "OFF", "state": "UP"}
+    g = parts["gpu"]
+    assert (g["max_time_s"], g["priority_tier"], g["preempt_mode"], g["max_nodes"]) == (
+        2 * 86400, 10, "REQUEUE", 2)
+    assert g["allow_accounts"] == ["ml", "vision"] and "allow_qos" not in g and g["exclusive"]
+    f = parts["fat"]
+    assert f["nodes"] == "fat[1-2]"  # NodeSet resolved
+    assert (f["default_mem_per_cpu_mb"], f["max_mem_per_cpu_mb"], f["grace_time_s"]) == (
+        16000, 32000, 60)
+    sc = parts["scavenger"]
+    assert sc["nodes"] == "cn[001-064],gpu[01-04]" and sc["state"] == "DRAIN"
+    assert "max_time_s" not in sc and sc["preempt_mode"] == "CANCEL"
+
+    s = d["scheduler"]
+    assert (s["backfill"], s["ordering"], s["placement"]) == ("easy", "multifactor", "spread")
+    assert (s["bf_window_s"], s["bf_max_job_test"], s["bf_resolution_s"]) == (172800, 1000, 120)
+    assert (s["max_jobs_per_cycle"], s["decay_half_life_s"]) == (200, 14 * 86400)
+    assert (s["default_mem_per_cpu_mb"], s["max_array_size"]) == (2048, 10001)
+    assert d["weights"] == {"age": 2000, "fairshare": 50000, "job_size": 500,
+                            "partition": 10000, "qos": 3000, "max_age_s": 3 * 86400,
+                            "favor_small": True, "size_relative": True}
+    assert d["preemption"] == {"type": "partition_prio", "mode": "REQUEUE"}
+    assert d["controller"] == {"min_job_age_s": 120, "kill_grace_s": 45}
+
+    why = {(u.key, u.value): u for u in res.unmapped}
+    assert ("PreemptMode", "GANG") in why
+    assert ("PriorityWeightTRES", "CPU=1000,Mem=2000") in why
+    assert ("PriorityFlags", "MAX_TRES") in why
+    assert ("Hidden", "YES") in why and ("OverSubscribe", "FORCE:4") in why
+    assert ("TmpDisk", "100000") in why
+    assert ("SchedulerParameters:bf_interval", "30") in why
+    gres = why[("Gres", "gpu:k80:2,gpu:p100:1")]
+    assert "one gpu_type per node" in gres.reason
+    assert gres.where.endswith("nodes.conf:6")  # names the included file and line
+    assert why[("AuthType", "auth/munge")].where.endswith("rich-slurm.conf:4")
+
+
+def test_reader_details(tmp_path: Path) -> None:
+    conf = tmp_path / "s.conf"
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.conf").write_text("NodeName=a1 CPUs=2 RealMemory=100\n")
+    (tmp_path / "sub" / "b.conf").write_text("NodeName=b1 CPUs=2 RealMemory=100\n")
+    conf.write_text('ClusterName="my cluster" # note\nInclude sub/*.conf\n'
+                    "PartitionName=p Nodes=a1,b1 \\\n  Default=YES\n")
+    lines = read_conf(str(conf))
+    assert [dict(line.pairs) for line in lines] == [
+        {"ClusterName": "my cluster"},
+        {"NodeName": "a1", "CPUs": "2", "RealMemory": "100"},
+        {"NodeName": "b1", "CPUs": "2", "RealMemory": "100"},
+        {"PartitionName": "p", "Nodes": "a1,b1", "Default": "YES"},
+    ]
+    assert lines[3].lineno == 3
+    conf.write_text("garbage line\n")
+    with pytest.raises(SlurmConfError, match="s.conf:1"):
+        read_conf(str(conf))
+    conf.write_text("include missing.conf\n")
+    with pytest.raises(SlurmConfError, match="cannot read"):
+        read_conf(str(conf))
+
+
+def test_node_without_memory_is_discovered(tmp_path: Path) -> None:
+    conf = tmp_path / "s.conf"
+    conf.write_text("NodeName=x CPUs=4\nPartitionName=p Nodes=ALL\n")
+    res = import_slurm_conf(str(conf))
+    assert res.data["nodes"][0]["discover"] is True
+    assert any("RealMemory" in n for n in res.notes)
+    parse_config(tomllib.loads(dumps(res.data)))
+
+
+def test_cli_stdout_json_force_and_errors(tmp_path: Path) -> None:
+    conf = str(DATA / "bench-slurm.conf")
+    res = runner.invoke(app, ["config", "import-slurm", conf])
+    assert res.exit_code == 0 and res.stdout.startswith("# corral.toml translated from")
+    assert tomllib.loads(res.stdout)["cluster_name"] == "anchor"
+    res = runner.invoke(app, ["config", "import-slurm", conf, "--json"])
+    doc = json.loads(res.stdout)
+    assert doc["config"]["cluster_name"] == "anchor"
+    assert any(u["key"] == "AuthType" for u in doc["unmapped"])
+    out = tmp_path / "c.toml"
+    out.write_text("keep me")
+    res = runner.invoke(app, ["config", "import-slurm", conf, "-o", str(out)])
+    assert res.exit_code == 1 and "--force" in res.stderr and out.read_text() == "keep me"
+    res = runner.invoke(app, ["config", "import-slurm", conf, "-o", str(out), "--force"])
+    assert res.exit_code == 0 and "anchor" in out.read_text()
+    res = runner.invoke(app, ["config", "import-slurm", str(tmp_path / "none.conf")])
+    assert res.exit_code == 1 and "cannot read" in res.stderr
+
+
+def test_config_check(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    runner.invoke(app, ["config", "import-slurm", str(DATA / "rich-slurm.conf"), "-o",
+                        str(good)])
+    res = runner.invoke(app, ["config", "check", str(good)])
+    assert res.exit_code == 0 and "OK" in res.stdout and "71 configured node(s)" in res.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[partitions]]\nname = \"a\"\nmax_tme_s = 5\n")
+    res = runner.invoke(app, ["config", "check", str(bad)])
+    assert res.exit_code == 1 and "max_tme_s" in res.stderr and "did you mean" in res.stderr
+    res = runner.invoke(app, ["config", "check", str(bad), "--json"])
+    assert res.exit_code == 1 and json.loads(res.stdout)["ok"] is False
+    res = runner.invoke(app, ["config", "show", "--file", str(good), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["config"]["cluster_name"] == "lab"
+    res = runner.invoke(app, ["config", "show", "--file", str(good)])
+    assert tomllib.loads(res.stdout)["cluster_name"] == "lab"
