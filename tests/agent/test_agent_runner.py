@@ -307,3 +307,36 @@ def test_stdin_file(runner: JobRunner, tmp_path: Path) -> None:
     runner.launch(make_request(29, tmp_path, "#!/bin/sh\ncat\n", stdin="in-%j.txt"))
     assert wait_exits(runner)[29].state == "COMPLETED"
     assert (tmp_path / "slurm-29.out").read_text() == "from stdin\n"
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["cgroup", "sigstop"])
+def test_suspend_resume_pauses_the_time_limit(runner: JobRunner, bare_runner: JobRunner,
+                                              tmp_path: Path, isolated: bool) -> None:
+    r = runner if isolated else bare_runner
+    script = "#!/bin/sh\ni=0\nwhile true; do i=$((i+1)); echo $i > count.txt; sleep 0.02; done\n"
+    t0 = time.monotonic()
+    r.launch(make_request(30, tmp_path, script, time_limit_s=2, kill_grace_s=1))
+    count = tmp_path / "count.txt"
+
+    def value() -> int:
+        try:
+            return int(count.read_text() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    wait_for(lambda: value() > 3, what="counting")
+    assert r.suspend(30)
+    wait_for(lambda: (r.status(30) or {}).get("state") == "SUSPENDED", what="suspended")
+    frozen = value()
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:  # stays frozen (and past the 2 s limit, no timeout)
+        assert value() <= frozen + 1
+        assert r.poll() == []
+        time.sleep(0.1)
+    assert r.resume(30)
+    wait_for(lambda: value() > frozen + 3, what="counting again")
+    ex = wait_exits(r)[30]
+    assert ex.state == "TIMEOUT"
+    assert time.monotonic() - t0 >= 3.4  # 2 s limit + the ~1.5 s suspension
+    if isolated and r.layout.mode != "none":
+        assert (r.status(30) or {}).get("isolation", {}).get("kind", "").startswith("cgroup")

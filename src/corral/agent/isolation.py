@@ -80,6 +80,14 @@ class Isolation:
         if self.cgroup is not None:
             self.cgroup.kill_all()
 
+    def freeze(self) -> bool:
+        """Freeze the job's cgroup; False when there is no freezer (use SIGSTOP)."""
+        return self.cgroup.freeze() if self.cgroup is not None else False
+
+    def thaw(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.thaw()
+
     def usage(self) -> CgroupUsage | None:
         return self.cgroup.usage() if self.cgroup is not None else None
 

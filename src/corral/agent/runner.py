@@ -1,13 +1,16 @@
 """``JobRunner``: the node-local job launcher the agent daemon drives.
 
-Each job runs under its own supervisor process (``supervisor.py``), started by a double
-fork with ``setsid`` in between: the supervisor is nobody's child in the agent, so the
-agent can be killed (even with SIGKILL) and restarted while jobs keep running. The spool
-(``spool.py``) is the only shared state: the runner writes ``request.json`` and
-``supervisor.json`` and queues commands in ``ctl/``; the supervisor writes ``status.json``
-and, once, ``exit.json``. A restarted ``JobRunner`` on the same state directory re-adopts
-every job whose supervisor is alive and reports every exit that was not yet acknowledged,
-including exits that happened while no agent ran.
+Each job runs under its own supervisor process (``supervisor.py``), forked by the runner
+and starting its own session at once (``setsid``): no signal aimed at the agent's process
+group or terminal reaches it, and when the agent dies (even by SIGKILL) the kernel hands it
+to init, so jobs keep running while the agent is restarted. The runner reaps the
+supervisors it forked (``waitpid``, no zombies); a single fork instead of the classic
+double fork keeps the launch path short (about 1.5 ms of agent CPU per job here). The
+spool (``spool.py``) is the only shared state: the runner writes ``request.json`` and
+queues commands in ``ctl/`` (then wakes the supervisor with SIGUSR1); the supervisor
+writes ``status.json`` and, once, ``exit.json``. A restarted ``JobRunner`` on the same
+state directory re-adopts every job whose supervisor is alive and reports every exit that
+was not yet acknowledged, including exits that happened while no agent ran.
 
 Notifications: the runner binds an abstract-namespace datagram socket named after the
 state directory; supervisors send the job id on start and on exit, so ``wait()`` (or
@@ -172,6 +175,14 @@ class JobRunner:
         """SIGCONT+SIGTERM to the job's whole process tree, SIGKILL after ``grace_s``
         (default: the request's ``kill_grace_s``); the job ends CANCELLED."""
         return self._command(job_id, {"cmd": "cancel", "grace_s": grace_s})
+
+    def suspend(self, job_id: int) -> bool:
+        """Freeze every process of the job (cgroup freezer, else SIGSTOP); suspended time
+        does not count against the time limit. False when the job is not running here."""
+        return self._command(job_id, {"cmd": "suspend"})
+
+    def resume(self, job_id: int) -> bool:
+        return self._command(job_id, {"cmd": "resume"})
 
     def update_time_limit(self, job_id: int, time_limit_s: int | None) -> bool:
         """New time limit, counted from the job's start (None: unlimited)."""

@@ -1,8 +1,10 @@
 """The per-job supervisor (Corral's slurmstepd): starts one batch job and sees it to its end.
 
-The runner forks it twice (``setsid`` in between), so it belongs to no agent process and
-survives the agent being killed; it is a child subreaper, so every process of the job stays
-below it. It never imports anything after the fork and never returns (``os._exit``).
+The runner forks it and it starts a new session, so it survives the agent being killed
+(init adopts it); it is a child subreaper, so every process of the job stays below it. It
+never imports anything after the fork (the agent may have had other threads holding
+locks), never returns into agent code (``os._exit``) and freezes the inherited heap for
+the garbage collector (``gc.freeze``), so it copies few of the agent's pages.
 
 Algorithm:
 
@@ -22,6 +24,13 @@ Algorithm:
    ``exit.json`` atomically and notify the agent with a datagram.
 
 State precedence: CANCELLED > TIMEOUT > OUT_OF_MEMORY > COMPLETED (exit 0) / FAILED.
+Suspension (``suspend``/``resume`` commands: cgroup freezer, else SIGSTOP/SIGCONT) stops
+the time-limit clock, as in Slurm. A cancel that arrives before the job started means it
+never starts.
+
+Debugging aids (read from the agent's environment): ``CORRAL_SUPERVISOR_TIMES=1`` logs the
+supervisor's own and the job's CPU time to ``supervisor.log``; ``CORRAL_SUPERVISOR_PROFILE=1``
+writes a cProfile of the supervisor to ``<job dir>/prof``.
 """
 
 from __future__ import annotations
@@ -90,6 +99,9 @@ class _Run:
     kill_at: float | None = None
     warn_sent: bool = False
     mem_peak: int = 0
+    suspended_at: float | None = None  # monotonic time of the current suspension
+    suspended_s: float = 0.0  # suspended time so far (does not count against the limit)
+    frozen_by: str = ""  # "cgroup" or "signal"
     next_mem_check: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -154,6 +166,7 @@ class Supervisor:
             "stdout": self.stdout_path,
             "stderr": self.stderr_path,
             "time_limit_s": self.time_limit_s,
+            "suspended_s": round(self.run.suspended_s, 3),
             "isolation": self.iso.describe() if self.iso else {"kind": "none"},
             "notes": self.run.notes,
         })
@@ -179,8 +192,34 @@ class Supervisor:
             self.iso.kill_all()
         kill_pids(pids, sig)
 
+    def suspend(self) -> None:
+        """Stop the job (cgroup freezer, else SIGSTOP to every process); the time it stays
+        suspended does not count against its time limit."""
+        run = self.run
+        if run.suspended_at is not None or run.ending or not run.job_pid:
+            return
+        if self.iso is not None and self.iso.freeze():
+            run.frozen_by = "cgroup"
+        else:
+            self.signal_job(signal.SIGSTOP)
+            run.frozen_by = "signal"
+        run.suspended_at = time.monotonic()
+        self.write_status("SUSPENDED")
+
+    def resume(self) -> None:
+        run = self.run
+        if run.suspended_at is None:
+            return
+        if run.frozen_by == "cgroup" and self.iso is not None:
+            self.iso.thaw()
+        self.signal_job(signal.SIGCONT)
+        run.suspended_s += time.monotonic() - run.suspended_at
+        run.suspended_at = None
+        self.write_status("RUNNING")
+
     def terminate(self, why: str, grace_s: float) -> None:
         """SIGCONT+SIGTERM to every job process now, SIGKILL after ``grace_s``."""
+        self.resume()  # a frozen process cannot act on SIGTERM
         now = time.monotonic()
         if not self.run.ending:
             self.run.ending = why
@@ -341,6 +380,10 @@ class Supervisor:
             elif kind == "signal":
                 sig = int(cmd.get("sig", signal.SIGTERM))
                 self.signal_job(sig, batch_only=bool(cmd.get("batch_only", False)))
+            elif kind == "suspend":
+                self.suspend()
+            elif kind == "resume":
+                self.resume()
             elif kind == "time_limit":
                 limit = cmd.get("time_limit_s")
                 self.time_limit_s = None if limit is None else int(limit)
@@ -350,8 +393,8 @@ class Supervisor:
         """Act on due deadlines; return the next one (monotonic seconds)."""
         nxt = now + 30.0
         run = self.run
-        if self.time_limit_s is not None and not run.ending:
-            limit_at = run.start_mono + self.time_limit_s
+        if self.time_limit_s is not None and not run.ending and run.suspended_at is None:
+            limit_at = run.start_mono + run.suspended_s + self.time_limit_s
             if self.warning is not None and not run.warn_sent:
                 warn_at = limit_at - self.warning.before_s
                 if now >= warn_at:
