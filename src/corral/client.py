@@ -91,7 +91,8 @@ Node record (``nodes()``, ``node(name)``)::
     gpus int, gpu_types {type: count}, features list[str], gres {name: count},
     alloc_cpus, alloc_mem_mb, alloc_gpus, jobs list[int], arch, weight,
     connected bool (agent connected now), last_seen float|None, agent_version str,
-    boot_time float|None
+    boot_time float|None, agent_stats dict (launches, launch_s, ack_s, poll_s, cpu_s: the
+    agent's counters from its last heartbeat)
 
 Partition record (``partitions()``)::
 
@@ -117,13 +118,16 @@ SYSTEM_STATE_DIR = "/var/lib/corral"
 
 class CorralError(Exception):
     """An API error. ``code`` is a stable word (``not_found``, ``forbidden``, ``invalid``,
-    ``conflict``, ``unavailable``, ``rejected``, ``internal``), ``message`` the server's text."""
+    ``conflict``, ``unavailable``, ``rejected``, ``internal``), ``message`` the server's text,
+    ``slurm`` Slurm's own message for the same error (for the shims) or None."""
 
-    def __init__(self, code: str, message: str, status: int = 0) -> None:
+    def __init__(self, code: str, message: str, status: int = 0,
+                 slurm: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status
+        self.slurm = slurm  # Slurm's wording of the same error, when there is one
 
     def __str__(self) -> str:
         return self.message
@@ -342,19 +346,27 @@ class Client:
 
         payload = None if body is None else json.dumps(body).encode()
         status, raw = self._roundtrip(method, API + path, payload)
-        data: Any = json.loads(raw) if raw else None
+        try:
+            data: Any = json.loads(raw) if raw else None
+        except ValueError:
+            if status < 400:
+                raise CorralError("internal", f"the controller sent a bad answer: {raw[:200]!r}",
+                                  status) from None
+            data = None
         if status >= 400:
-            code, message = "internal", raw.decode(errors="replace")
+            code, message = "internal", raw.decode(errors="replace") or f"HTTP {status}"
+            slurm = None
             if isinstance(data, dict):
                 err = data.get("error")
                 if isinstance(err, dict):
                     code = str(err.get("code", code))
                     message = str(err.get("message", message))
+                    slurm = err.get("slurm")
                 elif "detail" in data:
                     code = {401: "unauthorized", 403: "forbidden", 404: "not_found",
                             422: "invalid"}.get(status, "invalid")
                     message = str(data["detail"])
-            raise CorralError(code, message, status)
+            raise CorralError(code, message, status, slurm=slurm)
         return data
 
     # ---- jobs ------------------------------------------------------------------------

@@ -83,6 +83,9 @@ class AgentDaemon:
         except OSError:
             self._affinity = set()
         self.launches = 0
+        self.launch_s = 0.0  # time spent in JobRunner.launch (reported in heartbeats)
+        self.ack_s = 0.0
+        self.poll_s = 0.0
 
     # ---- helpers ----------------------------------------------------------------------
 
@@ -98,7 +101,10 @@ class AgentDaemon:
             self._out.put_nowait(msg)
 
     def _collect_exits(self) -> None:
-        for ex in self.runner.poll():
+        t0 = time.perf_counter()
+        exits = self.runner.poll()
+        self.poll_s += time.perf_counter() - t0
+        for ex in exits:
             self.unacked[ex.job_id] = ex
             self._send({"t": "exit", "exit": ex.to_json()})
 
@@ -112,12 +118,19 @@ class AgentDaemon:
             return dataclasses.replace(req, cpus=(), cores=())
         return req
 
+    def stats(self) -> dict[str, Any]:
+        """Counters of the runner's costs, for the controller (node record ``agent_stats``)."""
+        return {"launches": self.launches, "launch_s": round(self.launch_s, 6),
+                "ack_s": round(self.ack_s, 6), "poll_s": round(self.poll_s, 6),
+                "cpu_s": round(time.process_time(), 3), "pid": os.getpid()}
+
     # ---- message handling -------------------------------------------------------------
 
     def handle(self, msg: dict[str, Any]) -> None:
         t = msg.get("t")
         if t == "launch":
             req = self._fit_pinning(LaunchRequest.from_json(msg["req"]))
+            t0 = time.perf_counter()
             try:
                 self.runner.launch(req)
             except Exception as exc:
@@ -126,6 +139,7 @@ class AgentDaemon:
                             "restarts": req.restarts, "message": str(exc)})
                 return
             self.launches += 1
+            self.launch_s += time.perf_counter() - t0
             self._send({"t": "launched", "job_id": req.job_id, "restarts": req.restarts})
         elif t == "cancel":
             jid = int(msg["job_id"])
@@ -149,10 +163,12 @@ class AgentDaemon:
             if ex is not None and ex.restarts != int(msg.get("restarts", ex.restarts)):
                 return
             self.unacked.pop(jid, None)
+            t0 = time.perf_counter()
             try:
                 self.runner.ack(jid)
             except Exception as exc:
                 log.warning("ack of job %d: %s", jid, exc)
+            self.ack_s += time.perf_counter() - t0
         elif t == "welcome":
             self.heartbeat_s = float(msg.get("heartbeat_s", self.heartbeat_s))
             if msg.get("node") and msg["node"] != self.node:
@@ -205,7 +221,8 @@ class AgentDaemon:
         async def heartbeat() -> None:
             while True:
                 await asyncio.sleep(self.heartbeat_s)
-                self._send({"t": "heartbeat", "running": self._running(), "time": time.time()})
+                self._send({"t": "heartbeat", "running": self._running(), "time": time.time(),
+                            "stats": self.stats()})
 
         async def sweeper() -> None:
             while True:

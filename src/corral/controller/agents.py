@@ -194,7 +194,9 @@ class AgentHub:
                                                 int(m.get("restarts", 0)),
                                                 str(m.get("message", "")))
             elif t == "heartbeat":
-                pass
+                node = self.ctl.nodes.nodes.get(conn.node)
+                if node is not None and isinstance(m.get("stats"), dict):
+                    node.agent_stats = m["stats"]
             else:
                 log.debug("agent %s: unknown message %r", conn.node, t)
         if exits:

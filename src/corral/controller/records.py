@@ -61,8 +61,9 @@ class JobRecord:
     requeue_requested: bool = False
     requeue_hold: bool = False
     dispatched: bool = False  # the agent confirmed the launch (not persisted)
-    overrides: dict[str, Any] = field(default_factory=dict)  # updates of spec fields
     _core: Job | None = None
+    _api: dict[str, Any] | None = None  # cached summary record (not while running)
+    _api_json: bytes | None = None
 
     @property
     def spec(self) -> Any:
@@ -83,8 +84,26 @@ class JobRecord:
         return str(self.id)
 
     def touch(self) -> None:
-        """Forget the cached core view after any change."""
+        """Forget the cached core and API views after any change."""
         self._core = None
+        self._api = None
+        self._api_json = None
+
+    def touch_api(self) -> None:
+        """Forget the cached API view (reason, priority, estimates changed)."""
+        self._api = None
+        self._api_json = None
+
+    def api_json(self, now: float) -> bytes:
+        """The summary record, JSON-encoded (cached unless the job is running)."""
+        if self._api_json is not None:
+            return self._api_json
+        import json
+
+        data = json.dumps(self.to_api(now), separators=(",", ":")).encode()
+        if self.start_time is None or self.end_time is not None:
+            self._api_json = data
+        return data
 
     def to_core(self) -> Job:
         if self._core is None:
@@ -113,6 +132,22 @@ class JobRecord:
 
     def to_api(self, now: float | None = None, detail: bool = False,
                private: bool = False) -> dict[str, Any]:
+        if not detail and self._api is not None:
+            if self.start_time is not None and self.end_time is None:
+                rec = dict(self._api)
+                t = now if now is not None else time.time()
+                rec["time_used_s"] = max(0.0, t - self.start_time)
+                return rec
+            return self._api
+        rec = self._build_api(now)
+        if not detail:
+            self._api = rec
+            return rec
+        rec = dict(rec)
+        self._add_detail(rec, private)
+        return rec
+
+    def _build_api(self, now: float | None) -> dict[str, Any]:
         spec = self.sub.spec
         alloc = self.allocation
         nodes = list(alloc.node_names) if alloc else []
@@ -201,19 +236,18 @@ class JobRecord:
             "max_rss_mb": self.max_rss_mb,
             "dialect": self.sub.dialect,
         }
-        if detail:
-            from corral.submission import JobSubmission as _JS  # noqa: F401 (type only)
-
-            sub = self.sub.to_json()
-            rec["spec"] = sub.pop("spec")
-            if not private:
-                sub.pop("script", None)
-                sub.pop("env", None)
-                sub.pop("argv", None)
-            rec["submission"] = sub
-            rec["allocation"] = allocation_to_json(alloc) if alloc else None
-            rec["admin_priority"] = self.admin_priority
         return rec
+
+    def _add_detail(self, rec: dict[str, Any], private: bool) -> None:
+        sub = self.sub.to_json()
+        rec["spec"] = sub.pop("spec")
+        if not private:
+            sub.pop("script", None)
+            sub.pop("env", None)
+            sub.pop("argv", None)
+        rec["submission"] = sub
+        rec["allocation"] = allocation_to_json(self.allocation) if self.allocation else None
+        rec["admin_priority"] = self.admin_priority
 
 
 def allocation_to_json(alloc: Allocation) -> dict[str, Any]:
@@ -260,6 +294,7 @@ class NodeRecord:
     alloc_mem_mb: int = 0
     alloc_gpus: int = 0
     partitions: tuple[str, ...] = ()
+    agent_stats: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -295,4 +330,5 @@ class NodeRecord:
             "last_seen": self.last_seen,
             "agent_version": self.agent_version,
             "boot_time": self.boot_time,
+            "agent_stats": self.agent_stats,
         }

@@ -17,7 +17,7 @@ _DATA_FIELDS = (
     "eligible_time", "time_limit_s", "time_limit_set", "admin_priority", "array_max_running",
     "array_task_count", "array_task_min", "array_task_max", "signal", "reason",
     "reason_detail", "end_reason", "cpu_time_s", "max_rss_mb", "stdout", "stderr",
-    "submit_host", "cancel_requested", "requeue_requested", "requeue_hold", "overrides",
+    "submit_host", "cancel_requested", "requeue_requested", "requeue_hold",
 )
 
 

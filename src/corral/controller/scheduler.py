@@ -71,8 +71,12 @@ class SchedulerLoop:
         delay = self.ctl.cfg.controller.schedule_delay_ms / 1000.0
         while True:
             await self._event.wait()
-            if delay:
-                await asyncio.sleep(delay)
+            # adaptive coalescing: wait at least as long as the last cycle took, so
+            # scheduling never takes more than about half of the controller's time
+            # however fast events arrive (a burst of submits shares one cycle)
+            wait = max(delay, min(self.last_cycle_s, 1.0))
+            if wait:
+                await asyncio.sleep(wait)
             self._event.clear()
             try:
                 await self.cycle()
@@ -154,13 +158,15 @@ class SchedulerLoop:
                 rec.priority = prio
                 rec.rank = info.rank
                 rec.est_start = info.est_start
+                rec.touch_api()
                 if rec.eligible_time is None and info.reason not in _INELIGIBLE:
                     rec.eligible_time = now
         for rej in result.rejects:
             rec = ctl.pending.get(rej.job_id)
-            if rec is not None:
+            if rec is not None and rec.reason != rej.reason:
                 rec.reason = rej.reason
                 rec.reason_detail = rej.message
+                rec.touch_api()
         starts: list[tuple[JobRecord, Start]] = []
         for st in result.starts:
             rec = ctl.pending.get(st.job_id)

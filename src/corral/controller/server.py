@@ -29,11 +29,14 @@ log = logging.getLogger("corral.controller")
 def _peer_protocol_class() -> type:
     """uvicorn's HTTP protocol, extended to put SO_PEERCRED of Unix-socket callers into
     the ASGI scope as ``scope["corral.peer"] = (pid, uid, gid)``."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+    except ImportError:  # httptools not installed: the pure-Python parser
+        from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
 
     from corral.controller.auth import peer_credentials
 
-    class PeerCredProtocol(H11Protocol):  # type: ignore[misc]
+    class PeerCredProtocol(Base):  # type: ignore[misc,valid-type]
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             sock = transport.get_extra_info("socket")
@@ -103,7 +106,7 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
     """Run a controller until SIGINT/SIGTERM (blocking)."""
     import uvicorn
 
-    from corral.controller.api import create_app
+    from corral.controller.api import create_app, with_fast_paths
     from corral.controller.auth import Authenticator, read_or_create_key
     from corral.controller.service import Controller
     from corral.controller.store import Store
@@ -133,7 +136,8 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
         host, port = tcp.getsockname()[:2]
         shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
         http_url = f"http://{shown}:{port}"
-    uv_cfg = uvicorn.Config(app, http=_peer_protocol_class(), ws="websockets-sansio",
+    uv_cfg = uvicorn.Config(with_fast_paths(app, ctl, auth), http=_peer_protocol_class(),
+                            ws="websockets-sansio",
                             lifespan="off", log_level="warning", access_log=False,
                             ws_max_size=64 * 1024 * 1024, ws_ping_interval=None,
                             timeout_keep_alive=60)

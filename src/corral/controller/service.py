@@ -163,15 +163,18 @@ class Controller:
     def persist(self, inserts: Iterable[JobRecord] = (), updates: Iterable[JobRecord] = (),
                 with_submission: Iterable[JobRecord] = ()) -> asyncio.Future[Any]:
         ins = [insert_row(r) for r in inserts]
-        ups = [update_row(r) for r in updates]
+        ups = []
+        for r in updates:
+            r.touch_api()  # every change is persisted: the cached API view is stale
+            ups.append(update_row(r))
         subs = [{"_id": r.id, "submission": _submission_json(r)} for r in with_submission]
         ops = []
         if ins:
-            ops.append(Store.op_insert_jobs(ins))
+            ops.append(self.store.op_insert_jobs(ins))
         if ups:
-            ops.append(Store.op_update_jobs(ups))
+            ops.append(self.store.op_update_jobs(ups))
         if subs:
-            ops.append(Store.op_update_jobs(subs))
+            ops.append(self.store.op_update_jobs(subs))
 
         def run(conn: Any) -> None:
             for op in ops:
@@ -300,12 +303,16 @@ class Controller:
         now = time.time()
         recs = intake.build_records(sub, first, now, submit_host or self.host, indices,
                                     max_running)
+        if sub.hold:
+            for rec in recs:
+                rec.reason = "JobHeldUser"
         await self.persist(inserts=recs)
         for rec in recs:
             self._index(rec)
         self.metrics.submitted(len(recs), time.perf_counter() - t0)
         self.metrics.set_jobs(len(self.pending), len(self.running))
-        self.sched.trigger()
+        if not sub.hold:  # a held job cannot start: no cycle needed
+            self.sched.trigger()
         ids = [r.id for r in recs]
         return {"job_ids": ids, "array_job_id": first if indices else None,
                 "display_id": str(first)}
