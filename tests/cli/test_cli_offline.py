@@ -160,3 +160,49 @@ def test_node_rendering() -> None:
             "alloc_gpus": 2, "gpu_types": {"a100": 4}, "features": ["ib"], "reason": ""}
     out = _render(make_table([node], NODE_COLUMNS))
     assert "16/64" in out and "128G/512G" in out and "2/4 (a100:4)" in out
+
+
+def test_connection_lost_after_sending_is_reported_as_uncertain(tmp_path: Path) -> None:
+    """A controller that reads the request and hangs up: the job may exist, say so."""
+    import socket
+    import threading
+
+    path = str(tmp_path / "c.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+    got = bytearray()
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        conn.settimeout(5)
+        while b"\r\n\r\n" not in got:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            got.extend(chunk)
+        conn.close()  # the request arrived; no answer
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        res = runner.invoke(app, ["submit", "--wrap", "true"],
+                            env={"CORRAL_SOCKET": path, "CORRAL_URL": ""})
+    finally:
+        t.join(5)
+        srv.close()
+    assert got.startswith(b"POST /api/v1/jobs ")
+    assert res.exit_code == 5, res.output
+    assert "may have applied the request" in res.stderr
+    assert "corral queue --me" in res.stderr
+
+
+def test_submit_reads_the_script_from_stdin(no_cluster: dict[str, str]) -> None:
+    res = runner.invoke(app, ["submit", "--test-only", "--json"], env=no_cluster,
+                        input="#!/bin/sh\n#SBATCH -J piped -t 1:00\necho hi\n")
+    assert res.exit_code == 0, res.stderr
+    sub = json.loads(res.stdout)["would_submit"]
+    assert sub["spec"]["name"] == "piped" and sub["spec"]["time_limit_s"] == 60
+    assert sub["script"] == "#!/bin/sh\n#SBATCH -J piped -t 1:00\necho hi\n"
+    res = runner.invoke(app, ["submit"], env=no_cluster, input="")
+    assert res.exit_code == 1 and "Batch script is empty!" in res.stderr

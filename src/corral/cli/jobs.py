@@ -166,8 +166,10 @@ def queue(
     states = _states(state)
     client = connect()
     with api_errors("corral queue"):
+        if me:  # remote users (CORRAL_URL) may have another name here than there
+            user = str(client.whoami()["user"]) if client.url else current_user()
         jobs = client.jobs(
-            user=current_user() if me else user,
+            user=user,
             states=states,
             partition=partition,
             include_finished=all_ or bool(states),
