@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -340,3 +341,34 @@ def test_suspend_resume_pauses_the_time_limit(runner: JobRunner, bare_runner: Jo
     assert time.monotonic() - t0 >= 3.4  # 2 s limit + the ~1.5 s suspension
     if isolated and r.layout.mode != "none":
         assert (r.status(30) or {}).get("isolation", {}).get("kind", "").startswith("cgroup")
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["cgroup", "subreaper-only"])
+def test_leftover_background_processes_are_killed_at_exit(runner: JobRunner,
+                                                          bare_runner: JobRunner,
+                                                          tmp_path: Path, isolated: bool) -> None:
+    r = runner if isolated else bare_runner
+    script = "#!/bin/sh\n(setsid sleep 300 &) \nsleep 300 &\necho $! > bg.pid\necho done\n"
+    r.launch(make_request(31, tmp_path, script))
+    ex = wait_exits(r)[31]
+    assert ex.state == "COMPLETED"
+    assert pid_gone(int((tmp_path / "bg.pid").read_text()))
+    # the setsid'd double-forked sleep escaped the session but not the supervisor
+    out = subprocess.run(["pgrep", "-f", "^sleep 300$"], capture_output=True, text=True).stdout
+    mine = [int(p) for p in out.split() if _ppid(int(p)) == 1 and _in_tmp(int(p), tmp_path)]
+    assert mine == []
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _in_tmp(pid: int, tmp_path: Path) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd") == str(tmp_path)
+    except OSError:
+        return False

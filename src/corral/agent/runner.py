@@ -33,6 +33,7 @@ import shutil
 import signal
 import socket
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,12 @@ from corral.agent.launch import JobExit, LaunchRequest
 from corral.agent.prepare import parse_warning_signal
 from corral.agent.proctree import is_alive, kill_pids
 from corral.agent.supervisor import WAKE_SIGNALS, SupervisorConfig, run_supervisor
+
+# Python 3.12+ warns about fork() in a process with threads. The forked supervisor takes no
+# lock the agent's other threads could hold (no logging, no imports, no NSS lookups: the
+# runner resolves users and groups before forking), so the warning does not apply here.
+warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks",
+                        category=DeprecationWarning)
 
 _STARTUP_GRACE_S = 30.0  # a job dir with a request but no supervisor record yet
 _GROUPS_TTL_S = 60.0
