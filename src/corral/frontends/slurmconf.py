@@ -1,9 +1,10 @@
 """Read a ``slurm.conf`` and translate it to ``corral.toml`` data, saying what did not map.
 
 Syntax (read by ``slurmconf_read``): ``Key=Value`` pairs, comments, continuations,
-quotes and ``include``; here: ``NodeName=...``, ``PartitionName=...`` and ``NodeSet=...`` lines whose first pair names
-the object and whose other pairs describe it; ``NodeName=DEFAULT`` and
-``PartitionName=DEFAULT`` lines give defaults for the lines that follow.
+quotes and ``include``. Here: ``NodeName=...``, ``PartitionName=...`` and ``NodeSet=...``
+lines whose first pair names the object and whose other pairs describe it;
+``NodeName=DEFAULT`` and ``PartitionName=DEFAULT`` lines give defaults for the lines
+that follow.
 
 Translation (``translate``): nodes (hostlist names kept, ``Boards x SocketsPerBoard`` or
 ``Sockets``, ``CoresPerSocket``, ``ThreadsPerCore``, ``CPUs``, ``RealMemory``,
