@@ -1,0 +1,70 @@
+"""Job steps: numbering and recording the ``srun`` steps of a job.
+
+The controller records a step with ``POST /api/v1/jobs/<id>/steps`` (name, argv, task
+count, nodes) and its end with ``POST /api/v1/jobs/<id>/steps/<step>/end`` (state, exit
+code, signal); ``sacct`` then shows ``<id>.<step>`` rows. Where the controller has no such
+route yet, step ids still count up per job (and per restart) through a small locked
+counter file in ``$TMPDIR``, so ``SLURM_STEP_ID`` and ``%s``/``%J`` are right either way.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+import time
+from typing import Any
+
+
+class StepRecorder:
+    def __init__(self, client: Any, job_id: str, restarts: str = "0") -> None:
+        self.client = client
+        self.job_id = job_id
+        self.restarts = restarts
+        self.remote = hasattr(client, "request")
+        self.step_id: int | None = None
+
+    def _local_next(self) -> int:
+        base = os.path.join(tempfile.gettempdir(), f"corral-steps-{os.getuid()}")
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        path = os.path.join(base, f"{self.job_id}.{self.restarts}")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = os.read(fd, 32).strip()
+            n = int(raw) if raw.isdigit() else 0
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.ftruncate(fd, 0)
+            os.write(fd, str(n + 1).encode())
+            return n
+        finally:
+            os.close(fd)
+
+    def start(self, name: str, argv: list[str], ntasks: int, nodes: list[str],
+              cpus: int) -> int:
+        if self.remote:
+            try:
+                res = self.client.request("POST", f"/jobs/{self.job_id}/steps", {
+                    "name": name, "argv": argv, "ntasks": ntasks, "nodes": nodes,
+                    "num_cpus": cpus, "start_time": time.time(), "pid": os.getpid(),
+                })
+                self.step_id = int(res["step_id"])
+                return self.step_id
+            except Exception:  # noqa: BLE001 - no steps route: count locally
+                self.remote = False
+        self.step_id = self._local_next()
+        return self.step_id
+
+    def end(self, exit_code: int, signal: int = 0, state: str | None = None) -> None:
+        if not self.remote or self.step_id is None:
+            return
+        if state is None:
+            state = "COMPLETED" if exit_code == 0 and not signal else (
+                "CANCELLED" if signal else "FAILED")
+        try:
+            self.client.request("POST", f"/jobs/{self.job_id}/steps/{self.step_id}/end", {
+                "state": state, "exit_code": exit_code, "signal": signal,
+                "end_time": time.time(),
+            })
+        except Exception:  # noqa: BLE001 - the step's end is informational
+            pass
