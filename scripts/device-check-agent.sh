@@ -137,7 +137,7 @@ check(e1 is not None and e1.state == "OUT_OF_MEMORY", "memory.max 64 MB: hog end
 check(e1 is not None and 40 <= e1.max_rss_mb <= 70, f"peak memory from memory.peak ({e1 and e1.max_rss_mb} MB)")
 check("oom_kill event" in out(1), "Slurm's oom_kill message in the output file")
 text2 = out(2)
-check(f"0::/{root}/job_2" in text2, "job placed in its v2 cgroup", text2)
+check(f"0::/{root}/dev/job_2" in text2, "job placed in its v2 cgroup", text2)
 allowed = [ln.split()[1] for ln in text2.splitlines() if ln.startswith("Cpus_allowed_list")]
 check(allowed == [str(cpu), str(cpu)], f"cpuset pins to CPU {cpu} and cannot be widened", str(allowed))
 if spec.gpus:
@@ -153,16 +153,19 @@ except (OSError, ValueError):
     gone = False
 check(gone, "the grandchild sleep was killed with the tree")
 check(all(e.cpu_time_s > 0 for e in exits.values()), "cpu time from cpu.stat for every job")
-left = [d for d in (os.path.join(layout.v2_root or "/nonexistent", root, f"job_{j}") for j in range(1, 5))
-        if os.path.exists(d)]
+left = [d for d in (os.path.join(layout.v2_root or "/nonexistent", root, "dev", f"job_{j}")
+                    for j in range(1, 5)) if os.path.exists(d)]
 check(not left, "job cgroups removed", str(left))
 for j in range(1, 5):
     runner.ack(j)
 runner.close()
-try:
-    os.rmdir(os.path.join(layout.v2_root or "/nonexistent", root))
-except OSError as exc:
-    print(f"note: could not remove the parent cgroup: {exc}")
+for d in (os.path.join(root, "dev"), root):
+    for base in [layout.v2_root] + list(layout.v1.values()) + [layout.tracking]:
+        if base and os.path.isdir(os.path.join(base, d)):
+            try:
+                os.rmdir(os.path.join(base, d))
+            except OSError as exc:
+                print(f"note: could not remove {os.path.join(base, d)}: {exc}")
 shutil.rmtree(work, ignore_errors=True)
 print(f"RESULT: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

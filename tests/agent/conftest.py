@@ -102,15 +102,9 @@ def _remove_test_cgroups() -> Iterator[None]:
     bases = list(layout.v1.values()) + [p for p in (layout.v2_root, layout.tracking) if p]
     for base in bases:
         root = os.path.join(base, CGROUP_ROOT)
-        if os.path.isdir(root):
-            for name in os.listdir(root):
-                if name.startswith("job_"):
-                    try:
-                        os.rmdir(os.path.join(root, name))
-                    except OSError:
-                        pass
+        for dirpath, _dirs, _files in sorted(os.walk(root), key=lambda w: -len(w[0])):
             try:
-                os.rmdir(root)
+                os.rmdir(dirpath)
             except OSError:
                 pass
 

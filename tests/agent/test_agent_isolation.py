@@ -47,7 +47,8 @@ def test_cgroup_memory_limit_is_out_of_memory(runner: JobRunner, tmp_path: Path)
     # the job cgroup is gone afterwards
     base = layout.v2_root if layout.mode == "v2" else layout.v1["memory"]
     assert base is not None
-    assert not os.path.exists(os.path.join(base, CGROUP_ROOT, "job_41"))
+    assert os.path.isdir(os.path.join(base, CGROUP_ROOT, "testnode"))
+    assert not os.path.exists(os.path.join(base, CGROUP_ROOT, "testnode", "job_41"))
 
 
 def test_cgroup_placement_cpuset_and_pids(runner: JobRunner, tmp_path: Path) -> None:
@@ -63,9 +64,9 @@ def test_cgroup_placement_cpuset_and_pids(runner: JobRunner, tmp_path: Path) -> 
     text = (tmp_path / "slurm-42.out").read_text()
     if layout.mode == "v1":
         for ctl in ("memory", "cpuset", "pids", "freezer", "cpuacct"):
-            assert f":{ctl}:/{CGROUP_ROOT}/job_42" in text, text
+            assert f":{ctl}:/{CGROUP_ROOT}/testnode/job_42" in text, text
     else:
-        assert f"0::/{CGROUP_ROOT}/job_42" in text
+        assert f"0::/{CGROUP_ROOT}/testnode/job_42" in text
     allowed = [ln.split()[1] for ln in text.splitlines() if ln.startswith("Cpus_allowed_list")]
     assert allowed == [str(cpu), str(cpu)]
 

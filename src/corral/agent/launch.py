@@ -85,9 +85,11 @@ class JobExit:
         return f"{self.exit_code}:{self.signal}"
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {name: getattr(self, name) for name in _EXIT_FIELDS}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> JobExit:
-        known = {f.name for f in dataclasses.fields(JobExit)}
-        return JobExit(**{k: v for k, v in data.items() if k in known})
+        return JobExit(**{k: v for k, v in data.items() if k in _EXIT_FIELDS})
+
+
+_EXIT_FIELDS = tuple(f.name for f in dataclasses.fields(JobExit))

@@ -75,11 +75,14 @@ class JobRunner:
         self.state_dir = Path(state_dir).resolve()
         self.node_name = node_name or socket.gethostname().split(".")[0]
         self.cgroup_root = cgroup_root.strip("/") or "corral"
+        # job cgroups: <cgroup_root>/<node>/job_<id>, so several agents on one kernel (test
+        # clusters, multi-node jobs on emulated nodes) never share a job's cgroup
+        self.cgroup_parent = f"{self.cgroup_root}/{self.node_name.replace('/', '_')}"
         self.isolation = isolation
         self.mem_poll_s = mem_poll_s
         self.sweep_s = sweep_s
         spool.jobs_dir(self.state_dir).mkdir(parents=True, exist_ok=True)
-        self.layout = (node_layout(self.cgroup_root) if isolation != "none"
+        self.layout = (node_layout(self.cgroup_parent) if isolation != "none"
                        else CgroupLayout("none", reason="isolation disabled"))
         digest = hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:24]
         self._addr = b"\0corral-agent-" + digest.encode()
@@ -129,7 +132,7 @@ class JobRunner:
                 end_time=time.time(), reason=refusal, restarts=req.restarts).to_json())
             self._pending.add(jid)
             return
-        cfg = SupervisorConfig(node_name=self.node_name, cgroup_root=self.cgroup_root,
+        cfg = SupervisorConfig(node_name=self.node_name, cgroup_root=self.cgroup_parent,
                                isolation=self.isolation, notify_addr=self._addr,
                                mem_poll_s=self.mem_poll_s, groups=groups, switch_user=switch)
         pid = self._fork_supervisor(str(jdir), req, cfg)

@@ -119,6 +119,7 @@ class Supervisor:
         self.stderr_path = ""
         self.stdin_path = "/dev/null"
         self.sock: socket.socket | None = None
+        self.ticks = start_ticks(os.getpid())
 
     # ---- plumbing -------------------------------------------------------------------------
     def notify(self) -> None:
@@ -159,7 +160,7 @@ class Supervisor:
             "restarts": self.req.restarts,
             "state": state,
             "supervisor_pid": os.getpid(),
-            "supervisor_ticks": start_ticks(os.getpid()),
+            "supervisor_ticks": self.ticks,
             "job_pid": self.run.job_pid,
             "job_ticks": self.run.job_ticks,
             "start_time": self.run.start_wall,
@@ -555,8 +556,10 @@ def run_supervisor(jdir: str, req: LaunchRequest, cfg: SupervisorConfig) -> NoRe
         prepare_process(jdir)
         if os.environ.get("CORRAL_SUPERVISOR_PROFILE"):
             import cProfile
-            cProfile.runctx("Supervisor(jdir, req, cfg).main()", globals(), locals(),
-                            os.path.join(jdir, "prof"))
+
+            prof = cProfile.Profile(time.process_time)
+            prof.runcall(Supervisor(jdir, req, cfg).main)
+            prof.dump_stats(os.path.join(jdir, "prof"))
         else:
             Supervisor(jdir, req, cfg).main()
         if os.environ.get("CORRAL_SUPERVISOR_TIMES"):
