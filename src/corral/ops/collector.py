@@ -290,7 +290,12 @@ class ControllerCollector(Collector):
 
 
 def register(ctl: Any) -> ControllerCollector:
-    """Create the collector and register it on ``ctl.metrics.registry``."""
+    """Create the collector and register it on ``ctl.metrics.registry`` (once per
+    controller: a second call returns the registered one)."""
+    existing = getattr(ctl.metrics, "ops_collector", None)
+    if isinstance(existing, ControllerCollector):
+        return existing
     col = ControllerCollector(ctl)
     ctl.metrics.registry.register(col)
+    ctl.metrics.ops_collector = col
     return col
