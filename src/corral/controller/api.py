@@ -16,6 +16,7 @@ Routes (all JSON, prefix ``/api/v1``; errors are ``{"error": {"code", "message",
 - ``POST /tokens``               a signed token for HTTP use
 - ``WS   /agent``                agent connection (cluster key)
 - ``GET  /metrics``              Prometheus text format (no prefix)
+- ``GET  /ui/``, ``/api/v1/ops/*`` the web dashboard and its JSON (``corral.web``)
 
 Handlers take the raw body and return pre-encoded JSON: the submit and queue paths are
 hot (thousands of calls per second), so no per-request model validation layer; the
@@ -283,6 +284,13 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     from corral.shims.inproc import mount as mount_shims
 
     mount_shims(app, ctl, identity)
+    # operations (issue 6): the web dashboard (/ui/, /api/v1/ops/*) and the Prometheus
+    # collector of the controller's state (corral.ops.collector; docs/operations.md)
+    from corral.ops.collector import register as register_collector
+    from corral.web import mount as mount_web
+
+    mount_web(app, ctl, identity)
+    register_collector(ctl)
     return app
 
 
