@@ -154,7 +154,8 @@ class AgentDaemon:
                 log.warning("bad signal %r: %s", msg.get("signal"), exc)
                 return
             self.runner.signal(int(msg["job_id"]), sig,
-                               batch_only=bool(msg.get("batch_only")))
+                               batch_only=bool(msg.get("batch_only")),
+                               all_but_batch=bool(msg.get("all_but_batch")))
         elif t == "time_limit":
             self.runner.update_time_limit(int(msg["job_id"]), msg.get("time_limit_s"))
         elif t == "ack":

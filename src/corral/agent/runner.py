@@ -176,10 +176,13 @@ class JobRunner:
         self._forget(job_id)
         return True
 
-    def signal(self, job_id: int, sig: int, *, batch_only: bool = False) -> bool:
+    def signal(self, job_id: int, sig: int, *, batch_only: bool = False,
+               all_but_batch: bool = False) -> bool:
         """Send ``sig`` to every process of the job (only the batch shell with
-        ``batch_only``). False when the job is not running here."""
-        return self._command(job_id, {"cmd": "signal", "sig": int(sig), "batch_only": batch_only})
+        ``batch_only``; all but it with ``all_but_batch``, Slurm's ``scancel --signal``
+        default). False when the job is not running here."""
+        return self._command(job_id, {"cmd": "signal", "sig": int(sig), "batch_only": batch_only,
+                                      "all_but_batch": all_but_batch})
 
     def cancel(self, job_id: int, grace_s: int | None = None) -> bool:
         """SIGCONT+SIGTERM to the job's whole process tree, SIGKILL after ``grace_s``

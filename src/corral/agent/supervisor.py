@@ -380,7 +380,8 @@ class Supervisor:
                 self.terminate("CANCELLED", grace_s)
             elif kind == "signal":
                 sig = int(cmd.get("sig", signal.SIGTERM))
-                self.signal_job(sig, batch_only=bool(cmd.get("batch_only", False)))
+                self.signal_job(sig, batch_only=bool(cmd.get("batch_only", False)),
+                                all_but_batch=bool(cmd.get("all_but_batch", False)))
             elif kind == "suspend":
                 self.suspend()
             elif kind == "resume":

@@ -103,11 +103,12 @@ class AgentHub:
             conn.send({"t": "cancel", "job_id": rec.id, "restarts": rec.restarts,
                        "grace_s": self.ctl.cfg.controller.kill_grace_s})
 
-    def signal(self, rec: JobRecord, sig: str, batch_only: bool) -> None:
+    def signal(self, rec: JobRecord, sig: str, batch_only: bool,
+               steps_only: bool = False) -> None:
         conn = self._conn_for(rec)
         if conn is not None:
             conn.send({"t": "signal", "job_id": rec.id, "signal": sig,
-                       "batch_only": batch_only})
+                       "batch_only": batch_only, "all_but_batch": steps_only})
 
     def time_limit(self, rec: JobRecord) -> None:
         conn = self._conn_for(rec)

@@ -495,7 +495,9 @@ class Controller:
                     raise ApiError("conflict", f"job {rec.display_id} is not running: "
                                    "a signal can only be sent to a running job")
                 batch_only = bool(opts.get("batch_only"))
-                after.append(lambda: self.hub.signal(rec, str(sig), batch_only))
+                # scope "steps" (scancel --signal without -b/-f): not the batch shell
+                steps_only = opts.get("scope") == "steps" and not batch_only
+                after.append(lambda: self.hub.signal(rec, str(sig), batch_only, steps_only))
                 return True
             if rec.state is JobState.PENDING:
                 self.finish(rec, JobState.CANCELLED, now, reason=f"cancelled by {who.user}")

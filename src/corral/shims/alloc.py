@@ -77,9 +77,12 @@ class Allocation:
         self.say = say
         self.dir = tempfile.mkdtemp(prefix="corral-alloc-")
         holder_argv = (sys.executable, "-I", "-S", "-c", HOLDER, self.dir, str(os.getpid()))
+        extra = dict(submission.extra)
+        extra["command"] = " ".join(submission.argv)
+        extra["interactive"] = prog
         self.submission = dataclasses.replace(
             submission, script=None, argv=holder_argv, stdout="/dev/null",
-            stderr="/dev/null", stdin=None, interactive=True)
+            stderr="/dev/null", stdin=None, interactive=True, extra=extra)
         self.job_id: str | None = None
         self.released = False
 

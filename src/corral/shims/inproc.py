@@ -108,9 +108,9 @@ class InProcessClient:
         return self._wrap(lambda: self.ctl.act(action, refs, self.who, body))
 
     def cancel(self, ids: Iterable[int | str], signal: str | int | None = None, *,
-               batch_only: bool = False) -> list[dict[str, Any]]:
+               batch_only: bool = False, scope: str | None = None) -> list[dict[str, Any]]:
         return self._act("cancel", ids, signal=None if signal is None else str(signal),
-                         batch_only=batch_only or None)
+                         batch_only=batch_only or None, scope=scope)
 
     def hold(self, ids: Iterable[int | str], *, admin: bool = False) -> list[dict[str, Any]]:
         return self._act("hold", ids, admin=admin or None)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # typing costs milliseconds at start-up; annotations stay str
     from typing import Any
 
 LOCAL_COMMANDS = frozenset({"srun", "salloc"})
+SELF_SIGNALLING = frozenset({"scontrol", "scancel", "qdel"})
 MAX_FILE_BYTES = 64 * 1024 * 1024
 FRAME_MAGIC = b"CRSH1"
 STDIN_MARK = "-"
@@ -243,6 +244,13 @@ def main(cmd: str, argv: list[str] | None = None) -> None:
     """Entry point of an installed launcher."""
     args = sys.argv[1:] if argv is None else argv
     if cmd not in LOCAL_COMMANDS and not os.environ.get("CORRAL_SHIM_LOCAL"):
+        if cmd in SELF_SIGNALLING:
+            # `scontrol requeue $SLURM_JOB_ID` / `scancel $SLURM_JOB_ID` from inside the job:
+            # the job's processes get SIGTERM while the answer is on its way; like Slurm's
+            # commands, which return before the signal lands, finish the call first.
+            import _signal  # type: ignore[import-not-found]  # C module: no enum import
+
+            _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
         try:
             rc, out, err = exec_remote(cmd, args)
         except NoShimEndpoint:

@@ -129,6 +129,7 @@ def run(ctx: Context, client: Client) -> None:
                            [f"{i}.{ref.step}" for i in ref_api_ids(ref)])
 
     batch_only = "batch" in opts
+    scope = "batch" if batch_only else "all" if "full" in opts else "steps"
     rc = 0
     for tid in targets:
         if verbose:
@@ -136,7 +137,7 @@ def run(ctx: Context, client: Client) -> None:
                 ctx.error(f"scancel: Terminating job {tid}")
             else:
                 ctx.error(f"scancel: Signal {_signal.Signals['SIG' + sig].value} to job {tid}")
-    results = client.cancel(targets, sig, batch_only=batch_only) if targets else []
+    results = send_cancel(client, targets, sig, batch_only, scope) if targets else []
     for res in results:
         if res.get("ok"):
             continue
@@ -151,6 +152,23 @@ def run(ctx: Context, client: Client) -> None:
         rc = 1
     if rc:
         raise ShimExit(rc)
+
+
+def send_cancel(client: Client, ids: list[str], sig: str | None, batch_only: bool,
+                scope: str) -> list[dict[str, Any]]:
+    """Cancel, or signal with Slurm's scope: ``steps`` (default: every job process but
+    the batch shell), ``batch`` (``-b``) or ``all`` (``-f``)."""
+    if sig is None:
+        return client.cancel(ids)
+    request = getattr(client, "request", None)
+    if request is not None:  # the REST client: pass the scope through the body
+        body = {"ids": ids, "signal": sig, "batch_only": batch_only or None, "scope": scope}
+        results: list[dict[str, Any]] = request("POST", "/jobs/cancel", body)["results"]
+        return results
+    try:
+        return client.cancel(ids, sig, batch_only=batch_only, scope=scope)  # type: ignore[call-arg]
+    except TypeError:
+        return client.cancel(ids, sig, batch_only=batch_only)
 
 
 def _slurm_message(code: str, message: str) -> str:
