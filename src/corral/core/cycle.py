@@ -71,3 +71,14 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) ->
         stats=stats,
         reserved=tuple(out.reserved),
     )
+
+
+def clear_caches() -> None:
+    """Drop every cross-cycle memo (node tables, pools, shapes). Results never depend on
+    them; tests use this to prove it, and long-lived shells may call it to free memory."""
+    from corral.core import nodes, pool, shape
+
+    nodes._CACHE.clear()
+    pool._LAST.clear()
+    pool._COMPILED.clear()
+    shape._SHAPES.clear()

@@ -29,6 +29,8 @@ class Reserve:
     job_id: int
     start_time: float
     nodes: tuple[str, ...] = ()
+    end_time: float = 0.0  # start + time limit (rounded up to the backfill resolution)
+    amounts: tuple[tuple[int, int, int], ...] = ()  # per entry of ``nodes``: cores, MB, GPUs
 
 
 @dataclass(frozen=True, slots=True)

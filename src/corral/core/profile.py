@@ -176,14 +176,21 @@ class Profile:
         """Hold ``(node, cores, mem, gpus)`` amounts on ``[start, end)``."""
         self._build()
         self._views.clear()
+        start = max(start, self.now)
         for i, c, m, g in amounts:
             self.steps[i].add(start, end, -c, -m, -g)
-            if start > self.now:
-                self.dirty.add(i)
-        if start > self.now:
-            k = bisect_left(self.res_starts, start)
-            if k == len(self.res_starts) or self.res_starts[k] != start:
-                self.res_starts.insert(k, start)
+            self.dirty.add(i)
+        k = bisect_left(self.res_starts, start)
+        if k == len(self.res_starts) or self.res_starts[k] != start:
+            self.res_starts.insert(k, start)
+
+    def unreserve(self, amounts: Iterable[tuple[int, int, int, int]], start: float,
+                  end: float) -> None:
+        """Give back a reservation made with ``reserve`` (same arguments)."""
+        self._views.clear()
+        start = max(start, self.now)
+        for i, c, m, g in amounts:
+            self.steps[i].add(start, end, c, m, g)
 
     # -- queries ----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from corral.core.decisions import Reserve
 from corral.core.model.account import AccountTree
 from corral.core.model.job import Job, JobState
 from corral.core.model.node import Node
@@ -48,6 +49,9 @@ class ClusterSnapshot:
     # ids holding a persistent reservation (ReservationPolicy.HIGHEST), in the order they got
     # it; the shell copies ``CycleResult.reserved`` here for the next cycle
     reserved: tuple[int, ...] = ()
+    # the previous cycle's ``CycleResult.reservations``: conservative backfill keeps them as
+    # guarantees (a job's new reservation is never later than its previous one)
+    reservations: tuple[Reserve, ...] = ()
 
     def partition(self, name: str) -> Partition | None:
         for p in self.partitions:

@@ -88,7 +88,8 @@ class Pass:
         self.preempting: set[int] = set()
         self._lic_free: dict[str, int] | None = None
         self._array_running: dict[int, int] | None = None
-        self._plans: dict[int, tuple[Job, Plan]] = {}
+        # conservative: last cycle's reservations, held until their job is visited
+        self.carried: dict[int, tuple[Reserve, list[tuple[int, int, int, int]]]] = {}
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -155,14 +156,47 @@ class Pass:
 
     # -- the pass ---------------------------------------------------------------------------
 
+    def preload(self, order: list[Job]) -> None:
+        """Conservative backfill: hold last cycle's reservations of still-pending jobs, so
+        jobs visited earlier cannot take a later job's slot (Mu'alem & Feitelson's
+        compression: each job is re-planned only after its own old slot is given back)."""
+        pending = {j.id for j in order}
+        prof: Profile | None = None
+        for r in self.snap.reservations:
+            if r.job_id not in pending or r.job_id in self.carried:
+                continue
+            if len(r.amounts) != len(r.nodes) or r.end_time <= self.now:
+                continue
+            amounts: list[tuple[int, int, int, int]] = []
+            for name, (c, m, g) in zip(r.nodes, r.amounts, strict=True):
+                i = self.table.index.get(name)
+                if i is None or not self.pool.up >> i & 1:
+                    break
+                amounts.append((i, c, m, g))
+            else:
+                prof = prof or self.profile()
+                prof.reserve(amounts, r.start_time, r.end_time)
+                self.carried[r.job_id] = (r, amounts)
+
+    def release_carried(self, job: Job) -> Reserve | None:
+        got = self.carried.pop(job.id, None)
+        if got is None:
+            return None
+        r, amounts = got
+        self.profile().unreserve(amounts, r.start_time, r.end_time)
+        return r
+
     def run(self, order: list[Job], prio: dict[int, float]) -> Outcome:
         cfg = self.config
         max_test = max(0, cfg.bf_max_job_test)
         max_cycle = cfg.max_jobs_per_cycle
         attempts = 0
+        if self.mode == BackfillMode.CONSERVATIVE and self.snap.reservations:
+            self.preload(order)
         for rank, job in enumerate(order, 1):
             p = job.admin_priority if job.admin_priority is not None else prio.get(job.id, 0.0)
             pr = float(p)
+            held = self.release_carried(job) if self.carried else None
             pl = self.plan_of(job)
             if not pl.options:
                 self.out.rejects.append(Reject(job.id, pl.reason, pl.message))
@@ -187,6 +221,8 @@ class Pass:
                           f"not examined this cycle (max_jobs_per_cycle={max_cycle})")
                 continue
             if self.blocked and self.mode != BackfillMode.NONE and self.out.tested >= max_test:
+                if held is not None:  # not re-planned: keep last cycle's guarantee
+                    self.recarry(job, held)
                 if not self.annotate:
                     break
                 self.pend(job, rank, pr, R.PRIORITY,
@@ -198,6 +234,10 @@ class Pass:
             self.resource_phase(job, opts, rank, pr)
             if not self.annotate and self.blocked and self._nothing_more():
                 break
+        # jobs never visited keep last cycle's reservation (still held in the profile)
+        for r, _ in self.carried.values():
+            self.out.reservations.append(r)
+            self.out.reserved.append(r.job_id)
         return self.out
 
     def _nothing_more(self) -> bool:
@@ -250,6 +290,12 @@ class Pass:
         since = job.eligible_time if job.eligible_time is not None else job.submit_time
         return sw if self.now - since < opt.shape.switches_wait_s else None
 
+    def recarry(self, job: Job, r: Reserve) -> None:
+        amounts = [(self.table.index[n], c, m, g) for n, (c, m, g) in
+                   zip(r.nodes, r.amounts, strict=True)]
+        self.profile().reserve(amounts, r.start_time, r.end_time)
+        self.carried[job.id] = (r, amounts)
+
     def resource_phase(self, job: Job, opts: list[Option], rank: int, pr: float) -> None:
         strict = self.mode == BackfillMode.NONE
         if strict:
@@ -284,9 +330,10 @@ class Pass:
     def start(self, job: Job, o: Option, chosen: list[list[Pick]], backfilled: bool) -> None:
         placement = self.placer.commit(o.shape, o.partition.name, self.pool, chosen)
         tl = o.time_limit_s
-        end = self.now + tl
+        end = max(round_up(self.now + tl, self.config.bf_resolution_s),
+                  round_up(self.now + 1, self.config.bf_resolution_s))
         if self._profile is not None:
-            self._profile.started(placement.uses, self._profile.end_of(self.now, tl))
+            self._profile.started(placement.uses, end)
         else:
             self._started.append((end, placement.uses, True))
         self.out.starts.append(Start(job.id, placement.allocation, tl, backfilled))
@@ -389,10 +436,12 @@ class Pass:
             start = self.now + max(1, self.config.bf_resolution_s)
         if window is not None and start > window:
             return None
+        end = prof.end_of(start, o.time_limit_s)
         if commit:
-            prof.reserve(amounts, start, prof.end_of(start, o.time_limit_s))
+            prof.reserve(amounts, start, end)
         nodes = tuple(self.table.names[i] for i, _, _, _ in amounts)
-        self.out.reservations.append(Reserve(job.id, start, nodes))
+        self.out.reservations.append(Reserve(job.id, start, nodes, end,
+                                             tuple((c, m, g) for _, c, m, g in amounts)))
         return start
 
     def earliest(self, job: Job, o: Option,
