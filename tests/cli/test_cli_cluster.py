@@ -54,8 +54,6 @@ def test_submit_script_runs_and_shows(cluster: Cluster, tmp_path: Path,
     assert res.exit_code == 0 and "COMPLETED" in res.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="the agent does not pass script arguments "
-                   "(JobSubmission.argv with a script) to the script yet")
 def test_script_arguments_reach_the_script(cluster: Cluster, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -319,7 +319,8 @@ class Supervisor:
             keep_fd = os.memfd_create(f"corral-job{req.job_id}-script", 0)
             os.write(keep_fd, req.script.encode())
             os.lseek(keep_fd, 0, os.SEEK_SET)
-            argv = script_command(req.script, f"/dev/fd/{keep_fd}")
+            # arguments after the script (sbatch job.sh a b) go to the script
+            argv = script_command(req.script, f"/dev/fd/{keep_fd}") + list(req.argv)
         elif req.argv:
             argv = list(req.argv)
         else:
