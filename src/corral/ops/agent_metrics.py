@@ -369,3 +369,32 @@ def start_agent_metrics(listen: str, node: str, state_dir: Path | str) -> int:
     return port
 
 
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m corral.ops.agent_metrics --state-dir DIR --listen HOST:PORT``: the agent's
+    metrics as a stand-alone exporter next to an agent (reads the same spool directory)."""
+    import argparse
+    import signal
+    import socket
+
+    ap = argparse.ArgumentParser(prog="python -m corral.ops.agent_metrics",
+                                 description=main.__doc__)
+    ap.add_argument("--state-dir", required=True, help="the agent's state directory")
+    ap.add_argument("--listen", default=":9101", help="host:port to serve /metrics on")
+    ap.add_argument("--node", default=socket.gethostname().split(".")[0], help="node name")
+    args = ap.parse_args(argv)
+    try:
+        server, _thread, port = serve(args.listen, AgentCollector(args.node, args.state_dir))
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"corral agent metrics: {exc}") from None
+    print(f"serving node {args.node} metrics on :{port}/metrics", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    server.shutdown()
+
+
+if __name__ == "__main__":
+    main()

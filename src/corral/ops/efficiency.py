@@ -71,7 +71,9 @@ def efficiency(record: Mapping[str, Any] | AcctJob, now: float) -> Efficiency:
 
 
 def hms(seconds: float) -> str:
-    """``[D-]HH:MM:SS`` as Slurm prints durations."""
+    """``[D-]HH:MM:SS`` as Slurm prints durations (with hundredths under a minute)."""
+    if 0 < seconds < 60 and seconds != int(seconds):
+        return f"00:00:{seconds:05.2f}"
     total = int(round(max(0.0, seconds)))
     days, rest = divmod(total, 86400)
     h, rest = divmod(rest, 3600)

@@ -17,7 +17,7 @@ Resource conventions:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,7 +147,7 @@ class AcctJob:
         return max(0.0, min(end, until) - max(self.start_time, since))
 
 
-def acct_jobs(records: list[Mapping[str, Any]] | tuple[Mapping[str, Any], ...]) -> list[AcctJob]:
+def acct_jobs(records: Iterable[Mapping[str, Any]]) -> list[AcctJob]:
     """``AcctJob`` for each record, de-duplicated by id (the last copy wins)."""
     seen: dict[int, AcctJob] = {}
     for r in records:

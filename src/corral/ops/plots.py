@@ -70,7 +70,8 @@ def plot_utilization(points: Sequence[SeriesPoint], total_cpus: int, total_gpus:
     ax2.plot(x, [p.pending for p in points], color="#d62728", alpha=0.7,
              label="pending jobs")
     ax2.set_ylabel("pending jobs")
-    ax2.set_ylim(bottom=0)
+    ax2.set_ylim(0, max([1] + [p.pending for p in points]) * 1.1)
+    ax2.yaxis.get_major_locator().set_params(integer=True)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
