@@ -301,6 +301,17 @@ def agent(
     from corral.agent.daemon import run_agent
 
     ac = cfg.agent
+    if ac.metrics_listen:  # Prometheus endpoint of this node (corral.ops.agent_metrics)
+        import socket
+
+        from corral.ops.agent_metrics import start_agent_metrics
+
+        try:
+            start_agent_metrics(ac.metrics_listen, name or socket.gethostname().split(".")[0],
+                                sd)
+        except (ValueError, OSError) as exc:
+            typer.echo(f"corral: agent.metrics_listen {ac.metrics_listen!r}: {exc}", err=True)
+            raise typer.Exit(2) from None
     run_agent(controller_url, key, sd, node_name=name,
               cgroup_root=ac.cgroup_root or None, heartbeat_s=ac.heartbeat_s,
               reconnect_max_s=ac.reconnect_max_s, pin_cpus=ac.pin_cpus,

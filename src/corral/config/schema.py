@@ -53,6 +53,7 @@ class AgentConfig:
     poll_ms: float = 10.0  # how often the agent checks its jobs for exits
     pin_cpus: bool = True  # CPU affinity/cpusets to the allocated cores
     reconnect_max_s: float = 5.0  # backoff cap when the controller is unreachable
+    metrics_listen: str | None = None  # "host:port" of the agent's Prometheus /metrics
 
 
 @dataclass(frozen=True, slots=True)
