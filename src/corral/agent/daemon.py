@@ -52,7 +52,9 @@ class AgentDaemon:
                  node_name: str | None = None, cgroup_root: str | None = None,
                  heartbeat_s: float = 5.0, reconnect_max_s: float = 5.0,
                  pin_cpus: bool = True, isolation: str = "auto",
-                 spec: NodeSpec | None = None) -> None:
+                 spec: NodeSpec | None = None, runner: Any = None) -> None:
+        """``runner``: a JobRunner-like object (default: a real ``JobRunner`` on
+        ``state_dir``); benchmarks pass a no-op one to measure the control path alone."""
         from corral.agent.runner import JobRunner
 
         self.controller = controller
@@ -72,8 +74,8 @@ class AgentDaemon:
         self.spec = spec
         self.node = spec.name
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.runner = JobRunner(state_dir, cgroup_root or "corral", self.node,
-                                isolation=isolation)
+        self.runner = runner if runner is not None else JobRunner(
+            state_dir, cgroup_root or "corral", self.node, isolation=isolation)
         self.unacked: dict[int, JobExit] = {}
         self._ws: Any = None
         self._out: asyncio.Queue[dict[str, Any]] | None = None

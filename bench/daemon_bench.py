@@ -1,0 +1,520 @@
+"""Corral's one-machine cluster against a real Slurm 22.05, same machine, same run.
+
+Sections (as ``shared/bench/slurm/bench.sh`` measures Slurm):
+
+a) drain: N trivial jobs (``true``) submitted back to back, first submit -> queue empty
+   (jobs/s). Corral: one client process over the Unix socket (what a tool or a loop in a
+   script does); also one array of N tasks. Slurm: N sequential ``sbatch`` calls
+   (``--wrap=true -n1 -t 1 -o /dev/null``), drain detected with ``squeue`` polling.
+b) submit-to-start latency: LAT_N jobs one by one on an idle cluster; each job writes
+   ``date +%s.%N``; latency = that time - the moment the submit call returned.
+c) per-call latency with N held (pending) jobs: a fresh process per call, as a shell or a
+   tool calls ``sbatch``/``squeue``. Corral's lightest path today is ``python -c`` with
+   ``corral.client`` (the ``sbatch``/``squeue`` shims come with issue 5); the in-process
+   call (persistent connection) is reported too.
+
+Both clusters see a node of 64 CPUs (Slurm: ``config_overrides``; Corral: ``[[nodes]]
+cpus = 64``) with ``DefMemPerCPU=100`` and share the machine's 2 cores with the jobs and
+the submitting loop. Run: ``.venv/bin/python bench/daemon_bench.py`` (about 6 minutes with
+Slurm; ``--no-slurm`` for Corral alone). Results: ``bench/results/daemon_bench.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SLURM_DIR = ROOT.parent / "shared" / "bench" / "slurm"
+RESULTS = ROOT / "bench" / "results"
+ENTRY = "from corral.cli.main import main; main()"
+
+CONFIG = """
+[controller]
+schedule_delay_ms = 3
+[[nodes]]
+name = "bench"
+discover = true
+cpus = 64
+mem_mb = 16000
+[scheduler]
+default_mem_per_cpu_mb = 100
+"""
+
+SUBMIT_ONE = (
+    "import sys\nfrom corral.client import Client\n"
+    "print(Client().submit({'spec': {'name': 'wrap', 'time_limit_s': 60}, 'argv': ['true'],"
+    " 'workdir': '/tmp', 'stdout': '/dev/null', 'hold': True})[0])\n"
+)
+QUEUE = (
+    "import sys\nfrom corral.client import Client\n"
+    "js = Client().jobs(fields=['job_id', 'partition', 'name', 'user', 'state_short',"
+    " 'time_used_s', 'num_nodes', 'nodelist', 'reason'])\n"
+    "sys.stdout.write(''.join('%8s %9s %8s %8s %2s %10d %6d %s\\n' % (j['job_id'],"
+    " j['partition'], j['name'][:8], j['user'][:8], j['state_short'], j['time_used_s'],"
+    " j['num_nodes'], j['nodelist'] or '(' + j['reason'] + ')') for j in js))\n"
+)
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * p / 100.0
+    f = int(k)
+    c = min(f + 1, len(s) - 1)
+    return s[f] + (s[c] - s[f]) * (k - f)
+
+
+def summary(xs: list[float]) -> dict[str, float]:
+    return {"n": len(xs), "p50": pct(xs, 50), "p90": pct(xs, 90), "p99": pct(xs, 99),
+            "min": min(xs) if xs else float("nan"), "max": max(xs) if xs else float("nan"),
+            "mean": statistics.mean(xs) if xs else float("nan")}
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    dt = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"{cmd[:3]} failed: {out.stderr.strip()[:300]}")
+    return dt, out.stdout
+
+
+def wait_file(path: Path, timeout_s: float = 120.0) -> str | None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            text = path.read_text()
+            if text.strip():
+                return text
+        except OSError:
+            pass
+        time.sleep(0.001)
+    return None
+
+
+# ---- Corral ---------------------------------------------------------------------------------
+
+class CorralCluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sd = root / "state"
+        self.cfg = root / "corral.toml"
+        self.cfg.write_text(CONFIG)
+        self.env = {**os.environ, "CORRAL_STATE_DIR": str(self.sd)}
+
+    def up(self) -> None:
+        r = subprocess.run([sys.executable, "-c", ENTRY, "up", "--detach", "--state-dir",
+                            str(self.sd), "--config", str(self.cfg), "--node-name", "bench"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"corral up failed: {r.stderr}")
+
+    def down(self) -> None:
+        subprocess.run([sys.executable, "-c", ENTRY, "down", "--state-dir", str(self.sd)],
+                       capture_output=True, text=True)
+
+    def client(self) -> Any:
+        from corral.client import Client
+
+        return Client(socket_path=str(self.sd / "corral.sock"))
+
+
+def wait_empty_corral(c: Any, poll_s: float) -> None:
+    while c.ping()["jobs_active"]:
+        time.sleep(poll_s)
+
+
+def corral_drain(n: int, poll_s: float, work: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for variant in ("sequential", "array"):
+        root = Path(tempfile.mkdtemp(prefix="corral-bench-", dir=work))
+        cl = CorralCluster(root)
+        cl.up()
+        try:
+            c = cl.client()
+            body: dict[str, Any] = {"spec": {"name": "wrap", "time_limit_s": 60},
+                                    "argv": ["true"], "workdir": "/tmp", "stdout": "/dev/null"}
+            lat: list[float] = []
+            t0 = time.perf_counter()
+            if variant == "array":
+                c.submit({**body, "array": f"1-{n}"})
+            else:
+                for _ in range(n):
+                    a = time.perf_counter()
+                    c.submit(body)
+                    lat.append(time.perf_counter() - a)
+            t1 = time.perf_counter()
+            wait_empty_corral(c, poll_s)
+            t2 = time.perf_counter()
+            node = c.nodes()[0]
+            done = c.history(all_users=True, states=["COMPLETED"], limit=n + 10)
+            res: dict[str, Any] = {
+                "submit_s": t1 - t0, "drain_s": t2 - t0, "drain_jobs_per_s": n / (t2 - t0),
+                "completed": len(done), "agent_stats": node.get("agent_stats", {}),
+            }
+            if lat:
+                res["submit_jobs_per_s"] = n / (t1 - t0)
+                res["submit_call_s"] = summary(lat)
+            out[variant] = res
+            c.close()
+        finally:
+            cl.down()
+            shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def corral_null_drain(n: int, poll_s: float, work: Path) -> dict[str, Any]:
+    """Drain with an agent whose runner starts nothing (``null_agent.py``): the ceiling of
+    the control path (API, store, cycles, protocol, agent daemon) on this machine."""
+    root = Path(tempfile.mkdtemp(prefix="corral-null-", dir=work))
+    cl = CorralCluster(root)
+    ctl = subprocess.Popen([sys.executable, "-c", ENTRY, "controller", "--state-dir",
+                            str(cl.sd), "--config", str(cl.cfg)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = None
+    out: dict[str, Any] = {}
+    try:
+        end = time.monotonic() + 30
+        while not (cl.sd / "controller.json").exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        agent = subprocess.Popen([sys.executable, str(ROOT / "bench" / "null_agent.py"),
+                                  str(cl.sd / "corral.sock"), str(cl.sd / "cluster.key"),
+                                  "bench"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        c = cl.client()
+        while time.monotonic() < end and c.ping()["agents"] < 1:
+            time.sleep(0.02)
+        body: dict[str, Any] = {"spec": {"name": "wrap", "time_limit_s": 60},
+                                "argv": ["true"], "workdir": "/tmp", "stdout": "/dev/null"}
+        for variant in ("sequential", "array"):
+            t0 = time.perf_counter()
+            if variant == "array":
+                c.submit({**body, "array": f"1-{n}"})
+            else:
+                for _ in range(n):
+                    c.submit(body)
+            t1 = time.perf_counter()
+            wait_empty_corral(c, poll_s)
+            t2 = time.perf_counter()
+            out[variant] = {"submit_s": t1 - t0, "drain_s": t2 - t0,
+                            "drain_jobs_per_s": n / (t2 - t0)}
+        c.close()
+    finally:
+        for p in (agent, ctl):
+            if p is not None:
+                p.terminate()
+                p.wait(timeout=20)
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def corral_latency(lat_n: int, work: Path) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="corral-bench-", dir=work))
+    cl = CorralCluster(root)
+    cl.up()
+    lat_dir = root / "lat"
+    lat_dir.mkdir()
+    after: list[float] = []
+    before: list[float] = []
+    try:
+        c = cl.client()
+        for i in range(lat_n):
+            f = lat_dir / str(i)
+            body = {"spec": {"name": "lat", "time_limit_s": 60},
+                    "argv": ["/bin/sh", "-c", f"date +%s.%N > {f}"], "workdir": "/tmp",
+                    "stdout": "/dev/null"}
+            t0 = time.time()
+            c.submit(body)
+            t1 = time.time()
+            text = wait_file(f)
+            if text is None:
+                continue
+            started = float(text.split()[0])
+            after.append(started - t1)
+            before.append(started - t0)
+        wait_empty_corral(c, 0.02)
+        c.close()
+    finally:
+        cl.down()
+        shutil.rmtree(root, ignore_errors=True)
+    return {"start_minus_submit_returned_s": summary(after),
+            "start_minus_submit_invoked_s": summary(before)}
+
+
+def corral_calls(n: int, reps: int, work: Path) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="corral-bench-", dir=work))
+    cl = CorralCluster(root)
+    cl.up()
+    try:
+        c = cl.client()
+        body = {"spec": {"name": "wrap", "time_limit_s": 60}, "argv": ["true"],
+                "workdir": "/tmp", "stdout": "/dev/null", "hold": True}
+        t0 = time.perf_counter()
+        for _ in range(n):
+            c.submit(body)
+        held_rate = n / (time.perf_counter() - t0)
+        py = [sys.executable, "-c"]
+        submit_proc = [timed(py + [SUBMIT_ONE], cl.env)[0] for _ in range(reps)]
+        queue_proc = []
+        lines = 0
+        for _ in range(reps):
+            dt, text = timed(py + [QUEUE], cl.env)
+            queue_proc.append(dt)
+            lines = text.count("\n")
+        submit_inproc = []
+        for _ in range(reps * 5):
+            a = time.perf_counter()
+            c.submit(body)
+            submit_inproc.append(time.perf_counter() - a)
+        queue_inproc = []
+        for _ in range(reps):
+            a = time.perf_counter()
+            c.jobs()
+            queue_inproc.append(time.perf_counter() - a)
+        startup = [timed([sys.executable, "-c", "pass"])[0] for _ in range(reps)]
+        ids = [j["id"] for j in c.jobs(fields=["id"])]
+        t0 = time.perf_counter()
+        c.cancel(ids)
+        cancel_s = time.perf_counter() - t0
+        c.close()
+    finally:
+        cl.down()
+        shutil.rmtree(root, ignore_errors=True)
+    return {"held_submit_jobs_per_s": held_rate, "queue_lines": lines,
+            "submit_process_s": summary(submit_proc), "queue_process_s": summary(queue_proc),
+            "submit_inprocess_s": summary(submit_inproc),
+            "queue_inprocess_full_records_s": summary(queue_inproc),
+            "python_startup_s": summary(startup), "cancel_all_s": cancel_s}
+
+
+# ---- Slurm --------------------------------------------------------------------------------
+
+def slurm_env() -> dict[str, str]:
+    return {**os.environ, "SLURM_CONF": "/var/tmp/slurm-anchor/slurm.conf"}
+
+
+def slurm_fresh() -> None:
+    r = subprocess.run([str(SLURM_DIR / "setup.sh"), "default"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"Slurm setup failed: {r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+
+
+def slurm_stop() -> None:
+    subprocess.run([str(SLURM_DIR / "stop.sh")], capture_output=True, text=True)
+
+
+def wait_empty_slurm(poll_s: float) -> None:
+    env = slurm_env()
+    while subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                         env=env).stdout.strip():
+        time.sleep(poll_s)
+
+
+def slurm_drain(n: int, poll_s: float) -> dict[str, Any]:
+    slurm_fresh()
+    env = slurm_env()
+    lat = []
+    t0 = time.perf_counter()
+    for _ in range(n):
+        lat.append(timed(["sbatch", "--wrap=true", "-n1", "-t", "1", "--parsable", "-o",
+                          "/dev/null"], env)[0])
+    t1 = time.perf_counter()
+    wait_empty_slurm(poll_s)
+    t2 = time.perf_counter()
+    return {"sequential": {"submit_s": t1 - t0, "drain_s": t2 - t0,
+                           "drain_jobs_per_s": n / (t2 - t0), "submit_jobs_per_s": n / (t1 - t0),
+                           "submit_call_s": summary(lat)}}
+
+
+def slurm_latency(lat_n: int, work: Path) -> dict[str, Any]:
+    slurm_fresh()
+    env = slurm_env()
+    lat_dir = Path(tempfile.mkdtemp(prefix="slurm-lat-", dir=work))
+    after, before = [], []
+    for i in range(lat_n):
+        f = lat_dir / str(i)
+        t0 = time.time()
+        timed(["sbatch", "--parsable", "-n1", "-t", "1", "-o", "/dev/null",
+               f"--wrap=date +%s.%N > {f}"], env)
+        t1 = time.time()
+        text = wait_file(f)
+        if text is None:
+            continue
+        started = float(text.split()[0])
+        after.append(started - t1)
+        before.append(started - t0)
+    wait_empty_slurm(0.25)
+    shutil.rmtree(lat_dir, ignore_errors=True)
+    return {"start_minus_submit_returned_s": summary(after),
+            "start_minus_submit_invoked_s": summary(before)}
+
+
+def slurm_calls(n: int, reps: int) -> dict[str, Any]:
+    slurm_fresh()
+    env = slurm_env()
+    hold = ["sbatch", "--hold", "--wrap=true", "-n1", "-t", "1", "--parsable", "-o", "/dev/null"]
+    t0 = time.perf_counter()
+    for _ in range(n):
+        timed(hold, env)
+    held_rate = n / (time.perf_counter() - t0)
+    queue = []
+    lines = 0
+    for _ in range(reps):
+        dt, text = timed(["squeue"], env)
+        queue.append(dt)
+        lines = text.count("\n")
+    submit = [timed(hold, env)[0] for _ in range(reps)]
+    t0 = time.perf_counter()
+    import pwd
+
+    subprocess.run(["scancel", f"--user={pwd.getpwuid(os.getuid()).pw_name}"], env=env)
+    cancel_s = time.perf_counter() - t0
+    wait_empty_slurm(0.25)
+    return {"held_submit_jobs_per_s": held_rate, "queue_lines": lines,
+            "submit_process_s": summary(submit), "queue_process_s": summary(queue),
+            "cancel_all_s": cancel_s}
+
+
+# ---- report -------------------------------------------------------------------------------
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def render_md(res: dict[str, Any]) -> str:
+    co, sl = res["corral"], res.get("slurm")
+    lines = [
+        "# Corral one-machine cluster vs Slurm 22.05 (same machine, same run)",
+        "",
+        f"Run {res['when']} on {res['machine']}; N={res['n']} jobs, LAT_N={res['lat_n']} "
+        f"(Slurm LAT_N={res['slurm_lat_n']}). Command: `{res['command']}`.",
+        "Both clusters: one node of 64 CPUs, DefMemPerCPU=100, on a 2-core machine shared "
+        "with the jobs and the submitting loop (and other users of the machine: "
+        f"load average at start {res['loadavg_start']}).",
+        "",
+        "| metric | Corral | Slurm 22.05 | ratio |",
+        "|---|---|---|---|",
+    ]
+
+    def row(name: str, c: float, s: float | None, fmt: str, better_high: bool) -> None:
+        if s is None:
+            lines.append(f"| {name} | {fmt.format(c)} | — | — |")
+            return
+        r = ratio(c, s) if better_high else ratio(s, c)
+        lines.append(f"| {name} | {fmt.format(c)} | {fmt.format(s)} | {r:.1f}× |")
+
+    cs = co["drain"]["sequential"]
+    ss = sl["drain"]["sequential"] if sl else None
+    row(f"(a) drain {res['n']} `true` jobs, sequential submits (jobs/s)",
+        cs["drain_jobs_per_s"], ss["drain_jobs_per_s"] if ss else None, "{:.1f}", True)
+    row(f"(a) drain, one array of {res['n']} tasks (jobs/s)",
+        co["drain"]["array"]["drain_jobs_per_s"], None, "{:.1f}", True)
+    nd = co.get("null_drain")
+    if nd:
+        row("(a) drain, sequential, no-op runner: control path only (jobs/s)",
+            nd["sequential"]["drain_jobs_per_s"], None, "{:.1f}", True)
+        row("(a) drain, array, no-op runner: control path only (jobs/s)",
+            nd["array"]["drain_jobs_per_s"], None, "{:.1f}", True)
+    row("(a) submit rate, sequential (jobs/s)", cs["submit_jobs_per_s"],
+        ss["submit_jobs_per_s"] if ss else None, "{:.0f}", True)
+    cl, sll = co["latency"], sl["latency"] if sl else None
+    row("(b) submit-to-start p50 (ms)",
+        cl["start_minus_submit_returned_s"]["p50"] * 1000,
+        sll["start_minus_submit_returned_s"]["p50"] * 1000 if sll else None, "{:.1f}", False)
+    row("(b) submit-to-start p99 (ms)",
+        cl["start_minus_submit_returned_s"]["p99"] * 1000,
+        sll["start_minus_submit_returned_s"]["p99"] * 1000 if sll else None, "{:.1f}", False)
+    cc, sc = co["calls"], sl["calls"] if sl else None
+    row(f"(c) submit call, new process, {res['n']} pending (ms p50)",
+        cc["submit_process_s"]["p50"] * 1000,
+        sc["submit_process_s"]["p50"] * 1000 if sc else None, "{:.1f}", False)
+    row(f"(c) queue call, new process, {res['n']} pending (ms p50)",
+        cc["queue_process_s"]["p50"] * 1000,
+        sc["queue_process_s"]["p50"] * 1000 if sc else None, "{:.1f}", False)
+    row("(c) submit call in process (ms p50)", cc["submit_inprocess_s"]["p50"] * 1000, None,
+        "{:.2f}", False)
+    row("(c) queue call in process, full records (ms p50)",
+        cc["queue_inprocess_full_records_s"]["p50"] * 1000, None, "{:.1f}", False)
+    lines += [
+        "",
+        f"Python interpreter start alone: {cc['python_startup_s']['p50'] * 1000:.1f} ms "
+        "(part of every new-process call above).",
+    ]
+    st = cs.get("agent_stats") or {}
+    if st.get("launches"):
+        lines.append(
+            f"Agent: JobRunner.launch took {st['launch_s'] / st['launches'] * 1000:.2f} ms per "
+            f"job on average in the sequential drain ({st['launches']} launches), "
+            f"ack {st['ack_s'] / st['launches'] * 1000:.2f} ms, poll total "
+            f"{st['poll_s']:.2f} s; agent process CPU {st['cpu_s']:.1f} s.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--lat-n", type=int, default=200)
+    ap.add_argument("--slurm-lat-n", type=int, default=30,
+                    help="Slurm's latency is ~3 s per job (batch_sched_delay): fewer jobs")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--no-slurm", action="store_true")
+    ap.add_argument("--poll", type=float, default=0.02,
+                    help="drain poll interval (Slurm: 0.25 s as bench.sh)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="daemon-bench-"))
+    os.chmod(work, 0o755)
+    res: dict[str, Any] = {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.node(),
+        "n": args.n, "lat_n": args.lat_n, "slurm_lat_n": args.slurm_lat_n,
+        "loadavg_start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+        "command": "python bench/daemon_bench.py " + " ".join(sys.argv[1:]),
+    }
+    try:
+        if not args.no_slurm:
+            print("Slurm: drain ...", flush=True)
+            sl: dict[str, Any] = {"drain": slurm_drain(args.n, 0.25)}
+            print(f"  {sl['drain']['sequential']['drain_jobs_per_s']:.1f} jobs/s", flush=True)
+            print("Slurm: latency ...", flush=True)
+            sl["latency"] = slurm_latency(args.slurm_lat_n, work)
+            print("Slurm: calls ...", flush=True)
+            sl["calls"] = slurm_calls(args.n, args.reps)
+            res["slurm"] = sl
+            slurm_stop()
+        print("Corral: drain ...", flush=True)
+        co: dict[str, Any] = {"drain": corral_drain(args.n, args.poll, work)}
+        print(f"  {co['drain']['sequential']['drain_jobs_per_s']:.1f} jobs/s sequential, "
+              f"{co['drain']['array']['drain_jobs_per_s']:.1f} jobs/s array", flush=True)
+        print("Corral: drain with a no-op runner (control path only) ...", flush=True)
+        co["null_drain"] = corral_null_drain(args.n, args.poll, work)
+        print(f"  {co['null_drain']['sequential']['drain_jobs_per_s']:.1f} jobs/s sequential, "
+              f"{co['null_drain']['array']['drain_jobs_per_s']:.1f} jobs/s array", flush=True)
+        print("Corral: latency ...", flush=True)
+        co["latency"] = corral_latency(args.lat_n, work)
+        print("Corral: calls ...", flush=True)
+        co["calls"] = corral_calls(args.n, args.reps, work)
+        res["corral"] = co
+    finally:
+        if not args.no_slurm:
+            slurm_stop()
+        shutil.rmtree(work, ignore_errors=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "daemon_bench.json").write_text(json.dumps(res, indent=2) + "\n")
+    md = render_md(res)
+    (args.out / "daemon_bench.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
