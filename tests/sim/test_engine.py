@@ -140,3 +140,16 @@ def test_unknown_policy_words_are_rejected() -> None:
         parse_policy("fifo+easy")
     hi = parse_policy("fcfs+strict+highest").config
     assert dataclasses.asdict(hi)["reservation_policy"].value == "highest"
+
+
+def test_pool_machine_applies_the_count_based_extra_rule() -> None:
+    """A 4-processor pool: B (3 procs) reserves t=100, when A's 2 procs return; one
+    processor is spare then, so C (1 proc, long) backfills at once (textbook EASY)."""
+    rows = [(0, 100, 100, 2), (1, 50, 50, 3), (2, 1000, 1000, 1)]
+    res = simulate(wl_of(rows), from_header(4, 4, pool=True),
+                   opts(backfill=BackfillMode.EASY))
+    assert res.start_s.tolist() == [0, 100, 2]
+    strict = simulate(wl_of(rows), from_header(4, 4, pool=True), opts())
+    assert strict.start_s.tolist() == [0, 100, 100]
+    with pytest.raises(ValueError, match="whole"):
+        from_header(4, 4, pool=True, whole_nodes=True)

@@ -39,6 +39,9 @@ SampleOpt = Annotated[str | None, typer.Option(
 SeedOpt = Annotated[int, typer.Option(help="seed for --sample")]
 ClusterOpt = Annotated[Path | None, typer.Option(
     "--cluster", help="corral.toml with the machine (default: the trace header)")]
+MachineOpt = Annotated[str, typer.Option(
+    "--machine", help="header machine: nodes (MaxNodes nodes) or pool (one pool of MaxProcs;"
+    " faster, count-based EASY)")]
 WholeOpt = Annotated[bool, typer.Option(
     "--whole-nodes", help="jobs take ceil(procs/ppn) whole nodes (default: cores anywhere)")]
 ExceedOpt = Annotated[str, typer.Option(
@@ -101,13 +104,16 @@ def _load(trace_path: Path, jobs: str, procs: str, unknown: str, missing: str,
     return trace, wl
 
 
-def _cluster(cluster: Path | None, wl: Workload, whole: bool) -> SimCluster:
+def _cluster(cluster: Path | None, wl: Workload, whole: bool, machine: str) -> SimCluster:
     from corral.sim.cluster import ClusterError, from_config, from_header
 
+    if machine not in ("nodes", "pool"):
+        raise _fail(f"--machine {machine!r}: use nodes or pool")
     try:
         if cluster is not None:
             return from_config(cluster)
-        return from_header(wl.max_nodes, wl.max_procs, whole_nodes=whole)
+        return from_header(wl.max_nodes, wl.max_procs, whole_nodes=whole,
+                           pool=machine == "pool")
     except (ClusterError, ValueError) as exc:
         raise _fail(str(exc)) from None
 
@@ -224,7 +230,8 @@ def run_cmd(
         "--policy", "-p", help="e.g. fcfs+easy, sjf+strict, multifactor+easy+nofs")] =
         "fcfs+easy",
     jobs: JobsOpt = "all", sample: SampleOpt = None, seed: SeedOpt = 1,
-    cluster: ClusterOpt = None, whole_nodes: WholeOpt = False, exceed: ExceedOpt = "kill",
+    cluster: ClusterOpt = None, machine: MachineOpt = "nodes", whole_nodes: WholeOpt = False,
+    exceed: ExceedOpt = "kill",
     missing_estimate: MissingOpt = "runtime", default_estimate: DefaultEstOpt = "1:00:00",
     procs: ProcsOpt = "max", unknown_runtime: UnknownOpt = "drop", cycle: CycleOpt = "batch",
     json_out: JsonOpt = None, csv_out: CsvOpt = None, plot: PlotOpt = None,
@@ -243,7 +250,7 @@ def run_cmd(
     from corral.sim.swf import write_swf
 
     src, wl = _load(trace, jobs, procs, unknown_runtime, missing_estimate, default_estimate)
-    cl = _cluster(cluster, wl, whole_nodes)
+    cl = _cluster(cluster, wl, whole_nodes, machine)
     try:
         pol = parse_policy(policy, cl.scheduler)
     except PolicyError as exc:
@@ -273,7 +280,8 @@ def compare_cmd(
         "--policies", "-p", help="comma-separated policies")] =
         "fcfs+strict,fcfs+easy,sjf+easy,f1+easy,fcfs+conservative,multifactor+easy",
     jobs: JobsOpt = "all", sample: SampleOpt = None, seed: SeedOpt = 1,
-    cluster: ClusterOpt = None, whole_nodes: WholeOpt = False, exceed: ExceedOpt = "kill",
+    cluster: ClusterOpt = None, machine: MachineOpt = "nodes", whole_nodes: WholeOpt = False,
+    exceed: ExceedOpt = "kill",
     missing_estimate: MissingOpt = "runtime", default_estimate: DefaultEstOpt = "1:00:00",
     procs: ProcsOpt = "max", unknown_runtime: UnknownOpt = "drop", cycle: CycleOpt = "batch",
     json_out: JsonOpt = None, csv_out: CsvOpt = None, plot: PlotOpt = None,
@@ -287,7 +295,7 @@ def compare_cmd(
     from corral.sim.report import comparison_table
 
     _, wl = _load(trace, jobs, procs, unknown_runtime, missing_estimate, default_estimate)
-    cl = _cluster(cluster, wl, whole_nodes)
+    cl = _cluster(cluster, wl, whole_nodes, machine)
     try:
         pols = [parse_policy(p, cl.scheduler) for p in policies.split(",") if p.strip()]
     except PolicyError as exc:

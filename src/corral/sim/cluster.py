@@ -75,10 +75,28 @@ class SimCluster:
 
 
 def from_header(max_nodes: int, max_procs: int, *, whole_nodes: bool = False,
-                mem_mb_per_core: int = 1024) -> SimCluster:
-    """The machine an SWF header describes (see the module docstring)."""
+                pool: bool = False, mem_mb_per_core: int = 1024) -> SimCluster:
+    """The machine an SWF header describes (see the module docstring).
+
+    ``pool`` models the machine as one node of ``MaxProcs`` cores. SWF jobs only count
+    processors, so this keeps every job's request while making placement trivial (several
+    times faster). Decisions can differ from the node model in one way: with separate
+    nodes, the core's EASY reservation holds specific nodes, which may leave fewer
+    backfill holes than the count-based "extra processors" rule of textbook EASY; the pool
+    is exactly the count-based rule.
+    """
     if max_nodes < 1 or max_procs < 1:
         raise ClusterError(f"bad machine size: MaxNodes={max_nodes}, MaxProcs={max_procs}")
+    if pool:
+        if whole_nodes:
+            raise ClusterError("a pool has no nodes to take whole; drop --whole-nodes")
+        spec = NodeSpec(name="pool", sockets=1, cores_per_socket=max_procs,
+                        mem_mb=max_procs * mem_mb_per_core)
+        node = Node(spec, partitions=("batch",))
+        part = Partition(name="batch", nodes=("pool",), is_default=True)
+        return SimCluster((node,), (part,), procs_per_node=max_procs,
+                          description=f"a pool of {max_procs} processors "
+                                      f"({max_nodes} nodes in the header)")
     if max_procs % max_nodes:
         raise ClusterError(
             f"MaxProcs={max_procs} is not a multiple of MaxNodes={max_nodes}; "

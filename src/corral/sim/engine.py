@@ -15,11 +15,15 @@ Cycle timing:
 * ``event``: one cycle after every single event, arrivals before completions at equal
   times (RLScheduler's loop; needed to reproduce its published numbers).
 
-A cycle is skipped when it provably cannot start anything: no pending job needs fewer CPUs
-than are free (whole nodes: fewer nodes than are idle), no new arrival needs rejecting,
-and, with persistent reservations, a reservation already exists. The core is pure and
-keeps no state between cycles besides what the engine passes back (reservations, usage),
-so a skipped cycle changes nothing. Everything is deterministic: ties are broken by
+A cycle is skipped when it provably cannot start anything: no pending job needs at most
+the free CPUs (whole nodes: the idle nodes), no new arrival needs rejecting, and, with
+persistent reservations, a reservation already exists. Under FCFS a new arrival ranks
+after every pending job, so after a cycle the earlier jobs stay blocked until resources
+are freed (time alone only shrinks backfill windows); an instant that brings nothing but
+arrivals then needs a cycle only if one of *them* fits. The core is pure and keeps no
+state between cycles besides what the engine passes back (reservations, usage), so a
+skipped cycle changes nothing (``tests/sim/test_engine.py`` checks this against running
+every cycle). Everything is deterministic: ties are broken by
 workload order and no randomness is used.
 """
 
@@ -37,6 +41,8 @@ from typing import Any
 import numpy as np
 
 from corral.core import ClusterSnapshot, SchedulerConfig, run_cycle
+from corral.core.config import Ordering
+from corral.core.model.account import AccountTree
 from corral.core.model.job import Job, JobState
 from corral.core.model.partition import PreemptMode
 from corral.sim.cluster import SimCluster, account_tree_for
@@ -82,18 +88,26 @@ class Engine:
         self.opt = options or EngineOptions()
         if self.opt.cycle_mode not in ("batch", "event"):
             raise ValueError(f"cycle mode {self.opt.cycle_mode!r}: use batch or event")
-        pairs = zip(("g%d" % g if g >= 0 else "unknown" for g in workload.group_id.tolist()),
-                    ("u%d" % u if u >= 0 else "unknown" for u in workload.user_id.tolist()),
-                    strict=True)
-        self.tree = account_tree_for(pairs, cluster.accounts)
+        w = self.opt.config.weights
+        self.track_usage = (self.opt.config.ordering is Ordering.MULTIFACTOR
+                            and w.fairshare > 0)
+        if self.track_usage or cluster.accounts.accounts:
+            # fair share needs the tree; a configured cluster checks accounts against it
+            pairs = zip(
+                ("g%d" % g if g >= 0 else "unknown" for g in workload.group_id.tolist()),
+                ("u%d" % u if u >= 0 else "unknown" for u in workload.user_id.tolist()),
+                strict=True)
+            self.tree = account_tree_for(pairs, cluster.accounts)
+        else:
+            self.tree = AccountTree()  # nothing reads it: skip per-job account checks
+        # FCFS ranks a new arrival after every pending job, so an arrival can only start
+        # itself: an instant with nothing but arrivals that do not fit needs no cycle
+        self.arrivals_rank_last = self.opt.config.ordering is Ordering.FCFS
         self.persistent = _persistent(self.opt.config)
         self.reserved_field = next(
             (n for n in ("reserved", "reserved_jobs", "reservations") if _snapshot_field(n)),
             None,
         )
-        w = self.opt.config.weights
-        self.track_usage = (self.opt.config.ordering.value == "multifactor"
-                            and w.fairshare > 0)
 
     # -- the event loop -------------------------------------------------------------------
     def run(self, progress: ProgressFn | None = None) -> SimResult:  # noqa: C901
@@ -152,6 +166,8 @@ class Engine:
         clock = submit[0] if n else 0.0
         done = 0
         force = False
+        dirty = False  # something other than last-ranked arrivals happened since a cycle
+        fresh_need = 1 << 62  # smallest need among arrivals since the last cycle
 
         def need_of(i: int) -> int:
             return -(-procs[i] // ppn) if whole else demand[i]
@@ -275,16 +291,21 @@ class Engine:
         timeout_flag: dict[int, bool] = {}
 
         def arrive(i: int) -> None:
-            nonlocal force
+            nonlocal force, dirty, fresh_need
             job = Job(id=i, spec=cl.spec_for(procs[i], int(limit[i]), users[i], accts[i]),
                       submit_time=submit[i])
             pending[i] = job
             add_pending(i)
             if demand[i] > total_cpus:
                 force = True  # let the core reject it
+            if self.arrivals_rank_last:
+                fresh_need = min(fresh_need, need_of(i))
+            else:
+                dirty = True
 
         def complete(i: int, t: float) -> None:
-            nonlocal done
+            nonlocal done, dirty
+            dirty = True
             mode = preempt_mode.pop(i, None)
             if mode is None:
                 finish(i, t, TIMEOUT if timeout_flag.pop(i, False) else COMPLETED)
@@ -310,9 +331,10 @@ class Engine:
                 return True
             if self.persistent and not any(r in pending for r in reserved):
                 return True
-            if whole:
-                return min_need() <= idle_nodes
-            return min_need() <= free_cpus
+            room = idle_nodes if whole else free_cpus
+            if dirty:
+                return min_need() <= room
+            return fresh_need <= room
 
         report_every = max(1, n // 200)
         next_report = report_every
@@ -348,7 +370,8 @@ class Engine:
                 cycle(clock)
             else:
                 skipped += 1
-            force = False
+            force = dirty = False
+            fresh_need = 1 << 62
             samples_t.append(clock)
             samples_q.append(float(len(pending)))
             samples_b.append(float(total_cpus - free_cpus))
