@@ -82,7 +82,7 @@ class Pool:
 
     __slots__ = (
         "table", "up", "core_mask", "cores_free", "mem_free", "gpu_mask", "gpus_free",
-        "gres_free", "ge_cores", "ge_gpus", "idle", "version", "approx",
+        "gres_free", "ge_cores", "ge_gpus", "idle", "version", "approx", "free_total",
     )
 
     def __init__(self, table: NodeTable, up: int) -> None:
@@ -101,16 +101,19 @@ class Pool:
         self.ge_gpus: list[int] = []
         self.version = 0
         self.approx = False  # took an allocation without core ids (cannot be diffed)
+        self.free_total = 0  # free cores on up nodes
         self._rebuild_masks()
 
     def _rebuild_masks(self) -> None:
         t = self.table
         ge_c = [0] * (t.max_cores + 2)
         ge_g = [0] * (t.max_gpus + 2)
+        total = 0
         for i in range(len(t)):
             bit = 1 << i
             if not self.up & bit:
                 continue
+            total += self.cores_free[i]
             ge_c[self.cores_free[i]] |= bit
             ge_g[self.gpus_free[i]] |= bit
         for c in range(len(ge_c) - 2, -1, -1):
@@ -119,6 +122,7 @@ class Pool:
             ge_g[g] |= ge_g[g + 1]
         self.ge_cores = ge_c
         self.ge_gpus = ge_g
+        self.free_total = total
 
     def copy(self) -> Pool:
         p = Pool.__new__(Pool)
@@ -135,6 +139,7 @@ class Pool:
         p.ge_gpus = list(self.ge_gpus)
         p.version = self.version
         p.approx = self.approx
+        p.free_total = self.free_total
         return p
 
     # -- mutation ---------------------------------------------------------------------------
@@ -162,6 +167,7 @@ class Pool:
             new = self.core_mask[i].bit_count()
             self.cores_free[i] = new
             if self.up & bit:
+                self.free_total += new - old
                 ge = self.ge_cores
                 for c in range(new + 1, old + 1):
                     ge[c] &= ~bit
@@ -200,6 +206,7 @@ class Pool:
             new = self.core_mask[i].bit_count()
             self.cores_free[i] = new
             if self.up & bit:
+                self.free_total += new - old
                 ge = self.ge_cores
                 for c in range(old + 1, new + 1):
                     ge[c] |= bit
@@ -268,6 +275,9 @@ class Pool:
         """Violated invariants (empty when consistent); used by tests."""
         t = self.table
         bad: list[str] = []
+        total = sum(self.cores_free[i] for i in range(len(t)) if self.up >> i & 1)
+        if total != self.free_total:
+            bad.append(f"free_total {self.free_total} != {total}")
         for i in range(len(t)):
             name = t.names[i]
             if self.core_mask[i] & ~t.full_core_mask[i]:

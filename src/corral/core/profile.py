@@ -112,7 +112,7 @@ class Profile:
         self.steps: dict[int, NodeSteps] = {}
         self.dirty: set[int] = set()  # nodes with a future decrease (a reservation)
         self.res_starts: list[float] = []  # sorted distinct reservation start times
-        self._views: dict[tuple[int, int], Pool] = {}
+        self._views: dict[int, tuple[float, Pool]] = {}  # k reservation starts -> (end, view)
         self._built = False
 
     def end_of(self, start: float, duration_s: float) -> float:
@@ -162,14 +162,23 @@ class Profile:
 
     def started(self, uses: Sequence[NodeUse], end: float) -> None:
         """A job started now (already taken from the pool) and ends at ``end``."""
-        self._views.clear()
         if not self._built:
+            self._views.clear()
             self.releases.append((end, uses, True))
             return
         for u in uses:
             st = self.steps[u.i]
             nc, nm, ng = u.core_bits.bit_count(), u.mem_mb, u.gpu_bits.bit_count()
             st.add(self.now, end, -nc, -nm, -ng)
+        # keep cached window views in step with the pool instead of rebuilding them
+        for horizon, view in self._views.values():
+            for u in uses:
+                if u.i in self.dirty:
+                    _copy_node(view, self.pool, u.i)
+                    c, m, g = self.steps[u.i].window_min(self.now, horizon)
+                    _cap_node(view, u.i, c, m, g)
+                else:
+                    view.take(u)
 
     def reserve(self, amounts: Iterable[tuple[int, int, int, int]], start: float,
                 end: float) -> None:
@@ -202,17 +211,16 @@ class Profile:
         k = bisect_left(self.res_starts, end)
         if k == 0:
             return self.pool
-        key = (k, self.pool.version)
-        view = self._views.get(key)
-        if view is None:
+        got = self._views.get(k)
+        if got is None:
+            horizon = self.res_starts[k - 1] + 1e-9  # any end in this bucket gives the same
             view = self.pool.copy()
             for i in sorted(self.dirty):
-                c, m, g = self.steps[i].window_min(self.now, end)
+                c, m, g = self.steps[i].window_min(self.now, horizon)
                 _cap_node(view, i, c, m, g)
-            if len(self._views) > 64:
-                self._views.clear()
-            self._views[key] = view
-        return view
+            got = (horizon, view)
+            self._views[k] = got
+        return got[1]
 
     def view_at(self, start: float, end: float, mask: int) -> Pool:
         """A pool-like view of per-node minimums over ``[start, end)`` for ``mask`` nodes."""
@@ -310,6 +318,7 @@ def _cap_node(view: Pool, i: int, c: int, m: int, g: int) -> None:
         view.core_mask[i] = _lowest(view.core_mask[i], c)
         view.cores_free[i] = c
         if view.up & bit:
+            view.free_total += c - old
             for k in range(c + 1, old + 1):
                 view.ge_cores[k] &= ~bit
         view.idle &= ~bit
@@ -327,6 +336,15 @@ def _cap_node(view: Pool, i: int, c: int, m: int, g: int) -> None:
 
 
 def _lowest(mask: int, count: int) -> int:
+    """The ``count`` lowest set bits of ``mask``."""
+    drop = mask.bit_count() - count
+    if drop <= 0:
+        return mask
+    if drop < count:
+        while drop:
+            mask &= ~(1 << (mask.bit_length() - 1))
+            drop -= 1
+        return mask
     out = 0
     while mask and count:
         low = mask & -mask
@@ -334,6 +352,32 @@ def _lowest(mask: int, count: int) -> int:
         mask ^= low
         count -= 1
     return out
+
+
+def _copy_node(view: Pool, pool: Pool, i: int) -> None:
+    """Make node ``i`` of ``view`` equal to node ``i`` of ``pool``, summary masks included."""
+    bit = 1 << i
+    old_c, new_c = view.cores_free[i], pool.cores_free[i]
+    old_g, new_g = view.gpus_free[i], pool.gpus_free[i]
+    view.core_mask[i] = pool.core_mask[i]
+    view.cores_free[i] = new_c
+    if view.up & bit:
+        view.free_total += new_c - old_c
+    view.mem_free[i] = pool.mem_free[i]
+    view.gpu_mask[i] = pool.gpu_mask[i]
+    view.gpus_free[i] = new_g
+    if view.up & bit:
+        ge = view.ge_cores
+        for k in range(new_c + 1, old_c + 1):
+            ge[k] &= ~bit
+        for k in range(old_c + 1, new_c + 1):
+            ge[k] |= bit
+        geg = view.ge_gpus
+        for k in range(new_g + 1, old_g + 1):
+            geg[k] &= ~bit
+        for k in range(old_g + 1, new_g + 1):
+            geg[k] |= bit
+    view.idle = (view.idle & ~bit) | (pool.idle & bit)
 
 
 def virtual_pool(base: Pool, mask: int, cores: list[int], mem: list[int],
@@ -356,5 +400,6 @@ def virtual_pool(base: Pool, mask: int, cores: list[int], mem: list[int],
     p.idle = idle
     p.version = 0
     p.approx = False
+    p.free_total = 0
     p._rebuild_masks()
     return p

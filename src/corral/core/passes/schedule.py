@@ -33,14 +33,15 @@ from dataclasses import dataclass, field
 from corral.core import preempt as P
 from corral.core import reasons as R
 from corral.core.config import BackfillMode, PreemptType, ReservationPolicy, SchedulerConfig
+from corral.core.counts import CountProfile
 from corral.core.decisions import PendingInfo, Preempt, Reject, Reserve, Start
 from corral.core.dependency import NEVER, WAIT, DependencyIndex
 from corral.core.feasibility import Option, Plan, plan, request_tres
+from corral.core.feasibility import _placer as cached_placer
 from corral.core.limits import LimitState, Tres, job_tres, qos_name
 from corral.core.model.job import HoldKind, Job, JobState
 from corral.core.model.partition import PartitionState
 from corral.core.nodes import NodeTable, iter_bits
-from corral.core.placement import Placer
 from corral.core.placement.select import Pick
 from corral.core.pool import NodeUse, Pool, compiled
 from corral.core.profile import INF, Profile, Release, round_up
@@ -48,6 +49,8 @@ from corral.core.shape import Shape, time_limit_s
 from corral.core.snapshot import ClusterSnapshot
 
 _RUNNABLE = (PartitionState.UP, PartitionState.DRAIN)
+# end time (start + limit, rounded) per running job record: a bounded identity memo
+_ENDS: dict[int, tuple[Job, SchedulerConfig, float, int]] = {}
 _EARLIEST_CHECKS = 64  # candidate times examined for non-uniform shapes
 
 
@@ -73,14 +76,18 @@ class Pass:
         self.now = now
         self.table = table
         self.pool = pool
-        self.placer = Placer(table, config.placement)
+        self.placer = cached_placer(table, config)
         self.annotate = config.annotate_pending
         self.mode = config.backfill
         self.out = Outcome()
         self.deps = DependencyIndex(snapshot.pending, snapshot.running, snapshot.finished)
         self.limits = LimitState(snapshot.qos, snapshot.accounts, snapshot.running)
         self.qos = {q.name: q for q in snapshot.qos}
-        self._profile: Profile | None = None
+        self._profile: Profile | CountProfile | None = None
+        self.unit = is_unit_cluster(table)  # every node one core: count-only planning
+        self.any_down = pool.up != table.all_mask
+        res = config.bf_resolution_s
+        self.floor = round_up(now + 1, res)  # overdue jobs end no sooner than this
         self._started: list[Release] = []
         self.blocked = 0  # nodes of partitions where a higher-priority job waits
         self.blocker: dict[str, int] = {}  # partition -> first blocked job id
@@ -110,26 +117,63 @@ class Pass:
                               snap.accounts, snap.licenses, got)
         return got
 
-    def profile(self) -> Profile:
+    def profile(self) -> Profile | CountProfile:
         if self._profile is None:
-            releases: list[Release] = []
-            for j in self.snap.running:
-                if j.allocation is None or j.state == JobState.SUSPENDED:
-                    continue  # suspended jobs never end on their own
-                releases.append((self.release_time(j), compiled(self.table, j.allocation), True))
-            releases.extend(self._started)
-            self._profile = Profile(self.pool, self.now, self.config.bf_resolution_s, releases)
+            res = self.config.bf_resolution_s
+            if self.unit:
+                up = self.pool.up
+                counts: list[tuple[float, int]] = []
+                floor = self.floor
+                get = _ENDS.get
+                cfg = self.config
+                for j in self.snap.running:
+                    e = get(id(j))
+                    if e is None or e[0] is not j or e[1] is not cfg:
+                        if j.allocation is None or j.state == JobState.SUSPENDED:
+                            continue  # suspended jobs never end on their own
+                        self.release_time(j)
+                        e = _ENDS[id(j)]
+                    if self.any_down:
+                        assert j.allocation is not None
+                        n = sum(1 for u in compiled(self.table, j.allocation) if up >> u.i & 1)
+                    else:
+                        n = e[3]
+                    counts.append((e[2] if e[2] > floor else floor, n))
+                counts.extend((end, len(uses)) for end, uses, _ in self._started)
+                free_now = (self.pool.ge_cores[1] & up).bit_count()
+                self._profile = CountProfile(self.now, res, free_now, counts)
+            else:
+                releases: list[Release] = []
+                for j in self.snap.running:
+                    if j.allocation is None or j.state == JobState.SUSPENDED:
+                        continue
+                    releases.append((self.release_time(j), compiled(self.table, j.allocation),
+                                     True))
+                releases.extend(self._started)
+                self._profile = Profile(self.pool, self.now, res, releases)
         return self._profile
+
+    def node_profile(self) -> Profile:
+        prof = self.profile()
+        assert isinstance(prof, Profile)
+        return prof
 
     def release_time(self, job: Job) -> float:
         """When a running job's resources come back in the profile: start + time limit,
         rounded up to the resolution, and never before now + 1 s (overdue jobs end soon)."""
         assert job.allocation is not None
         res = self.config.bf_resolution_s
-        part = self.table.partitions.get(job.partition or job.allocation.partition)
-        start = job.start_time if job.start_time is not None else self.now
-        end = round_up(start + time_limit_s(job, part, self.config), res)
-        return max(end, round_up(self.now + 1, res))
+        entry = _ENDS.get(id(job))
+        if entry is not None and entry[0] is job and entry[1] is self.config:
+            end = entry[2]
+        else:
+            part = self.table.partitions.get(job.partition or job.allocation.partition)
+            start = job.start_time if job.start_time is not None else self.now
+            end = round_up(start + time_limit_s(job, part, self.config), res)
+            if len(_ENDS) > 500_000:
+                _ENDS.clear()
+            _ENDS[id(job)] = (job, self.config, end, len(compiled(self.table, job.allocation)))
+        return max(end, self.floor)
 
     def licenses_free(self) -> dict[str, int]:
         if self._lic_free is None:
@@ -161,11 +205,18 @@ class Pass:
         jobs visited earlier cannot take a later job's slot (Mu'alem & Feitelson's
         compression: each job is re-planned only after its own old slot is given back)."""
         pending = {j.id for j in order}
-        prof: Profile | None = None
+        prof: Profile | CountProfile | None = None
         for r in self.snap.reservations:
             if r.job_id not in pending or r.job_id in self.carried:
                 continue
-            if len(r.amounts) != len(r.nodes) or r.end_time <= self.now:
+            if r.end_time <= self.now:
+                continue
+            if not r.nodes and r.amounts and self.unit:  # a count-only reservation
+                amounts_c = [(-1, 1, 0, 0)] * len(r.amounts)
+                self.profile().reserve(amounts_c, r.start_time, r.end_time)
+                self.carried[r.job_id] = (r, amounts_c)
+                continue
+            if len(r.amounts) != len(r.nodes):
                 continue
             amounts: list[tuple[int, int, int, int]] = []
             for name, (c, m, g) in zip(r.nodes, r.amounts, strict=True):
@@ -193,11 +244,18 @@ class Pass:
         attempts = 0
         if self.mode == BackfillMode.CONSERVATIVE and self.snap.reservations:
             self.preload(order)
+        # without annotations, a job that cannot fit in all free cores is not examined
+        prefilter = (not self.annotate and self.mode == BackfillMode.EASY
+                     and cfg.preempt_type == PreemptType.NONE)
+        max_tpc = max(self.table.tpc, default=1)
         for rank, job in enumerate(order, 1):
             p = job.admin_priority if job.admin_priority is not None else prio.get(job.id, 0.0)
             pr = float(p)
             held = self.release_carried(job) if self.carried else None
             pl = self.plan_of(job)
+            if prefilter and self.blocked and pl.options and (
+                    pl.options[0].shape.cpus_min > self.pool.free_total * max_tpc):
+                continue  # cannot start now whatever else holds it (nothing to annotate)
             if not pl.options:
                 self.out.rejects.append(Reject(job.id, pl.reason, pl.message))
                 continue
@@ -291,8 +349,11 @@ class Pass:
         return sw if self.now - since < opt.shape.switches_wait_s else None
 
     def recarry(self, job: Job, r: Reserve) -> None:
-        amounts = [(self.table.index[n], c, m, g) for n, (c, m, g) in
-                   zip(r.nodes, r.amounts, strict=True)]
+        if not r.nodes:
+            amounts = [(-1, 1, 0, 0)] * len(r.amounts)
+        else:
+            amounts = [(self.table.index[n], c, m, g) for n, (c, m, g) in
+                       zip(r.nodes, r.amounts, strict=True)]
         self.profile().reserve(amounts, r.start_time, r.end_time)
         self.carried[job.id] = (r, amounts)
 
@@ -305,12 +366,17 @@ class Pass:
                 return
         else:
             usable = opts
+        prof = self._profile
         for o in usable:
             view = self.pool
-            if not strict and self._profile is not None and self._profile.dirty:
-                view = self._profile.window_view(o.time_limit_s)
+            if not strict and isinstance(prof, Profile) and prof.dirty:
+                view = prof.window_view(o.time_limit_s)
             sl = self.switch_limit(job, o)
             chosen = self.placer.fits(o.shape, o.partition.name, view, sl)
+            if chosen is not None and not strict and isinstance(prof, CountProfile) and (
+                    prof.reserved_any and not prof.allows(sum(len(c) for c in chosen),
+                                                         o.time_limit_s)):
+                chosen = None  # would delay a reservation (count form of EASY's test)
             if chosen is not None:
                 self.start(job, o, chosen, backfilled=bool(self.blocked))
                 return
@@ -439,14 +505,19 @@ class Pass:
         end = prof.end_of(start, o.time_limit_s)
         if commit:
             prof.reserve(amounts, start, end)
-        nodes = tuple(self.table.names[i] for i, _, _, _ in amounts)
+        nodes = tuple(self.table.names[i] for i, _, _, _ in amounts if i >= 0)
         self.out.reservations.append(Reserve(job.id, start, nodes, end,
                                              tuple((c, m, g) for _, c, m, g in amounts)))
         return start
 
-    def earliest(self, job: Job, o: Option,
-                 prof: Profile) -> tuple[float, list[tuple[int, int, int, int]]] | None:
+    def earliest(self, job: Job, o: Option, prof: Profile | CountProfile
+                 ) -> tuple[float, list[tuple[int, int, int, int]]] | None:
         shape = o.shape
+        if isinstance(prof, CountProfile):
+            ts0 = shape.sets[0]
+            n = ts0.nodes_min if (len(shape.sets) == 1 and ts0.uniform) else shape.min_available
+            t = prof.earliest(max(1, n), o.time_limit_s)
+            return None if t is None else (t, [(-1, 1, 0, 0)] * max(1, n))
         placer = self.placer
         ts = shape.sets[0]
         cand, required = placer.static_candidates(shape, ts, o.partition.name)
@@ -548,7 +619,12 @@ class Pass:
         assert v.job.allocation is not None
         uses: tuple[NodeUse, ...] = compiled(self.table, v.job.allocation)
         back = self.now + max(v.grace_s, 1)
-        prof = self.profile()
+        prof0 = self.profile()
+        if isinstance(prof0, CountProfile):
+            n = len(uses) if v.mode.value != "SUSPEND" else 0
+            prof0.add(n, back, max(self.release_time(v.job), back))
+            return
+        prof = prof0
         prof._build()
         for u in uses:
             st = prof.steps[u.i]
@@ -559,6 +635,18 @@ class Pass:
 
     def _qos_of(self, job: Job) -> str | None:
         return qos_name(job, self.qos)
+
+
+def is_unit_cluster(table: NodeTable) -> bool:
+    """Every node has one core and no GPU/GRES, one hardware class, and every partition
+    spans all nodes: planning can count free nodes (``CountProfile``)."""
+    got = table.memo.get("unit")
+    if not isinstance(got, bool):
+        got = (len(table) > 0 and table.unit_mask == table.all_mask
+               and len(table.class_specs) == 1
+               and all(m == table.all_mask for m in table.part_masks.values()))
+        table.memo["unit"] = got
+    return got
 
 
 def reserved_ids(snapshot: ClusterSnapshot, config: SchedulerConfig) -> tuple[int, ...]:

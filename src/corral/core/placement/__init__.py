@@ -61,6 +61,8 @@ class Placer:
         if got is not None and got[0] is ts:
             return got[1], got[2]
         t = self.table
+        if len(self._cand) > 100_000:
+            self._cand.clear()
         mask = t.part_masks.get(partition, 0)
         mask &= t.feature_mask(shape.constraint)
         if ts.constraint:

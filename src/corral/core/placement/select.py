@@ -73,6 +73,8 @@ class SetPlacer:
         key = (id(ts), cls)
         got = self._demands.get(key)
         if got is None or got[0] is not ts:
+            if len(self._demands) > 100_000:
+                self._demands.clear()
             got = (ts, demand(ts, self.table, cls))
             self._demands[key] = got
         return got[1]
