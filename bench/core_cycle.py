@@ -1,4 +1,4 @@
-"""Benchmark: one full scheduling cycle of ``corral.core.run_cycle`` (priority, backfill, placement).
+"""Benchmark: one full scheduling cycle of ``run_cycle`` (priority, backfill, placement).
 
 Scenario (issue 2), built deterministically from a seed: 1,000 nodes (2 sockets x 32 cores,
 512 GB, 4 GPUs on a quarter of them, 32 leaf switches), 3,000 running jobs and 10,000
