@@ -20,7 +20,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from corral.agent import spool
 from corral.agent.launch import LaunchRequest
 from corral.agent.proctree import start_ticks
-from corral.ops.agent_metrics import AgentCollector, NvmlSampler, parse_listen, serve
+from corral.ops.agent_metrics import (
+    AgentCollector,
+    NvmlSampler,
+    alloc_cpus,
+    cpus_per_node,
+    parse_listen,
+    serve,
+)
 
 # holds ~64 MB and burns CPU until killed
 BURN = ("b = bytearray(64 * 1024 * 1024)\n"
@@ -161,3 +168,11 @@ def test_parse_listen() -> None:
     assert parse_listen("[::1]:9100") == ("::1", 9100)
     with pytest.raises(ValueError, match="host:port"):
         parse_listen("host:http")
+
+
+def test_allocated_cpus_come_from_the_allocation() -> None:
+    assert cpus_per_node("16") == [16] and cpus_per_node("2(x3),1") == [2, 2, 2, 1]
+    req = {"env": {"SLURM_JOB_CPUS_PER_NODE": "4(x2),8"}, "node_index": 2, "cpus": []}
+    assert alloc_cpus(req) == 8
+    assert alloc_cpus({"env": {}, "cpus": [0, 1, 2]}) == 3
+    assert alloc_cpus({"env": {"SLURM_JOB_CPUS_PER_NODE": "bad"}, "cores": [5]}) == 1

@@ -166,6 +166,33 @@ def _reaped_by(pid: int) -> float:
     return float(t.children_user + t.children_system)
 
 
+def cpus_per_node(text: str) -> list[int]:
+    """Slurm's ``SLURM_JOB_CPUS_PER_NODE`` (``16``, ``2(x3),1``) -> one count per node."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        count, _, rep = part.partition("(x")
+        out.extend([int(count)] * (int(rep.rstrip(")")) if rep else 1))
+    return out
+
+
+def alloc_cpus(req: dict[str, Any]) -> int:
+    """CPUs allocated to the job on this node: from the job's environment (the allocation,
+    even when the agent could not pin, e.g. a configured node larger than the machine),
+    else the pinned CPUs."""
+    env = req.get("env") or {}
+    try:
+        counts = cpus_per_node(str(env.get("SLURM_JOB_CPUS_PER_NODE", "")))
+        idx = int(req.get("node_index") or 0)
+        if 0 <= idx < len(counts):
+            return counts[idx]
+    except ValueError:
+        pass
+    return len(req.get("cpus") or ()) or len(req.get("cores") or ())
+
+
 def sample_job(jdir: Path) -> JobSample | None:
     """Usage of the running job in spool directory ``jdir``; None when it is not running."""
     from corral.agent import spool
@@ -193,7 +220,7 @@ def sample_job(jdir: Path) -> JobSample | None:
             cpu_s = None
     if cpu_s is None:
         cpu_s = _proc_cpu_seconds(pids) + _reaped_by(sup)
-    cpus = len(req.get("cpus") or ()) or len(req.get("cores") or ()) or 0
+    cpus = alloc_cpus(req)
     return JobSample(
         job_id=int(req["job_id"]), user=str(req.get("user", "")), cpus=cpus,
         mem_limit_bytes=int(req.get("mem_mb") or 0) * _MB,
