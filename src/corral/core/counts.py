@@ -18,33 +18,67 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
+from itertools import accumulate, chain
 
+from corral.core.ends import INF, EndIndex, round_up
 from corral.core.pool import NodeUse
-from corral.core.profile import INF, round_up
 
 
 class CountProfile:
     """Free-node count over time (see the module docstring)."""
 
     __slots__ = ("now", "resolution", "times", "free", "reserved_any")
+    times: list[float]
+    free: list[int]
 
     def __init__(self, now: float, resolution: int, free_now: int,
-                 releases: Iterable[tuple[float, int]]) -> None:
+                 releases: Iterable[tuple[float, int]], floor: float | None = None) -> None:
+        """``releases``: ``(end, nodes)`` sorted by end; ends before ``floor`` (overdue
+        jobs) count from ``floor``."""
         self.now = now
         self.resolution = resolution
-        self.times: list[float] = [now]
-        self.free: list[int] = [free_now]
         self.reserved_any = False
+        times = [now]
+        free = [free_now]
+        floor = now if floor is None else floor
         c = free_now
-        for end, n in sorted(releases):
+        last = now
+        for end, n in releases:
+            if end == INF:
+                break
             c += n
+            if end < floor:
+                end = floor
             if end <= now:
-                self.free[0] = c
-            elif self.times[-1] == end:
-                self.free[-1] = c
+                free[0] = c
+            elif last == end:
+                free[-1] = c
             else:
-                self.times.append(end)
-                self.free.append(c)
+                times.append(end)
+                free.append(c)
+                last = end
+        self.times = times
+        self.free = free
+
+    @classmethod
+    def from_index(cls, now: float, resolution: int, free_now: int, index: EndIndex,
+                   floor: float) -> CountProfile:
+        """Built from a running-job ``EndIndex`` with C-level list operations only."""
+        self = cls.__new__(cls)
+        self.now = now
+        self.resolution = resolution
+        self.reserved_any = False
+        ends = index.ends
+        get = index.nodes.__getitem__
+        k0 = bisect_right(ends, floor)
+        if k0:
+            self.times = [now, floor, *ends[k0:]]
+            self.free = list(accumulate(chain((free_now, sum(map(get, ends[:k0]))),
+                                              map(get, ends[k0:]))))
+        else:
+            self.times = [now, *ends]
+            self.free = list(accumulate(chain((free_now,), map(get, ends))))
+        return self
 
     def end_of(self, start: float, duration_s: float) -> float:
         return round_up(start + duration_s, self.resolution)

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from corral.core.config import SchedulerConfig
+from corral.core.ends import EndIndex
 from corral.core.model.job import Allocation, Job, JobState
 from corral.core.nodes import NodeTable, mask_of
 
@@ -301,37 +303,58 @@ class Pool:
         return bad
 
 
-_LAST: list[tuple[NodeTable, int, dict[int, Job], Pool]] = []
+class _Cache:
+    """The previous call's running set and pool (and end index), for diffing."""
+
+    __slots__ = ("table", "up", "jobs", "pool", "ends")
+
+    def __init__(self, table: NodeTable, up: int, jobs: dict[int, Job], pool: Pool) -> None:
+        self.table = table
+        self.up = up
+        self.jobs = jobs  # id(job) -> job
+        self.pool = pool
+        self.ends: EndIndex | None = None
+
+
+_LAST: list[_Cache] = []
 
 
 def build_pool(table: NodeTable, up: int, running: Sequence[Job]) -> Pool:
-    """The pool for ``running`` jobs on ``table``; reuses the previous one by diffing."""
-    if _LAST:
-        old_table, old_up, old_jobs, old_pool = _LAST[0]
-        if (old_table is table and old_up == up and not old_pool.approx
-                and len(running) < 4 * len(old_jobs) + 64):
-            pool = old_pool.copy()
-            cur: dict[int, Job] = {}
-            for j in running:
-                cur[j.id] = j
-            for jid, j in old_jobs.items():
-                k = cur.get(jid)
-                if k is None or k is not j and (
-                    k.allocation is not j.allocation or k.state != j.state
-                ):
-                    pool.give_job(j)
-            for jid, k in cur.items():
-                j2 = old_jobs.get(jid)
-                if j2 is None or k is not j2 and (
-                    k.allocation is not j2.allocation or k.state != j2.state
-                ):
-                    pool.take_job(k)
-            _LAST[0] = (table, up, cur, pool.copy())
-            return pool
+    """The pool for ``running`` jobs on ``table``; reuses the previous one by diffing.
+
+    Jobs are matched by identity: a job whose record object changed is given back and
+    taken again, which is exact. The returned pool is the caller's to mutate.
+    """
+    cur = {id(j): j for j in running}
+    c = _LAST[0] if _LAST else None
+    if (c is not None and c.table is table and c.up == up and not c.pool.approx
+            and len(running) < 4 * len(c.jobs) + 64):
+        old = c.jobs
+        gone = old.keys() - cur.keys()
+        new = cur.keys() - old.keys()
+        if gone or new:
+            pool = c.pool
+            removed = [old[k] for k in gone]
+            added = [cur[k] for k in new]
+            for j in removed:
+                pool.give_job(j)
+            for j in added:
+                pool.take_job(j)
+            if c.ends is not None:
+                c.ends.update(table, removed, added)
+            c.jobs = cur
+        return c.pool.copy()
     pool = Pool(table, up)
-    jobs: dict[int, Job] = {}
     for j in running:
-        jobs[j.id] = j
         pool.take_job(j)
-    _LAST[:] = [(table, up, jobs, pool.copy())]
-    return pool
+    _LAST[:] = [_Cache(table, up, cur, pool)]
+    return pool.copy()
+
+
+def running_ends(table: NodeTable, config: SchedulerConfig) -> EndIndex:
+    """Planned ends of the running set of the last ``build_pool`` call (kept up to date)."""
+    c = _LAST[0]
+    assert c.table is table
+    if c.ends is None or c.ends.config is not config:
+        c.ends = EndIndex(config, table, c.jobs.values())
+    return c.ends

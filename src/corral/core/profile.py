@@ -31,23 +31,15 @@ TPDS 2001); Slurm's ``node_space_map`` plays the same part in ``sched/backfill``
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 
+from corral.core.ends import INF, round_up
 from corral.core.nodes import iter_bits
 from corral.core.pool import NodeUse, Pool
 from corral.core.shape import TaskSet
 
-INF = math.inf
-
 Release = tuple[float, Sequence[NodeUse], bool]  # end time, uses, cores held (not suspended)
-
-
-def round_up(t: float, resolution: int) -> float:
-    if resolution <= 1 or t == INF:
-        return t
-    return math.ceil(t / resolution) * resolution
 
 
 class NodeSteps:
@@ -269,24 +261,27 @@ class Profile:
                 else:
                     k += 1
         events.sort()
-        active: set[int] = set()
+        active: dict[int, float] = {}  # node -> since when it could host the job
         want = max(ts.nodes_min, required.bit_count(), 1)
         k = 0
         n = len(events)
         while k < n:
             tnow = events[k][0]
             while k < n and events[k][0] == tnow and events[k][1] == 0:
-                active.add(events[k][2])
+                active[events[k][2]] = tnow
                 k += 1
             if len(active) >= want and all(r in active for r in iter_bits(required)):
-                others = sorted(a for a in active if not required >> a & 1)
+                # nodes that became usable last first: nodes free for longer (often free
+                # now) stay available to backfill
+                others = sorted((a for a in active if not required >> a & 1),
+                                key=lambda a: (-active[a], a))
                 chosen = iter_bits(required) + others[: max(0, ts.nodes_max - required.bit_count())]
                 return max(tnow, now), chosen
             while k < n and events[k][0] == tnow:
                 if events[k][1] == 1:
-                    active.discard(events[k][2])
+                    active.pop(events[k][2], None)
                 else:
-                    active.add(events[k][2])
+                    active[events[k][2]] = tnow
                 k += 1
         return None
 

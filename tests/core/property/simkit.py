@@ -133,6 +133,25 @@ def clusters(draw: st.DrawFn, max_nodes: int = 6) -> Cluster:
 
 
 @st.composite
+def unit_clusters(draw: st.DrawFn, max_nodes: int = 12) -> Cluster:
+    """One-core nodes (the count-only planning path, as in SWF trace replays)."""
+    from corral.core.model.partition import Partition
+
+    n = draw(st.integers(1, max_nodes))
+    nodes = [Node(NodeSpec(f"u{k:02d}", 1, 1, 1, 1000), NodeState.IDLE) for k in range(n)]
+    return Cluster(nodes, [Partition("all", tuple(x.spec.name for x in nodes),
+                                     is_default=True)])
+
+
+@st.composite
+def unit_workloads(draw: st.DrawFn, max_jobs: int = 14) -> list[Job]:
+    n = draw(st.integers(1, max_jobs))
+    return [Job(k + 1, JobSpec(nodes_min=draw(st.integers(1, 6)),
+                               time_limit_s=draw(st.integers(1, 40))), float(k))
+            for k in range(n)]
+
+
+@st.composite
 def specs(draw: st.DrawFn) -> JobSpec:
     kind = draw(st.sampled_from(["plain", "plain", "flex", "excl", "gang", "gpu"]))
     wall = draw(st.integers(1, 50))

@@ -15,7 +15,7 @@ from corral.core import run_cycle
 from corral.core.config import BackfillMode, Ordering, PlacementMode, SchedulerConfig
 from corral.core.cycle import clear_caches
 
-from .simkit import clusters, simulate, workloads
+from .simkit import clusters, simulate, unit_clusters, unit_workloads, workloads
 
 SETTINGS = settings(max_examples=int(os.environ.get("CORE_EXAMPLES", "60")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -66,3 +66,41 @@ def test_identical_input_identical_decisions(cluster, jobs, mode, placement) -> 
     clear_caches()
     c = run_cycle(cluster.snapshot(pending=list(jobs)), config, 0.0)
     assert a == b == c
+
+
+@SETTINGS
+@given(unit_clusters(), unit_workloads(), modes, st.sampled_from([1, 5]), st.booleans())
+def test_unit_clusters_count_only_planning(cluster, jobs, mode, resolution, annotate) -> None:  # type: ignore[no-untyped-def]
+    config = SchedulerConfig(ordering=Ordering.FCFS, backfill=mode, bf_resolution_s=resolution,
+                             annotate_pending=annotate)
+    trace = simulate(cluster, jobs, config)
+    assert not trace.stuck, f"jobs never started: {trace.stuck}"
+    if mode != BackfillMode.NONE:
+        for jid, plans in trace.reserved_at.items():
+            assert trace.starts[jid] <= plans[0][1], (jid, plans, trace.starts[jid])
+    if mode == BackfillMode.NONE:
+        # strict: jobs start in priority (here submit) order
+        order = sorted(trace.starts, key=lambda j: (trace.starts[j], j))
+        assert [trace.starts[j] for j in sorted(trace.starts)] == sorted(
+            trace.starts[j] for j in order)
+
+
+@SETTINGS
+@given(unit_clusters(), unit_workloads())
+def test_easy_on_unit_nodes_matches_the_node_level_profile(cluster, jobs) -> None:  # type: ignore[no-untyped-def]
+    """The count-only plan and the per-node plan give the same start times."""
+    from dataclasses import replace
+
+    config = SchedulerConfig(ordering=Ordering.FCFS, bf_resolution_s=1)
+    fast = simulate(cluster, jobs, config)
+    import corral.core.passes.schedule as S
+
+    real = S.is_unit_cluster
+    try:
+        S.is_unit_cluster = lambda table: False  # type: ignore[assignment]
+        clear_caches()
+        slow = simulate(replace(cluster), jobs, config)
+    finally:
+        S.is_unit_cluster = real
+        clear_caches()
+    assert fast.starts == slow.starts

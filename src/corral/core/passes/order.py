@@ -25,10 +25,9 @@ def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
                reserved: Sequence[int], policy: ReservationPolicy) -> list[Job]:
     """Pending jobs in the order the passes consider them."""
     get = prio.get
-    if any(j.admin_priority is not None for j in pending):
-        jobs = sorted(pending, key=lambda j: (-effective_priority(j, prio), j.submit_time, j.id))
-    else:
-        jobs = sorted(pending, key=lambda j: (-get(j.id, 0.0), j.submit_time, j.id))
+    jobs = sorted(pending, key=lambda j: (
+        -(get(j.id, 0.0) if j.admin_priority is None else j.admin_priority),
+        j.submit_time, j.id))
     if policy == ReservationPolicy.HIGHEST and reserved:
         pos = {jid: k for k, jid in enumerate(reserved)}
         head = sorted((j for j in jobs if j.id in pos), key=lambda j: pos[j.id])

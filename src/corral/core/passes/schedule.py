@@ -36,6 +36,7 @@ from corral.core.config import BackfillMode, PreemptType, ReservationPolicy, Sch
 from corral.core.counts import CountProfile
 from corral.core.decisions import PendingInfo, Preempt, Reject, Reserve, Start
 from corral.core.dependency import NEVER, WAIT, DependencyIndex
+from corral.core.ends import INF, round_up
 from corral.core.feasibility import Option, Plan, plan, request_tres
 from corral.core.feasibility import _placer as cached_placer
 from corral.core.limits import LimitState, Tres, job_tres, qos_name
@@ -43,8 +44,8 @@ from corral.core.model.job import HoldKind, Job, JobState
 from corral.core.model.partition import PartitionState
 from corral.core.nodes import NodeTable, iter_bits
 from corral.core.placement.select import Pick
-from corral.core.pool import NodeUse, Pool, compiled
-from corral.core.profile import INF, Profile, Release, round_up
+from corral.core.pool import NodeUse, Pool, compiled, running_ends
+from corral.core.profile import Profile, Release
 from corral.core.shape import Shape, time_limit_s
 from corral.core.snapshot import ClusterSnapshot
 
@@ -122,26 +123,23 @@ class Pass:
             res = self.config.bf_resolution_s
             if self.unit:
                 up = self.pool.up
-                counts: list[tuple[float, int]] = []
-                floor = self.floor
-                get = _ENDS.get
-                cfg = self.config
-                for j in self.snap.running:
-                    e = get(id(j))
-                    if e is None or e[0] is not j or e[1] is not cfg:
-                        if j.allocation is None or j.state == JobState.SUSPENDED:
-                            continue  # suspended jobs never end on their own
-                        self.release_time(j)
-                        e = _ENDS[id(j)]
-                    if self.any_down:
-                        assert j.allocation is not None
-                        n = sum(1 for u in compiled(self.table, j.allocation) if up >> u.i & 1)
-                    else:
-                        n = e[3]
-                    counts.append((e[2] if e[2] > floor else floor, n))
-                counts.extend((end, len(uses)) for end, uses, _ in self._started)
                 free_now = (self.pool.ge_cores[1] & up).bit_count()
-                self._profile = CountProfile(self.now, res, free_now, counts)
+                if self.any_down:
+                    counts: list[tuple[float, int]] = []
+                    for j in self.snap.running:
+                        if j.allocation is None or j.state == JobState.SUSPENDED:
+                            continue
+                        n = sum(1 for u in compiled(self.table, j.allocation) if up >> u.i & 1)
+                        counts.append((self.release_time(j), n))
+                    counts.sort()
+                    cp = CountProfile(self.now, res, free_now, counts, self.floor)
+                else:
+                    cp = CountProfile.from_index(self.now, res, free_now,
+                                                 running_ends(self.table, self.config),
+                                                 self.floor)
+                for end, uses, _ in self._started:  # started this cycle: back at their end
+                    cp.add(len(uses), end, INF)
+                self._profile = cp
             else:
                 releases: list[Release] = []
                 for j in self.snap.running:
