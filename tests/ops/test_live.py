@@ -202,3 +202,51 @@ def test_prometheus_scrapes_controller_and_agent(live: tuple[OpsCluster, Jobs]) 
     finally:
         prom.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_web_routes_over_http(live: tuple[OpsCluster, Jobs]) -> None:
+    import urllib.error
+    import urllib.request
+
+    c, j = live
+    token = c.client.token()
+
+    def call(method: str, path: str, body: bytes | None = None,
+             auth: bool = True) -> tuple[int, dict[str, str], bytes]:
+        req = urllib.request.Request(c.url + path, data=body, method=method)
+        if auth:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, dict(exc.headers), exc.read()
+
+    status, headers, page = call("GET", "/ui/", auth=False)
+    assert status == 200 and b'<script src="/ui/static/app.js"' in page
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert call("GET", "/ui/static/app.js", auth=False)[0] == 200
+    assert call("GET", "/ui/static/../../corral.db", auth=False)[0] == 404
+    assert call("GET", "/ui/static/secret.txt", auth=False)[0] == 404
+    status, _h, body = call("GET", "/api/v1/ops/fairshare", auth=False)
+    assert status == 401 and b"authentication required" in body
+    status, _h, body = call("POST", "/api/v1/ops/submit",
+                            json.dumps({"script": "echo no shebang\n"}).encode())
+    assert status == 400 and b"This does not look like a batch script" in body
+    status, _h, body = call("POST", "/api/v1/ops/submit",
+                            json.dumps({"script": "#!/bin/sh\ntrue\n", "time": "soon"}).encode())
+    assert status == 400 and b"--time" in body
+    status, _h, body = call("POST", "/api/v1/ops/submit", b"{not json")
+    assert status == 400 and b"not valid JSON" in body
+    status, _h, body = call("GET", "/api/v1/ops/utilization?hours=0")
+    assert status == 400 and b"hours must be" in body
+    form = {"script": "#!/bin/sh\n#SBATCH -J webform\ntrue\n", "workdir": str(c.work),
+            "account": "chem", "mem": "50M"}
+    status, _h, body = call("POST", "/api/v1/ops/submit", json.dumps(form).encode())
+    assert status == 200, body
+    jid = json.loads(body)["job_ids"][0]
+    rec = c.job(jid)  # it waits behind the job holding every CPU
+    assert rec["name"] == "webform" and rec["account"] == "chem" and rec["user"] == "root"
+    assert rec["mem_per_node_mb"] == 50 and rec["dialect"] == "slurm"
+    assert rec["state"] == "PENDING"
+    c.client.cancel([jid])

@@ -151,7 +151,7 @@ async function renderQueue() {
     body.append(el("tr", { "data-job-id": j.job_id },
       el("td", {}, el("a", { href: `#/job/${j.job_id}`, text: j.job_id })),
       el("td", { text: j.name }), el("td", { text: j.user }), el("td", { text: j.account || "" }),
-      el("td", { text: j.partition }), el("td", {}, stateBadge(j.state, j.state)),
+      el("td", { text: j.partition || "(default)" }), el("td", {}, stateBadge(j.state, j.state)),
       el("td", { text: duration(j.time_used_s) }), el("td", { text: j.num_cpus }),
       el("td", { text: where || "" })));
   }
