@@ -281,7 +281,10 @@ class AgentCollector(Collector):
         g.add_metric([n], float(psutil.cpu_count() or 0))
         yield g
         load = GaugeMetricFamily("corral_node_load1", "1-minute load average", labels=["node"])
-        load.add_metric([n], os.getloadavg()[0])
+        try:
+            load.add_metric([n], os.getloadavg()[0])
+        except OSError:  # no /proc/loadavg (some sandboxes): the family stays empty
+            pass
         yield load
         vm = psutil.virtual_memory()
         tot = GaugeMetricFamily("corral_node_memory_total_bytes", "Memory of the node",
