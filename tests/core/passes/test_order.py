@@ -1,0 +1,31 @@
+"""Queue order: priority, then submit time, then id; admin priority; HIGHEST reservations."""
+
+from __future__ import annotations
+
+from builders import job
+
+from corral.core.config import ReservationPolicy
+from corral.core.passes.order import order_jobs
+
+
+def test_priority_then_submit_then_id() -> None:
+    jobs = [job(3).submit(5).build(), job(1).submit(5).build(), job(2).submit(1).build(),
+            job(4).submit(9).build()]
+    prio = {1: 1.0, 2: 1.0, 3: 1.0, 4: 2.0}
+    got = order_jobs(jobs, prio, (), ReservationPolicy.CURRENT_HIGHEST)
+    assert [j.id for j in got] == [4, 2, 1, 3]
+
+
+def test_admin_priority_overrides() -> None:
+    jobs = [job(1).build(), job(2).priority(10**6).build()]
+    got = order_jobs(jobs, {1: 5.0, 2: 0.0}, (), ReservationPolicy.CURRENT_HIGHEST)
+    assert [j.id for j in got] == [2, 1]
+
+
+def test_highest_keeps_reserved_jobs_first_in_reservation_order() -> None:
+    jobs = [job(k).build() for k in (1, 2, 3, 4)]
+    prio = {1: 4.0, 2: 3.0, 3: 2.0, 4: 1.0}
+    got = order_jobs(jobs, prio, (4, 3, 99), ReservationPolicy.HIGHEST)
+    assert [j.id for j in got] == [4, 3, 1, 2]
+    got = order_jobs(jobs, prio, (4, 3), ReservationPolicy.CURRENT_HIGHEST)
+    assert [j.id for j in got] == [1, 2, 3, 4]
