@@ -98,7 +98,8 @@ def test_shape_memo_is_per_spec_partition_and_config() -> None:
     assert shape_of(spec, PART, CFG) is a
     p2 = Partition("p", (), default_mem_per_cpu_mb=5)
     assert shape_of(spec, p2, CFG).single.mem_per_task_mb == 10
-    assert shape_of(spec, PART, SchedulerConfig(default_mem_per_cpu_mb=3)).single.mem_per_task_mb == 6
+    other = SchedulerConfig(default_mem_per_cpu_mb=3)
+    assert shape_of(spec, PART, other).single.mem_per_task_mb == 6
     with pytest.raises(ShapeError):
         shape_of(JobSpec(nodes_min=0), PART, CFG)
 
