@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import collections
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import FINISHED, Cluster, wait_for
+from tests.e2e.cluster import FINISHED, TEST_CONFIG, Cluster, _alive, wait_for
 
 
 @pytest.mark.slow
@@ -76,9 +80,57 @@ def test_kill9_agent_running_jobs_keep_running(fresh_cluster: Cluster) -> None:
     apid = c.agent_pid()
     assert apid is not None
     c.kill9(apid)
+    # the node goes DOWN after node_down_after_s, but its jobs are not touched before the
+    # grace (node_fail_grace_s) runs out: a brief outage never kills live jobs
+    wait_for(lambda: c.client.nodes()[0]["state"] == "DOWN", 20, what="the node to go DOWN")
+    assert c.job(jid)["state"] == "RUNNING"
     c.start_agent()
     wait_for(lambda: c.client.nodes()[0]["connected"], 20, what="the agent to reconnect")
+    assert c.client.nodes()[0]["state"] in ("MIXED", "ALLOCATED")
     assert c.job(jid)["state"] == "RUNNING"  # re-adopted, not restarted, not failed
     gate.write_text("go")
     job = c.wait_done(jid, 20)
     assert job["state"] == "COMPLETED" and job["restarts"] == 0
+
+
+GRACE_CONFIG = TEST_CONFIG.replace("node_fail_grace_s = 60", "node_fail_grace_s = 1")
+
+
+@pytest.fixture()
+def short_grace_cluster() -> Iterator[Cluster]:
+    root = Path(tempfile.mkdtemp(prefix="corral-e2e-"))
+    c = Cluster(root, GRACE_CONFIG)
+    c.up()
+    try:
+        yield c
+    finally:
+        c.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_lost_node_fails_or_requeues_jobs_after_grace(short_grace_cluster: Cluster) -> None:
+    c = short_grace_cluster
+    gate = c.work / "gate3"
+    cmd = (f"echo $$ > pid.$SLURM_JOB_ID.$SLURM_RESTART_COUNT; "
+           f"while [ ! -e {gate} ]; do sleep 0.05; done")
+    keep = c.submit(cmd, requeue=True)
+    lose = c.submit(cmd, requeue=False)
+    for jid in (keep, lose):
+        c.wait_state(jid, "RUNNING")
+        wait_for(lambda j=jid: (c.work / f"pid.{j}.0").exists(), 10, what="the job's pid")
+    apid = c.agent_pid()
+    assert apid is not None
+    c.kill9(apid)
+    assert c.wait_done(lose, 30)["state"] == "NODE_FAIL"
+    job = c.wait_state(keep, "PENDING", 30)
+    assert job["restarts"] == 1
+    c.start_agent()
+    # the agent reports the old runs; the controller kills them (they are orphans now)
+    for jid in (keep, lose):
+        old = int((c.work / f"pid.{jid}.0").read_text())
+        wait_for(lambda p=old: not _alive(p), 20, what=f"orphan run of job {jid} killed")
+    c.wait_state(keep, "RUNNING", 30)
+    wait_for(lambda: (c.work / f"pid.{keep}.1").exists(), 10, what="the second run")
+    gate.write_text("go")
+    done = c.wait_done(keep, 30)
+    assert done["state"] == "COMPLETED" and done["restarts"] == 1
