@@ -77,6 +77,7 @@ class AgentDaemon:
         self.runner = runner if runner is not None else JobRunner(
             state_dir, cgroup_root or "corral", self.node, isolation=isolation)
         self.unacked: dict[int, JobExit] = {}
+        self.deferred: dict[int, LaunchRequest] = {}  # new runs waiting for an old run's end
         self._ws: Any = None
         self._out: asyncio.Queue[dict[str, Any]] | None = None
         self._stop = asyncio.Event()
@@ -109,6 +110,39 @@ class AgentDaemon:
         for ex in exits:
             self.unacked[ex.job_id] = ex
             self._send({"t": "exit", "exit": ex.to_json()})
+        for ex in exits:
+            req = self.deferred.get(ex.job_id)
+            if req is not None and req.restarts != ex.restarts:
+                del self.deferred[ex.job_id]
+                self._launch(req)
+
+    def _active_run(self, jid: int) -> int | None:
+        """Restart count of the run of ``jid`` still active here, if any."""
+        jdir = spool.job_dir(self.runner.state_dir, jid)
+        if (jdir / spool.EXIT).exists():
+            return None
+        req = spool.read_json(jdir / spool.REQUEST)
+        return None if req is None else int(req.get("restarts", 0))
+
+    def _launch(self, req: LaunchRequest) -> None:
+        """Start a run; a new run of a job whose older run is still being killed here
+        (requeued while this agent was away) waits for that run's exit."""
+        run = self._active_run(req.job_id)
+        if run is not None and run != req.restarts:
+            log.info("job %d: run %d waits for run %d to end", req.job_id, req.restarts, run)
+            self.deferred[req.job_id] = req
+            return
+        t0 = time.perf_counter()
+        try:
+            self.runner.launch(req)
+        except Exception as exc:
+            log.warning("launch of job %d failed: %s", req.job_id, exc)
+            self._send({"t": "launch_failed", "job_id": req.job_id,
+                        "restarts": req.restarts, "message": str(exc)})
+            return
+        self.launches += 1
+        self.launch_s += time.perf_counter() - t0
+        self._send({"t": "launched", "job_id": req.job_id, "restarts": req.restarts})
 
     def _fit_pinning(self, req: LaunchRequest) -> LaunchRequest:
         if not req.cpus:
@@ -131,20 +165,22 @@ class AgentDaemon:
     def handle(self, msg: dict[str, Any]) -> None:
         t = msg.get("t")
         if t == "launch":
-            req = self._fit_pinning(LaunchRequest.from_json(msg["req"]))
-            t0 = time.perf_counter()
-            try:
-                self.runner.launch(req)
-            except Exception as exc:
-                log.warning("launch of job %d failed: %s", req.job_id, exc)
-                self._send({"t": "launch_failed", "job_id": req.job_id,
-                            "restarts": req.restarts, "message": str(exc)})
-                return
-            self.launches += 1
-            self.launch_s += time.perf_counter() - t0
-            self._send({"t": "launched", "job_id": req.job_id, "restarts": req.restarts})
+            self._launch(self._fit_pinning(LaunchRequest.from_json(msg["req"])))
         elif t == "cancel":
             jid = int(msg["job_id"])
+            restarts = msg.get("restarts")
+            waiting = self.deferred.get(jid)
+            if waiting is not None and restarts is not None and waiting.restarts == int(restarts):
+                # cancelled before it could start: report the end at once
+                del self.deferred[jid]
+                now = time.time()
+                self._send({"t": "exit", "exit": JobExit(
+                    job_id=jid, state="CANCELLED", start_time=now, end_time=now,
+                    reason="cancelled before it started", restarts=waiting.restarts).to_json()})
+                return
+            run = self._active_run(jid)
+            if run is not None and restarts is not None and run != int(restarts):
+                return  # meant for another run of this job, which is not running here
             grace = msg.get("grace_s")
             self.runner.cancel(jid, None if grace is None else int(grace))
         elif t == "signal":
