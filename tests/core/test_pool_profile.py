@@ -94,12 +94,12 @@ def test_profile_releases_at_time_limit_and_window_views() -> None:
     from corral.core.shape import shape_of
 
     ts = shape_of(ts_job.spec, table.partitions["batch"], SchedulerConfig()).single
-    got = prof.earliest_uniform(ts, 0b11, lambda i: (4, 0, 0), 10.0, whole=True)
+    got = prof.earliest_uniform(ts, 0b11, [(4, 0, 0)], 10.0, whole=True)
     assert got == (100.0, [0, 1])
     prof.unreserve([(1, 4, 0, 0)], 50.0, 80.0)
     one = shape_of(job(3).build().spec, table.partitions["batch"], SchedulerConfig()).single
-    assert prof.earliest_uniform(one, 0b11, lambda i: (4, 0, 0), 10.0) == (10.0, [1])
-    assert prof.earliest_uniform(one, 0b01, lambda i: (4, 0, 0), 10.0) == (100.0, [0])
+    assert prof.earliest_uniform(one, 0b11, [(4, 0, 0)], 10.0) == (10.0, [1])
+    assert prof.earliest_uniform(one, 0b01, [(4, 0, 0)], 10.0) == (100.0, [0])
 
 
 def test_count_profile_easy_shadow_and_extra_nodes() -> None:

@@ -37,6 +37,20 @@ def iter_bits(mask: int) -> list[int]:
     return out
 
 
+_BITS: dict[int, tuple[int, ...]] = {}
+
+
+def bits_of(mask: int) -> tuple[int, ...]:
+    """``iter_bits`` memoized for the large masks (partitions, up nodes) queried repeatedly."""
+    got = _BITS.get(mask)
+    if got is None:
+        got = tuple(iter_bits(mask))
+        if len(_BITS) > 256:
+            _BITS.clear()
+        _BITS[mask] = got
+    return got
+
+
 def lowest_bits(mask: int, count: int) -> list[int]:
     """The ``count`` lowest set bits of ``mask`` (fewer when it has fewer)."""
     out: list[int] = []

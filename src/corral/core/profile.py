@@ -32,10 +32,10 @@ TPDS 2001); Slurm's ``node_space_map`` plays the same part in ``sched/backfill``
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from corral.core.ends import INF, round_up
-from corral.core.nodes import iter_bits
+from corral.core.nodes import bits_of, iter_bits
 from corral.core.pool import NodeUse, Pool
 from corral.core.shape import TaskSet
 
@@ -104,7 +104,8 @@ class Profile:
         self.steps: dict[int, NodeSteps] = {}
         self.dirty: set[int] = set()  # nodes with a future decrease (a reservation)
         self.res_starts: list[float] = []  # sorted distinct reservation start times
-        self._views: dict[int, tuple[float, Pool]] = {}  # k reservation starts -> (end, view)
+        # window views keyed by the last reservation start inside their window
+        self._views: dict[float, Pool] = {}
         self._built = False
 
     def end_of(self, start: float, duration_s: float) -> float:
@@ -155,7 +156,6 @@ class Profile:
     def started(self, uses: Sequence[NodeUse], end: float) -> None:
         """A job started now (already taken from the pool) and ends at ``end``."""
         if not self._built:
-            self._views.clear()
             self.releases.append((end, uses, True))
             return
         for u in uses:
@@ -163,35 +163,52 @@ class Profile:
             nc, nm, ng = u.core_bits.bit_count(), u.mem_mb, u.gpu_bits.bit_count()
             st.add(self.now, end, -nc, -nm, -ng)
         # keep cached window views in step with the pool instead of rebuilding them
-        for horizon, view in self._views.values():
+        for h, view in self._views.items():
             for u in uses:
                 if u.i in self.dirty:
-                    _copy_node(view, self.pool, u.i)
-                    c, m, g = self.steps[u.i].window_min(self.now, horizon)
-                    _cap_node(view, u.i, c, m, g)
+                    self._recap(view, h, u.i)
                 else:
                     view.take(u)
+
+    def _recap(self, view: Pool, h: float, i: int) -> None:
+        _copy_node(view, self.pool, i)
+        c, m, g = self.steps[i].window_min(self.now, h + 1e-9)
+        _cap_node(view, i, c, m, g)
+
+    def _refresh_views(self, nodes: Iterable[int], start: float) -> None:
+        """Reservations changed on ``nodes`` from ``start``: fix the views that see it."""
+        if len(self._views) > 32:
+            self._views.clear()
+        for h, view in self._views.items():
+            if h >= start:
+                for i in nodes:
+                    self._recap(view, h, i)
 
     def reserve(self, amounts: Iterable[tuple[int, int, int, int]], start: float,
                 end: float) -> None:
         """Hold ``(node, cores, mem, gpus)`` amounts on ``[start, end)``."""
         self._build()
-        self._views.clear()
         start = max(start, self.now)
+        nodes = []
         for i, c, m, g in amounts:
             self.steps[i].add(start, end, -c, -m, -g)
-            self.dirty.add(i)
+            if i not in self.dirty:
+                self.dirty.add(i)
+            nodes.append(i)
         k = bisect_left(self.res_starts, start)
         if k == len(self.res_starts) or self.res_starts[k] != start:
             self.res_starts.insert(k, start)
+        self._refresh_views(nodes, start)
 
     def unreserve(self, amounts: Iterable[tuple[int, int, int, int]], start: float,
                   end: float) -> None:
         """Give back a reservation made with ``reserve`` (same arguments)."""
-        self._views.clear()
         start = max(start, self.now)
+        nodes = []
         for i, c, m, g in amounts:
             self.steps[i].add(start, end, c, m, g)
+            nodes.append(i)
+        self._refresh_views(nodes, start)
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -203,16 +220,17 @@ class Profile:
         k = bisect_left(self.res_starts, end)
         if k == 0:
             return self.pool
-        got = self._views.get(k)
-        if got is None:
-            horizon = self.res_starts[k - 1] + 1e-9  # any end in this bucket gives the same
+        h = self.res_starts[k - 1]  # every end in (h, next start] sees the same minimums
+        view = self._views.get(h)
+        if view is None:
             view = self.pool.copy()
             for i in sorted(self.dirty):
-                c, m, g = self.steps[i].window_min(self.now, horizon)
+                c, m, g = self.steps[i].window_min(self.now, h + 1e-9)
                 _cap_node(view, i, c, m, g)
-            got = (horizon, view)
-            self._views[k] = got
-        return got[1]
+            if len(self._views) > 32:
+                self._views.clear()
+            self._views[h] = view
+        return view
 
     def view_at(self, start: float, end: float, mask: int) -> Pool:
         """A pool-like view of per-node minimums over ``[start, end)`` for ``mask`` nodes."""
@@ -222,26 +240,30 @@ class Profile:
         cores = [0] * len(t)
         mem = [0] * len(t)
         gpus = [0] * len(t)
-        for i in iter_bits(mask & pool.up):
+        for i in bits_of(mask & pool.up):
             c, m, g = self.steps[i].window_min(start, end)
             cores[i], mem[i], gpus[i] = max(c, 0), max(m, 0), max(g, 0)
         return virtual_pool(pool, mask & pool.up, cores, mem, gpus)
 
-    def earliest_uniform(self, ts: TaskSet, mask: int, need: Callable[[int], tuple[int, int, int]],
+    def earliest_uniform(self, ts: TaskSet, mask: int, needs: Sequence[tuple[int, int, int]],
                          duration_s: float, required: int = 0,
                          whole: bool = False) -> tuple[float, list[int]] | None:
-        """Earliest start and nodes for ``ts.nodes_min..nodes_max`` nodes each needing
-        ``need(i)`` for ``duration_s``; ``None`` when it never fits."""
+        """Earliest start and nodes for ``ts.nodes_min..nodes_max`` nodes, a node of class
+        ``c`` needing ``needs[c]`` (cores, MB, GPUs), for ``duration_s``; ``None`` when it
+        never fits. Exact: every node's feasible start intervals are swept in time order."""
         self._build()
         now = self.now
         pool = self.pool
         t = pool.table
+        class_of = t.class_of
+        steps = self.steps
         events: list[tuple[float, int, int]] = []  # (time, kind 0=open 1=close, node)
-        for i in iter_bits((mask | required) & pool.up):
-            nc, nm, ng = need(i)
+        for i in bits_of((mask | required) & pool.up):
             if whole:
                 nc, nm, ng = t.cores[i], t.mem[i], t.ngpus[i]
-            st = self.steps[i]
+            else:
+                nc, nm, ng = needs[class_of[i]]
+            st = steps[i]
             times, cores, mem, gpus = st.times, st.cores, st.mem, st.gpus
             n = len(times)
             k = 0
@@ -289,7 +311,7 @@ class Profile:
         """Distinct step times of ``mask`` nodes in ``[now, horizon]``, ascending."""
         self._build()
         seen: set[float] = {self.now}
-        for i in iter_bits(mask & self.pool.up):
+        for i in bits_of(mask & self.pool.up):
             for x in self.steps[i].times:
                 if x <= horizon:
                     seen.add(x)
@@ -297,7 +319,7 @@ class Profile:
 
     def free_cores_at(self, mask: int, at: float) -> int:
         total = 0
-        for i in iter_bits(mask & self.pool.up):
+        for i in bits_of(mask & self.pool.up):
             st = self.steps[i]
             total += st.cores[bisect_right(st.times, at) - 1]
         return total
@@ -389,7 +411,7 @@ def virtual_pool(base: Pool, mask: int, cores: list[int], mem: list[int],
     p.gpu_mask = [_lowest(t.full_gpu_mask[i], g) for i, g in enumerate(gpus)]
     p.gres_free = [dict(g) for g in t.gres] if t.has_gres else None
     idle = 0
-    for i in iter_bits(mask):
+    for i in bits_of(mask):
         if cores[i] == t.cores[i] and mem[i] == t.mem[i] and gpus[i] == t.ngpus[i]:
             idle |= 1 << i
     p.idle = idle

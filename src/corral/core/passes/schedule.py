@@ -28,11 +28,17 @@ Preemption (when configured) is tried for a job that cannot start now, before it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from corral.core import preempt as P
 from corral.core import reasons as R
-from corral.core.config import BackfillMode, PreemptType, ReservationPolicy, SchedulerConfig
+from corral.core.config import (
+    BackfillMode,
+    PlacementMode,
+    PreemptType,
+    ReservationPolicy,
+    SchedulerConfig,
+)
 from corral.core.counts import CountProfile
 from corral.core.decisions import PendingInfo, Preempt, Reject, Reserve, Start
 from corral.core.dependency import NEVER, WAIT, DependencyIndex
@@ -43,10 +49,10 @@ from corral.core.limits import LimitState, Tres, job_tres, qos_name
 from corral.core.model.job import HoldKind, Job, JobState
 from corral.core.model.partition import PartitionState
 from corral.core.nodes import NodeTable, iter_bits
-from corral.core.placement.select import Pick
+from corral.core.placement.select import Pick, demand
 from corral.core.pool import NodeUse, Pool, compiled, running_ends
 from corral.core.profile import Profile, Release
-from corral.core.shape import Shape, time_limit_s
+from corral.core.shape import Shape, TaskSet, time_limit_s
 from corral.core.snapshot import ClusterSnapshot
 
 _RUNNABLE = (PartitionState.UP, PartitionState.DRAIN)
@@ -496,8 +502,8 @@ class Pass:
         if best is None:
             return None
         start, o, amounts = best
-        if start <= self.now:
-            start = self.now + max(1, self.config.bf_resolution_s)
+        if start <= self.now:  # fits the profile but not the pool (e.g. GRES): soon
+            start = self.floor
         if window is not None and start > window:
             return None
         end = prof.end_of(start, o.time_limit_s)
@@ -520,30 +526,16 @@ class Pass:
         ts = shape.sets[0]
         cand, required = placer.static_candidates(shape, ts, o.partition.name)
         cand &= self.pool.up
-        simple = (len(shape.sets) == 1 and ts.uniform and shape.switches is None
-                  and placer.mode.value != "topology" and not ts.gres)
-        if simple:
-            sp = placer.sets
-
-            def need(i: int) -> tuple[int, int, int]:
-                d = sp.demand_of(ts, self.table.class_of[i])
-                return (ts.hi * d.cores_per_task, d.mem_per_node or ts.hi * d.mem_per_task,
-                        ts.gpus_per_node + ts.hi * ts.gpus_per_task)
-
-            got = prof.earliest_uniform(ts, cand, need, o.time_limit_s, required,
-                                        shape.exclusive)
-            if got is None:
-                return None
-            t, nodes = got
-            t_full = self.table
-            amounts = []
-            for i in nodes:
-                if shape.exclusive:
-                    amounts.append((i, t_full.cores[i], t_full.mem[i], t_full.ngpus[i]))
-                else:
-                    c, m, g = need(i)
-                    amounts.append((i, c, m, g))
-            return t, amounts
+        plain = (len(shape.sets) == 1 and shape.switches is None and not ts.gres
+                 and placer.mode != PlacementMode.TOPOLOGY)
+        if plain and ts.uniform:
+            return self._earliest_uniform(ts, cand, required, shape.exclusive, o, prof)
+        if plain and not ts.gpus_total and not required:
+            proxy = self._uniform_proxy(ts, cand)
+            if proxy is not None:
+                got = self._earliest_uniform(proxy, cand, 0, shape.exclusive, o, prof)
+                if got is not None:
+                    return got
         # general shapes: check candidate times where the aggregate free cores suffice
         cpus_needed = shape.cpus_min // max(1, min(self.table.tpc) if self.table.tpc else 1)
         times = prof.candidate_times(cand | required, INF)
@@ -571,6 +563,51 @@ class Pass:
             if checks >= _EARLIEST_CHECKS:
                 break
         return None
+
+    def _earliest_uniform(self, ts: TaskSet, cand: int, required: int, whole: bool,
+                          o: Option, prof: Profile
+                          ) -> tuple[float, list[tuple[int, int, int, int]]] | None:
+        t = self.table
+        needs = []
+        for cls in range(len(t.class_specs)):
+            d = demand(ts, t, cls)
+            needs.append((ts.hi * d.cores_per_task, d.mem_per_node or ts.hi * d.mem_per_task,
+                          ts.gpus_per_node + ts.hi * ts.gpus_per_task))
+        got = prof.earliest_uniform(ts, cand, needs, o.time_limit_s, required, whole)
+        if got is None:
+            return None
+        start, nodes = got
+        if whole:
+            return start, [(i, t.cores[i], t.mem[i], t.ngpus[i]) for i in nodes]
+        return start, [(i, *needs[t.class_of[i]]) for i in nodes]
+
+    def _uniform_proxy(self, ts: TaskSet, cand: int) -> TaskSet | None:
+        """A flexible set planned as ``n`` nodes of ``k`` tasks each (``n * k >= tasks``), as
+        many tasks per node as an idle node of every candidate class holds: a valid (if
+        cautious) placement for a reservation, found by the exact uniform sweep."""
+        t = self.table
+        k = ts.tasks if not ts.hi else min(ts.tasks, ts.hi)
+        for cls, cm in enumerate(t.class_masks):
+            if not cm & cand:
+                continue
+            spec = t.class_specs[cls]
+            d = demand(ts, t, cls)
+            cap = spec.cores // d.cores_per_task
+            if d.mem_per_task:
+                cap = min(cap, (spec.mem_mb - d.mem_per_node) // d.mem_per_task)
+            if ts.gpus_per_task:
+                cap = min(cap, (len(spec.gpus) - ts.gpus_per_node) // ts.gpus_per_task)
+            k = min(k, cap)
+        if k < 1:
+            return None
+        n = -(-ts.tasks // k)
+        if n < ts.nodes_min:
+            n = ts.nodes_min
+            k = -(-ts.tasks // n)
+        if n > ts.nodes_max:
+            return None
+        return replace(ts, fixed=True, hi=k, tasks=n * k, nodes_min=n, nodes_max=n,
+                       min_tasks=n * k)
 
     # -- preemption -------------------------------------------------------------------------
 
