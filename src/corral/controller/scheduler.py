@@ -107,7 +107,7 @@ class SchedulerLoop:
             pending=tuple(r.to_core() for r in ctl.pending.values()),
             running=tuple(r.to_core() for r in ctl.running.values()),
             finished=dict(ctl.finished),
-            usage=dict(ctl.usage),
+            usage=ctl.ledger.view(time.time(), ctl.running.values()),
             generation=self.generation,
             reserved=self.reserved,
         )

@@ -58,7 +58,9 @@ class Controller:
         self.recent: deque[int] = deque()  # finished ids in end order
         self.arrays: dict[int, list[int]] = {}  # array id -> task ids held in self.jobs
         self.finished: dict[int, FinishedJob] = {}  # end states other jobs may depend on
-        self.usage: dict[tuple[str, str], float] = {}
+        from corral.controller.usage import UsageLedger
+
+        self.ledger = UsageLedger(cfg.account_tree(), cfg.scheduler.decay_half_life_s)
         self.next_id = 1
         self.metrics = Metrics()
         self.nodes = NodeTable(self)
@@ -69,6 +71,11 @@ class Controller:
         self.sched = SchedulerLoop(self, cycle_fn)
         self.started_at = time.time()
         self._tasks: list[asyncio.Task[Any]] = []
+
+    @property
+    def usage(self) -> dict[tuple[str, str], float]:
+        """Fair-share usage per (account, user), decayed to now, running jobs included."""
+        return self.ledger.view(time.time(), self.running.values())
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -83,6 +90,14 @@ class Controller:
             if rec.state.is_active:
                 self.nodes.allocate(rec)
         self.next_id = max(await loop.run_in_executor(None, self.store.max_job_id), 0) + 1
+        from corral.controller.usage import META_KEY
+
+        saved = await loop.run_in_executor(None, self.store.get_meta, META_KEY)
+        if saved:
+            try:
+                self.ledger.load_json(saved)
+            except (ValueError, TypeError, KeyError):
+                log.warning("ignoring an unreadable fair-share usage record")
         await self._load_dependency_targets(list(self.pending.values()))
         self.metrics.set_jobs(len(self.pending), len(self.running))
         log.info("recovered %d pending and %d running jobs; next job id %d",
@@ -100,6 +115,7 @@ class Controller:
             except (asyncio.CancelledError, Exception):
                 pass
         await self.hub.close_all()
+        self._save_usage()
         await asyncio.get_running_loop().run_in_executor(None, self.store.close)
 
     async def _ticker(self) -> None:
@@ -114,8 +130,16 @@ class Controller:
         """Time-based work: node timeouts, pruning finished jobs, a periodic cycle."""
         await self.nodes.check_timeouts(now)
         self._prune_recent(now)
+        self._save_usage()
         if now - self.sched.last_cycle_end >= self.cfg.controller.tick_s:
             self.sched.trigger()
+
+    def _save_usage(self) -> None:
+        if self.ledger.dirty:
+            from corral.controller.usage import META_KEY
+
+            self.ledger.dirty = False
+            self.store.submit(self.store.op_set_meta(META_KEY, self.ledger.to_json()))
 
     # ---- bookkeeping ----------------------------------------------------------------
 
@@ -204,10 +228,7 @@ class Controller:
         rec.touch()
         if was_active:
             self.nodes.release(rec)
-            if rec.start_time is not None and rec.allocation is not None:
-                key = (rec.sub.spec.account or "", rec.sub.spec.user)
-                self.usage[key] = self.usage.get(key, 0.0) + rec.allocation.cpus * max(
-                    0.0, now - rec.start_time)
+            self.ledger.charge(rec, now)
         self._place(rec)
         self.recent.append(rec.id)
         self.finished[rec.id] = self._finished_info(rec)

@@ -200,7 +200,20 @@ class Store:
                 conn.execute(nodes.insert().values(name=name, **values))
         return run
 
+    @staticmethod
+    def op_set_meta(key: str, value: str) -> Op:
+        def run(conn: Connection) -> None:
+            done = conn.execute(meta.update().where(meta.c.key == key).values(value=value))
+            if done.rowcount == 0:
+                conn.execute(meta.insert().values(key=key, value=value))
+        return run
+
     # ---- reads (any thread) -----------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        with self.engine.connect() as conn:
+            v = conn.execute(sa.select(meta.c.value).where(meta.c.key == key)).scalar()
+            return None if v is None else str(v)
 
     def load_active(self) -> list[sa.Row[Any]]:
         with self.engine.connect() as conn:
