@@ -236,3 +236,54 @@ def test_down_and_up_keep_jobs(cluster: Cluster) -> None:
     cluster.client.release([held])
     assert cluster.wait_done(held)["state"] == "COMPLETED"
     assert Client(socket_path=str(cluster.sock)).ping()["nodes_up"] == 1
+
+
+def test_begin_time_and_estimated_start(cluster: Cluster) -> None:
+    later = time.time() + 1.5
+    jid = cluster.submit("true", begin_time=later)
+    wait_for(lambda: cluster.job(jid)["reason"] == "BeginTime", 10, what="BeginTime reason")
+    job = cluster.wait_done(jid, 20)
+    assert job["state"] == "COMPLETED" and job["start_time"] >= later
+    # a job that waits for resources gets a reason and an estimated start
+    big = cluster.submit("sleep 30", ntasks=16, time_limit_s=60)
+    cluster.wait_state(big, "RUNNING")
+    nxt = cluster.submit("true", ntasks=16, time_limit_s=60)
+    rec = wait_for(lambda: (lambda j: j if j["reason"] == "Resources" else None)(
+        cluster.job(nxt)), 10, what="Resources reason")
+    assert rec["est_start"] is not None and rec["est_start"] >= time.time() + 20
+    assert rec["rank"] == 1
+    cluster.client.cancel([big, nxt])
+
+
+def test_foreground_up_stops_on_ctrl_c(tmp_path: object) -> None:
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.e2e.cluster import ENTRY, TEST_CONFIG
+
+    root = Path(str(tmp_path))
+    (root / "c.toml").write_text(TEST_CONFIG)
+    p = subprocess.Popen([sys.executable, "-c", ENTRY, "up", "--state-dir", str(root / "s"),
+                          "--config", str(root / "c.toml"), "--node-name", "testnode"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert p.stdout is not None
+        banner = ""
+        for line in p.stdout:
+            banner += line
+            if "Press Ctrl-C" in line:
+                break
+        assert "is up" in banner and "corral submit" in banner, banner
+        info = json.loads((root / "s" / "controller.json").read_text())
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=30) == 0
+        from tests.e2e.cluster import _alive
+
+        assert not _alive(int(info["pid"]))
+        assert not (root / "s" / "corral.sock").exists()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -14,6 +14,7 @@ import fcntl
 import json
 import logging
 import os
+import signal
 import socket
 import stat
 from collections.abc import Callable
@@ -154,6 +155,11 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
                  f", http {http_url}" if http_url else "")
         if ready is not None:
             ready(info)
+        # uvicorn re-raises the signal that stopped it once it is done; with these as the
+        # handlers it restores, that lands here instead of killing the process before the
+        # cleanup below (store close, socket removal)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda _s, _f: None)
         try:
             await server.serve(sockets=sockets)
         finally:
