@@ -119,9 +119,14 @@ class Placer:
                 return None
             return [picks]
         scratch = view.copy()
-        out: list[list[Pick]] = []
+        out: list[list[Pick]] = [[] for _ in shape.sets]
         placed = 0
-        for ts in shape.sets:
+        # scarcest first: groups that need GPUs, then the widest tasks
+        order = sorted(range(len(shape.sets)), key=lambda k: (
+            -(shape.sets[k].gpus_per_task or shape.sets[k].gpus_per_node),
+            -shape.sets[k].cpus_per_task, k))
+        for k in order:
+            ts = shape.sets[k]
             cand, required = self.static_candidates(shape, ts, partition)
             picks = self.select(shape, ts, scratch, cand, required, switch_limit)
             if picks is None:
@@ -131,7 +136,7 @@ class Placer:
             for p in picks:
                 scratch.take(self._use(scratch, ts, p))
             placed += sum(p.tasks for p in picks)
-            out.append(picks)
+            out[k] = picks
         return out if placed >= shape.min_available else None
 
     def _use(self, pool: Pool, ts: TaskSet, p: Pick) -> NodeUse:

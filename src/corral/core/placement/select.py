@@ -204,6 +204,19 @@ class SetPlacer:
             order = spread_order(view, mask, min_c, avoid)
         if spread_tasks:
             return self._deal(view, ts, caps, order, whole)
+        got = self._greedy(view, ts, caps, order, whole)
+        if got is None and not ts.gpus_total and ts.nodes_max < mask.bit_count():
+            # the node bound bites: retry with the largest capacities first (exact order)
+            ranked = sorted(((self.cap(view, i, ts, whole), i) for i in iter_bits(mask)),
+                            key=lambda ci: (-ci[0], avoid >> ci[1] & 1, ci[1]))
+            got = self._greedy(view, ts, caps, (i for c, i in ranked if c >= 1), whole)
+        return got
+
+    def _greedy(self, view: Pool, ts: TaskSet, caps: list[tuple[int, int]],
+                order: Iterator[int], whole: bool) -> list[Pick] | None:
+        """Fill nodes in ``order`` (``caps``: required nodes first), keeping a task back for
+        every node still needed to reach ``nodes_min``."""
+        total = ts.tasks
         picks: list[Pick] = []
         left = total
         gleft = ts.gpus_total
