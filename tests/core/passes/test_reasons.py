@@ -124,7 +124,7 @@ def test_required_node_down() -> None:
 
     c = cluster().set_state("n002", NodeState.DOWN)
     r = run_cycle(c.snapshot(pending=[job(1).nodelist("n002").build()]), CFG, 0)
-    assert r.pending[1].reason == "Resources" and "n002" in r.pending[1].detail
+    assert r.pending[1].reason == "ReqNodeNotAvail" and "n002" in r.pending[1].detail
 
 
 @pytest.mark.parametrize(

@@ -462,9 +462,10 @@ class Pass:
             return
         if first:
             detail = self._resources_detail(job, opts)
+            code = R.REQ_NODE_NOT_AVAIL if detail.startswith("requested nodes") else R.RESOURCES
             if est is not None:
                 detail += f"; expected to start at t={est:.0f}"
-            self.pend(job, rank, pr, R.RESOURCES, detail, est)
+            self.pend(job, rank, pr, code, detail, est)
         else:
             detail = self._behind(opts)
             if est is not None:
