@@ -204,10 +204,23 @@ def _partition_problem(spec: JobSpec, job: Job, p: Partition, qn: str | None, ta
             return (R.NODE_CONFIG,
                     f"names {len(shape.nodelist)} nodes but asks for at most "
                     f"{shape.single.nodes_max}")
-    placer = _placer(table, config)
-    if placer.fits(shape, p.name, _empty_pool(table)) is None:
+    if not _fits_empty(shape, p.name, table, config):
         return R.RESOURCES_NEVER, explain(shape, p, table)
     return Option(p, shape, tl)
+
+
+def _fits_empty(shape: Shape, partition: str, table: NodeTable, config: SchedulerConfig) -> bool:
+    """Does ``shape`` fit the partition with every node up and idle (memoized by value)?"""
+    memo = table.memo.setdefault(f"empty_fit:{config.placement.value}", {})
+    assert isinstance(memo, dict)
+    key = (shape, partition)
+    got = memo.get(key)
+    if got is None:
+        got = _placer(table, config).fits(shape, partition, _empty_pool(table)) is not None
+        if len(memo) > 100_000:
+            memo.clear()
+        memo[key] = got
+    return bool(got)
 
 
 def explain(shape: Shape, p: Partition, table: NodeTable) -> str:
