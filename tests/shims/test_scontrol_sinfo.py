@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.shims.fakes import FakeClient, captured, job
-from tests.shims.scenario import NOW, T0, finished_records, queue_records, run
+from tests.shims.scenario import T0, finished_records, queue_records, run
 
 NODE: dict[str, Any] = {
     "name": "vm", "state": "MIXED", "reason": "", "partitions": ["debug"], "cpus": 64,
