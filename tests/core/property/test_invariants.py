@@ -93,7 +93,7 @@ def test_easy_on_unit_nodes_matches_the_node_level_profile(cluster, jobs) -> Non
 
     config = SchedulerConfig(ordering=Ordering.FCFS, bf_resolution_s=1)
     fast = simulate(cluster, jobs, config)
-    import corral.core.passes.schedule as S
+    import corral.core.passes.state as S
 
     real = S.is_unit_cluster
     try:

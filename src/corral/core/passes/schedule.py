@@ -28,84 +28,29 @@ Preemption (when configured) is tried for a job that cannot start now, before it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-
-from corral.core import preempt as P
 from corral.core import reasons as R
-from corral.core.config import (
-    BackfillMode,
-    PlacementMode,
-    PreemptType,
-    ReservationPolicy,
-    SchedulerConfig,
-)
+from corral.core.config import BackfillMode, PreemptType, ReservationPolicy, SchedulerConfig
 from corral.core.counts import CountProfile
-from corral.core.decisions import PendingInfo, Preempt, Reject, Reserve, Start
-from corral.core.dependency import NEVER, WAIT, DependencyIndex
-from corral.core.ends import INF, round_up
+from corral.core.decisions import PendingInfo, Reject, Start
+from corral.core.dependency import NEVER, WAIT
+from corral.core.ends import round_up
 from corral.core.feasibility import Option, Plan, plan, request_tres
-from corral.core.feasibility import _placer as cached_placer
-from corral.core.limits import LimitState, Tres, job_tres, qos_name
+from corral.core.limits import job_tres
 from corral.core.model.job import HoldKind, Job, JobState
 from corral.core.model.partition import PartitionState
-from corral.core.nodes import NodeTable, iter_bits
-from corral.core.placement.select import Pick, demand
-from corral.core.pool import NodeUse, Pool, compiled, running_ends
-from corral.core.profile import Profile, Release
-from corral.core.shape import Shape, TaskSet, time_limit_s
+from corral.core.nodes import iter_bits
+from corral.core.passes.plan import Planner
+from corral.core.passes.preemption import Preemptor
+from corral.core.passes.state import Outcome, is_unit_cluster
+from corral.core.placement.select import Pick
+from corral.core.profile import Profile
 from corral.core.snapshot import ClusterSnapshot
 
 _RUNNABLE = (PartitionState.UP, PartitionState.DRAIN)
-# end time (start + limit, rounded) per running job record: a bounded identity memo
-_ENDS: dict[int, tuple[Job, SchedulerConfig, float, int]] = {}
-_EARLIEST_CHECKS = 64  # candidate times examined for non-uniform shapes
 
 
-@dataclass(slots=True)
-class Outcome:
-    starts: list[Start] = field(default_factory=list)
-    reservations: list[Reserve] = field(default_factory=list)
-    preemptions: list[Preempt] = field(default_factory=list)
-    rejects: list[Reject] = field(default_factory=list)
-    pending: dict[int, PendingInfo] = field(default_factory=dict)
-    reserved: list[int] = field(default_factory=list)
-    backfilled: int = 0
-    tested: int = 0
-
-
-class Pass:
+class Pass(Planner, Preemptor):
     """One cycle's queue pass over a snapshot (see the module docstring)."""
-
-    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
-                 table: NodeTable, pool: Pool) -> None:
-        self.snap = snapshot
-        self.config = config
-        self.now = now
-        self.table = table
-        self.pool = pool
-        self.placer = cached_placer(table, config)
-        self.annotate = config.annotate_pending
-        self.mode = config.backfill
-        self.out = Outcome()
-        self.deps = DependencyIndex(snapshot.pending, snapshot.running, snapshot.finished)
-        self.limits = LimitState(snapshot.qos, snapshot.accounts, snapshot.running)
-        self.qos = {q.name: q for q in snapshot.qos}
-        self._profile: Profile | CountProfile | None = None
-        self.unit = is_unit_cluster(table)  # every node one core: count-only planning
-        self.any_down = pool.up != table.all_mask
-        res = config.bf_resolution_s
-        self.floor = round_up(now + 1, res)  # overdue jobs end no sooner than this
-        self._started: list[Release] = []
-        self.blocked = 0  # nodes of partitions where a higher-priority job waits
-        self.blocker: dict[str, int] = {}  # partition -> first blocked job id
-        self.reserved_mask = 0  # EASY: partitions that already hold a reservation
-        self.preempting: set[int] = set()
-        self._lic_free: dict[str, int] | None = None
-        self._array_running: dict[int, int] | None = None
-        # conservative: last cycle's reservations, held until their job is visited
-        self.carried: dict[int, tuple[Reserve, list[tuple[int, int, int, int]]]] = {}
-
-    # -- helpers ----------------------------------------------------------------------------
 
     def plan_of(self, job: Job) -> Plan:
         memo = self.table.memo.setdefault("plans", {})
@@ -123,61 +68,6 @@ class Pass:
         memo[id(job.spec)] = (job.spec, job.time_limit_s, self.config, snap.qos,
                               snap.accounts, snap.licenses, got)
         return got
-
-    def profile(self) -> Profile | CountProfile:
-        if self._profile is None:
-            res = self.config.bf_resolution_s
-            if self.unit:
-                up = self.pool.up
-                free_now = (self.pool.ge_cores[1] & up).bit_count()
-                if self.any_down:
-                    counts: list[tuple[float, int]] = []
-                    for j in self.snap.running:
-                        if j.allocation is None or j.state == JobState.SUSPENDED:
-                            continue
-                        n = sum(1 for u in compiled(self.table, j.allocation) if up >> u.i & 1)
-                        counts.append((self.release_time(j), n))
-                    counts.sort()
-                    cp = CountProfile(self.now, res, free_now, counts, self.floor)
-                else:
-                    cp = CountProfile.from_index(self.now, res, free_now,
-                                                 running_ends(self.table, self.config),
-                                                 self.floor)
-                for end, uses, _ in self._started:  # started this cycle: back at their end
-                    cp.add(len(uses), end, INF)
-                self._profile = cp
-            else:
-                releases: list[Release] = []
-                for j in self.snap.running:
-                    if j.allocation is None or j.state == JobState.SUSPENDED:
-                        continue
-                    releases.append((self.release_time(j), compiled(self.table, j.allocation),
-                                     True))
-                releases.extend(self._started)
-                self._profile = Profile(self.pool, self.now, res, releases)
-        return self._profile
-
-    def node_profile(self) -> Profile:
-        prof = self.profile()
-        assert isinstance(prof, Profile)
-        return prof
-
-    def release_time(self, job: Job) -> float:
-        """When a running job's resources come back in the profile: start + time limit,
-        rounded up to the resolution, and never before now + 1 s (overdue jobs end soon)."""
-        assert job.allocation is not None
-        res = self.config.bf_resolution_s
-        entry = _ENDS.get(id(job))
-        if entry is not None and entry[0] is job and entry[1] is self.config:
-            end = entry[2]
-        else:
-            part = self.table.partitions.get(job.partition or job.allocation.partition)
-            start = job.start_time if job.start_time is not None else self.now
-            end = round_up(start + time_limit_s(job, part, self.config), res)
-            if len(_ENDS) > 500_000:
-                _ENDS.clear()
-            _ENDS[id(job)] = (job, self.config, end, len(compiled(self.table, job.allocation)))
-        return max(end, self.floor)
 
     def licenses_free(self) -> dict[str, int]:
         if self._lic_free is None:
@@ -201,45 +91,6 @@ class Pass:
              est: float | None = None) -> None:
         if self.annotate:
             self.out.pending[job.id] = PendingInfo(job.id, reason, prio, est, detail, rank)
-
-    # -- the pass ---------------------------------------------------------------------------
-
-    def preload(self, order: list[Job]) -> None:
-        """Conservative backfill: hold last cycle's reservations of still-pending jobs, so
-        jobs visited earlier cannot take a later job's slot (Mu'alem & Feitelson's
-        compression: each job is re-planned only after its own old slot is given back)."""
-        pending = {j.id for j in order}
-        prof: Profile | CountProfile | None = None
-        for r in self.snap.reservations:
-            if r.job_id not in pending or r.job_id in self.carried:
-                continue
-            if r.end_time <= self.now:
-                continue
-            if not r.nodes and r.amounts and self.unit:  # a count-only reservation
-                amounts_c = [(-1, 1, 0, 0)] * len(r.amounts)
-                self.profile().reserve(amounts_c, r.start_time, r.end_time)
-                self.carried[r.job_id] = (r, amounts_c)
-                continue
-            if len(r.amounts) != len(r.nodes):
-                continue
-            amounts: list[tuple[int, int, int, int]] = []
-            for name, (c, m, g) in zip(r.nodes, r.amounts, strict=True):
-                i = self.table.index.get(name)
-                if i is None or not self.pool.up >> i & 1:
-                    break
-                amounts.append((i, c, m, g))
-            else:
-                prof = prof or self.profile()
-                prof.reserve(amounts, r.start_time, r.end_time)
-                self.carried[r.job_id] = (r, amounts)
-
-    def release_carried(self, job: Job) -> Reserve | None:
-        got = self.carried.pop(job.id, None)
-        if got is None:
-            return None
-        r, amounts = got
-        self.profile().unreserve(amounts, r.start_time, r.end_time)
-        return r
 
     def run(self, order: list[Job], prio: dict[int, float]) -> Outcome:
         cfg = self.config
@@ -342,24 +193,6 @@ class Pass:
                 if free.get(name, 0) < n:
                     return R.LICENSES, f"needs {n} {name} licenses, {free.get(name, 0)} free"
         return None
-
-    # -- resources --------------------------------------------------------------------------
-
-    def switch_limit(self, job: Job, opt: Option) -> int | None:
-        sw = opt.shape.switches
-        if sw is None:
-            return None
-        since = job.eligible_time if job.eligible_time is not None else job.submit_time
-        return sw if self.now - since < opt.shape.switches_wait_s else None
-
-    def recarry(self, job: Job, r: Reserve) -> None:
-        if not r.nodes:
-            amounts = [(-1, 1, 0, 0)] * len(r.amounts)
-        else:
-            amounts = [(self.table.index[n], c, m, g) for n, (c, m, g) in
-                       zip(r.nodes, r.amounts, strict=True)]
-        self.profile().reserve(amounts, r.start_time, r.end_time)
-        self.carried[job.id] = (r, amounts)
 
     def resource_phase(self, job: Job, opts: list[Option], rank: int, pr: float) -> None:
         strict = self.mode == BackfillMode.NONE
@@ -489,201 +322,6 @@ class Pass:
         return (f"not enough free resources in partition {o.partition.name} "
                 f"({free} cores free now; it needs {o.shape.cpus_min} CPUs)")
 
-    # -- reservations -----------------------------------------------------------------------
-
-    def reserve(self, job: Job, opts: list[Option], window: float | None,
-                commit: bool) -> float | None:
-        """Earliest start over ``opts``; record a ``Reserve`` (and hold it in the profile)."""
-        prof = self.profile()
-        best: tuple[float, Option, list[tuple[int, int, int, int]]] | None = None
-        for o in opts:
-            got = self.earliest(job, o, prof)
-            if got is not None and (best is None or got[0] < best[0]):
-                best = (got[0], o, got[1])
-        if best is None:
-            return None
-        start, o, amounts = best
-        if start <= self.now:  # fits the profile but not the pool (e.g. GRES): soon
-            start = self.floor
-        if window is not None and start > window:
-            return None
-        end = prof.end_of(start, o.time_limit_s)
-        if commit:
-            prof.reserve(amounts, start, end)
-        nodes = tuple(self.table.names[i] for i, _, _, _ in amounts if i >= 0)
-        self.out.reservations.append(Reserve(job.id, start, nodes, end,
-                                             tuple((c, m, g) for _, c, m, g in amounts)))
-        return start
-
-    def earliest(self, job: Job, o: Option, prof: Profile | CountProfile
-                 ) -> tuple[float, list[tuple[int, int, int, int]]] | None:
-        shape = o.shape
-        if isinstance(prof, CountProfile):
-            ts0 = shape.sets[0]
-            n = ts0.nodes_min if (len(shape.sets) == 1 and ts0.uniform) else shape.min_available
-            t = prof.earliest(max(1, n), o.time_limit_s)
-            return None if t is None else (t, [(-1, 1, 0, 0)] * max(1, n))
-        placer = self.placer
-        ts = shape.sets[0]
-        cand, required = placer.static_candidates(shape, ts, o.partition.name)
-        cand &= self.pool.up
-        plain = (len(shape.sets) == 1 and shape.switches is None and not ts.gres
-                 and placer.mode != PlacementMode.TOPOLOGY)
-        if plain and ts.uniform:
-            return self._earliest_uniform(ts, cand, required, shape.exclusive, o, prof)
-        if plain and not ts.gpus_total and not required:
-            proxy = self._uniform_proxy(ts, cand)
-            if proxy is not None:
-                got = self._earliest_uniform(proxy, cand, 0, shape.exclusive, o, prof)
-                if got is not None:
-                    return got
-        # general shapes: check candidate times where the aggregate free cores suffice
-        cpus_needed = shape.cpus_min // max(1, min(self.table.tpc) if self.table.tpc else 1)
-        times = prof.candidate_times(cand | required, INF)
-        checks = 0
-        for t in times:
-            if prof.free_cores_at(cand | required, t) < cpus_needed:
-                continue
-            end = prof.end_of(t, o.time_limit_s)
-            view = prof.view_at(t, end, cand | required)
-            since = job.eligible_time if job.eligible_time is not None else job.submit_time
-            sl = shape.switches if (shape.switches is not None
-                                    and t - since < shape.switches_wait_s) else None
-            chosen = placer.fits(shape, o.partition.name, view, sl)
-            if chosen is not None:
-                amounts = []
-                for picks in chosen:
-                    for pk in picks:
-                        if pk.whole:
-                            amounts.append((pk.i, self.table.cores[pk.i], self.table.mem[pk.i],
-                                            self.table.ngpus[pk.i]))
-                        else:
-                            amounts.append((pk.i, pk.ncores, pk.mem_mb, pk.ngpus))
-                return t, amounts
-            checks += 1
-            if checks >= _EARLIEST_CHECKS:
-                break
-        return None
-
-    def _earliest_uniform(self, ts: TaskSet, cand: int, required: int, whole: bool,
-                          o: Option, prof: Profile
-                          ) -> tuple[float, list[tuple[int, int, int, int]]] | None:
-        t = self.table
-        needs = []
-        for cls in range(len(t.class_specs)):
-            d = demand(ts, t, cls)
-            needs.append((ts.hi * d.cores_per_task, d.mem_per_node or ts.hi * d.mem_per_task,
-                          ts.gpus_per_node + ts.hi * ts.gpus_per_task))
-        got = prof.earliest_uniform(ts, cand, needs, o.time_limit_s, required, whole)
-        if got is None:
-            return None
-        start, nodes = got
-        if whole:
-            return start, [(i, t.cores[i], t.mem[i], t.ngpus[i]) for i in nodes]
-        return start, [(i, *needs[t.class_of[i]]) for i in nodes]
-
-    def _uniform_proxy(self, ts: TaskSet, cand: int) -> TaskSet | None:
-        """A flexible set planned as ``n`` nodes of ``k`` tasks each (``n * k >= tasks``), as
-        many tasks per node as an idle node of every candidate class holds: a valid (if
-        cautious) placement for a reservation, found by the exact uniform sweep."""
-        t = self.table
-        k = ts.tasks if not ts.hi else min(ts.tasks, ts.hi)
-        for cls, cm in enumerate(t.class_masks):
-            if not cm & cand:
-                continue
-            spec = t.class_specs[cls]
-            d = demand(ts, t, cls)
-            cap = spec.cores // d.cores_per_task
-            if d.mem_per_task:
-                cap = min(cap, (spec.mem_mb - d.mem_per_node) // d.mem_per_task)
-            if ts.gpus_per_task:
-                cap = min(cap, (len(spec.gpus) - ts.gpus_per_node) // ts.gpus_per_task)
-            k = min(k, cap)
-        if k < 1:
-            return None
-        n = -(-ts.tasks // k)
-        if n < ts.nodes_min:
-            n = ts.nodes_min
-            k = -(-ts.tasks // n)
-        if n > ts.nodes_max:
-            return None
-        return replace(ts, fixed=True, hi=k, tasks=n * k, nodes_min=n, nodes_max=n,
-                       min_tasks=n * k)
-
-    # -- preemption -------------------------------------------------------------------------
-
-    def try_preempt(self, job: Job, opts: list[Option]) -> bool:
-        """Pick victims for ``job``; ``True`` when it will start once they (or ending jobs) go."""
-        qos_of = self._qos_of
-        job_qos_name = qos_of(job)
-        job_qos = self.qos.get(job_qos_name) if job_qos_name else None
-        ending = [j for j in self.snap.running if j.state == JobState.COMPLETING
-                  and j.allocation is not None]
-        for o in opts:
-            victims = P.candidates(job, o.partition, job_qos, self.snap.running,
-                                   self.table.partitions, self.qos, qos_of, self.config,
-                                   self.preempting)
-            if not victims:
-                continue
-            pmask = self.table.part_masks[o.partition.name]
-            shape = o.shape
-            name = o.partition.name
-            sl = self.switch_limit(job, o)
-
-            def fits(view: Pool, pmask: int = pmask, shape: Shape = shape, name: str = name,
-                     sl: int | None = sl) -> bool:
-                if view.free_cores_in(pmask) < shape.cpus_min // max(1, min(self.table.tpc)):
-                    return False
-                return self.placer.fits(shape, name, view, sl) is not None
-
-            def touches(v: Job, pmask: int = pmask) -> bool:
-                assert v.allocation is not None
-                return any(pmask >> u.i & 1 for u in compiled(self.table, v.allocation))
-
-            chosen = P.choose(victims, self.pool, ending, fits, touches)
-            if chosen is None:
-                continue
-            for v in chosen:
-                self.preempting.add(v.job.id)
-                self._release_early(v)
-            self.out.preemptions.extend(P.decisions(chosen, job.id))
-            return True
-        return False
-
-    def _release_early(self, v: P.Victim) -> None:
-        """In the profile, a victim's resources come back after its grace time."""
-        assert v.job.allocation is not None
-        uses: tuple[NodeUse, ...] = compiled(self.table, v.job.allocation)
-        back = self.now + max(v.grace_s, 1)
-        prof0 = self.profile()
-        if isinstance(prof0, CountProfile):
-            n = len(uses) if v.mode.value != "SUSPEND" else 0
-            prof0.add(n, back, max(self.release_time(v.job), back))
-            return
-        prof = prof0
-        prof._build()
-        for u in uses:
-            st = prof.steps[u.i]
-            c = u.core_bits.bit_count() if u.core_bits > 0 else 0
-            m = u.mem_mb if v.mode.value != "SUSPEND" else 0
-            g = u.gpu_bits.bit_count() if v.mode.value != "SUSPEND" else 0
-            st.add(back, max(self.release_time(v.job), back), c, m, g)
-
-    def _qos_of(self, job: Job) -> str | None:
-        return qos_name(job, self.qos)
-
-
-def is_unit_cluster(table: NodeTable) -> bool:
-    """Every node has one core and no GPU/GRES, one hardware class, and every partition
-    spans all nodes: planning can count free nodes (``CountProfile``)."""
-    got = table.memo.get("unit")
-    if not isinstance(got, bool):
-        got = (len(table) > 0 and table.unit_mask == table.all_mask
-               and len(table.class_specs) == 1
-               and all(m == table.all_mask for m in table.part_masks.values()))
-        table.memo["unit"] = got
-    return got
-
 
 def reserved_ids(snapshot: ClusterSnapshot, config: SchedulerConfig) -> tuple[int, ...]:
     if config.reservation_policy != ReservationPolicy.HIGHEST:
@@ -691,4 +329,4 @@ def reserved_ids(snapshot: ClusterSnapshot, config: SchedulerConfig) -> tuple[in
     return snapshot.reserved
 
 
-__all__ = ["Outcome", "Pass", "reserved_ids", "Tres"]
+__all__ = ["Outcome", "Pass", "reserved_ids", "is_unit_cluster"]

@@ -1,0 +1,149 @@
+"""Shared state of one queue pass, and its availability profile (built on first use).
+
+``PassState`` holds what every part of the pass reads: the snapshot, the pool, the placer,
+per-cycle counters, and the profile: the per-node ``Profile`` in general, or the
+count-only ``CountProfile`` when every node is a one-core node (``is_unit_cluster``).
+The pass itself (``schedule.Pass``) adds the queue loop; ``plan.Planner`` reservations;
+``preemption.Preemptor`` victim selection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from corral.core.config import SchedulerConfig
+from corral.core.counts import CountProfile
+from corral.core.decisions import PendingInfo, Preempt, Reject, Reserve, Start
+from corral.core.dependency import DependencyIndex
+from corral.core.ends import INF, round_up
+from corral.core.feasibility import Option
+from corral.core.feasibility import _placer as cached_placer
+from corral.core.limits import LimitState
+from corral.core.model.job import Job, JobState
+from corral.core.nodes import NodeTable
+from corral.core.pool import Pool, compiled, running_ends
+from corral.core.profile import Profile, Release
+from corral.core.shape import time_limit_s
+from corral.core.snapshot import ClusterSnapshot
+
+# end time (start + limit, rounded) per running job record: a bounded identity memo
+_ENDS: dict[int, tuple[Job, SchedulerConfig, float, int]] = {}
+
+
+@dataclass(slots=True)
+class Outcome:
+    starts: list[Start] = field(default_factory=list)
+    reservations: list[Reserve] = field(default_factory=list)
+    preemptions: list[Preempt] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    pending: dict[int, PendingInfo] = field(default_factory=dict)
+    reserved: list[int] = field(default_factory=list)
+    backfilled: int = 0
+    tested: int = 0
+
+
+class PassState:
+    """What the parts of one cycle's pass share (see the module docstring)."""
+
+    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
+                 table: NodeTable, pool: Pool) -> None:
+        self.snap = snapshot
+        self.config = config
+        self.now = now
+        self.table = table
+        self.pool = pool
+        self.placer = cached_placer(table, config)
+        self.annotate = config.annotate_pending
+        self.mode = config.backfill
+        self.out = Outcome()
+        self.deps = DependencyIndex(snapshot.pending, snapshot.running, snapshot.finished)
+        self.limits = LimitState(snapshot.qos, snapshot.accounts, snapshot.running)
+        self.qos = {q.name: q for q in snapshot.qos}
+        self._profile: Profile | CountProfile | None = None
+        self.unit = is_unit_cluster(table)  # every node one core: count-only planning
+        self.any_down = pool.up != table.all_mask
+        res = config.bf_resolution_s
+        self.floor = round_up(now + 1, res)  # overdue jobs end no sooner than this
+        self._started: list[Release] = []
+        self.blocked = 0  # nodes of partitions where a higher-priority job waits
+        self.blocker: dict[str, int] = {}  # partition -> first blocked job id
+        self.reserved_mask = 0  # EASY: partitions that already hold a reservation
+        self.preempting: set[int] = set()
+        self._lic_free: dict[str, int] | None = None
+        self._array_running: dict[int, int] | None = None
+        # conservative: last cycle's reservations, held until their job is visited
+        self.carried: dict[int, tuple[Reserve, list[tuple[int, int, int, int]]]] = {}
+
+    def profile(self) -> Profile | CountProfile:
+        if self._profile is None:
+            res = self.config.bf_resolution_s
+            if self.unit:
+                up = self.pool.up
+                free_now = (self.pool.ge_cores[1] & up).bit_count()
+                if self.any_down:
+                    counts: list[tuple[float, int]] = []
+                    for j in self.snap.running:
+                        if j.allocation is None or j.state == JobState.SUSPENDED:
+                            continue
+                        n = sum(1 for u in compiled(self.table, j.allocation) if up >> u.i & 1)
+                        counts.append((self.release_time(j), n))
+                    counts.sort()
+                    cp = CountProfile(self.now, res, free_now, counts, self.floor)
+                else:
+                    cp = CountProfile.from_index(self.now, res, free_now,
+                                                 running_ends(self.table, self.config),
+                                                 self.floor)
+                for end, uses, _ in self._started:  # started this cycle: back at their end
+                    cp.add(len(uses), end, INF)
+                self._profile = cp
+            else:
+                releases: list[Release] = []
+                for j in self.snap.running:
+                    if j.allocation is None or j.state == JobState.SUSPENDED:
+                        continue
+                    releases.append((self.release_time(j), compiled(self.table, j.allocation),
+                                     True))
+                releases.extend(self._started)
+                self._profile = Profile(self.pool, self.now, res, releases)
+        return self._profile
+
+    def node_profile(self) -> Profile:
+        prof = self.profile()
+        assert isinstance(prof, Profile)
+        return prof
+
+    def release_time(self, job: Job) -> float:
+        """When a running job's resources come back in the profile: start + time limit,
+        rounded up to the resolution, and never before now + 1 s (overdue jobs end soon)."""
+        assert job.allocation is not None
+        res = self.config.bf_resolution_s
+        entry = _ENDS.get(id(job))
+        if entry is not None and entry[0] is job and entry[1] is self.config:
+            end = entry[2]
+        else:
+            part = self.table.partitions.get(job.partition or job.allocation.partition)
+            start = job.start_time if job.start_time is not None else self.now
+            end = round_up(start + time_limit_s(job, part, self.config), res)
+            if len(_ENDS) > 500_000:
+                _ENDS.clear()
+            _ENDS[id(job)] = (job, self.config, end, len(compiled(self.table, job.allocation)))
+        return max(end, self.floor)
+
+    def switch_limit(self, job: Job, opt: Option) -> int | None:
+        sw = opt.shape.switches
+        if sw is None:
+            return None
+        since = job.eligible_time if job.eligible_time is not None else job.submit_time
+        return sw if self.now - since < opt.shape.switches_wait_s else None
+
+
+def is_unit_cluster(table: NodeTable) -> bool:
+    """Every node has one core and no GPU/GRES, one hardware class, and every partition
+    spans all nodes: planning can count free nodes (``CountProfile``)."""
+    got = table.memo.get("unit")
+    if not isinstance(got, bool):
+        got = (len(table) > 0 and table.unit_mask == table.all_mask
+               and len(table.class_specs) == 1
+               and all(m == table.all_mask for m in table.part_masks.values()))
+        table.memo["unit"] = got
+    return got
