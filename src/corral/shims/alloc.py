@@ -179,10 +179,13 @@ class Allocation:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def merge_env(own: dict[str, str], job_env: dict[str, str]) -> dict[str, str]:
+def merge_env(own: dict[str, str], job_env: dict[str, str],
+              alloc_dir: str | None = None) -> dict[str, str]:
     """The caller's environment with the allocation's job variables on top."""
     env = {k: v for k, v in own.items() if not k.startswith(("SLURM_", "SLURMD_"))}
     for k, v in job_env.items():
         if k.startswith(ALLOC_PREFIXES) or k in ALLOC_KEYS:
             env[k] = v
+    if alloc_dir is not None:
+        env["CORRAL_STEP_COUNTER"] = os.path.join(alloc_dir, "steps")
     return env

@@ -59,7 +59,7 @@ def main(ctx: Context) -> int:
         _err(f"salloc: Granted job allocation {alloc.job_id}")
     rc = 1
     try:
-        env = merge_env(ctx.env, job_env)
+        env = merge_env(ctx.env, job_env, alloc.dir)
         env.pop("SLURM_STEP_ID", None)
         try:
             proc = subprocess.Popen(command, env=env, cwd=opts.chdir or ctx.cwd)

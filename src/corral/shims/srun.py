@@ -93,7 +93,7 @@ def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: l
     ntasks, nodes, per = step_shape(opts, env, alloc_nodes)
     cpus = opts.cpus_per_task or (int(env["SLURM_CPUS_PER_TASK"])
                                   if env.get("SLURM_CPUS_PER_TASK", "").isdigit() else None)
-    recorder = StepRecorder(client, job_id, env.get("SLURM_RESTART_COUNT", "0"))
+    recorder = StepRecorder(client, job_id, env.get("SLURM_RESTART_COUNT", "0"), env)
     step_id = recorder.start(os.path.basename(command[0]), command, ntasks, nodes,
                              ntasks * (cpus or 1))
     open_mode = opts.open_mode or {"a": "append", "t": "truncate"}.get(
@@ -187,7 +187,7 @@ def _allocate_and_run(ctx: Context, sctx: SubmitContext, opts: SlurmOptions,
         return exc.rc
     rc = 1
     try:
-        env = merge_env(ctx.env, job_env)
+        env = merge_env(ctx.env, job_env, alloc.dir)
         rc = run_step(ctx, client, opts, command, env, alive=alloc.alive)
     except BaseException:
         alloc.cancel()

@@ -17,18 +17,35 @@ from typing import Any
 
 
 class StepRecorder:
-    def __init__(self, client: Any, job_id: str, restarts: str = "0") -> None:
+    def __init__(self, client: Any, job_id: str, restarts: str = "0",
+                 env: dict[str, str] | None = None) -> None:
+        self.env = env if env is not None else dict(os.environ)
         self.client = client
         self.job_id = job_id
         self.restarts = restarts
         self.remote = hasattr(client, "request")
         self.step_id: int | None = None
 
-    def _local_next(self) -> int:
+    def _counter_path(self) -> str:
+        """A file unique to this run of the job: the allocation's own (``srun``/``salloc``
+        set ``CORRAL_STEP_COUNTER``), else keyed by the job's session (the agent starts
+        each job in a new session) and that session leader's start time."""
+        explicit = self.env.get("CORRAL_STEP_COUNTER")
+        if explicit:
+            return explicit
         base = os.path.join(tempfile.gettempdir(), f"corral-steps-{os.getuid()}")
         os.makedirs(base, mode=0o700, exist_ok=True)
-        path = os.path.join(base, f"{self.job_id}.{self.restarts}")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        sid = os.getsid(0)
+        try:
+            with open(f"/proc/{sid}/stat", "rb") as f:
+                stat = f.read()
+            started = stat[stat.rfind(b")") + 2:].split()[19].decode()
+        except (OSError, IndexError):
+            started = "0"
+        return os.path.join(base, f"{self.job_id}.{self.restarts}.{sid}.{started}")
+
+    def _local_next(self) -> int:
+        fd = os.open(self._counter_path(), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             raw = os.read(fd, 32).strip()
