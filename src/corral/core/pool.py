@@ -79,6 +79,13 @@ def compiled(table: NodeTable, alloc: Allocation) -> tuple[NodeUse, ...]:
     return uses
 
 
+def remember(table: NodeTable, alloc: Allocation, uses: tuple[NodeUse, ...]) -> None:
+    """Record the compiled form of an allocation the placer just made."""
+    if len(_COMPILED) >= _COMPILED_MAX:
+        _COMPILED.clear()
+    _COMPILED[id(alloc)] = (alloc, table, uses)
+
+
 class Pool:
     """Free resources per node plus summary masks (see the module docstring)."""
 

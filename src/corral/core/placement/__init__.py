@@ -23,7 +23,7 @@ from corral.core.model.job import Allocation, NodeAllocation
 from corral.core.nodes import NodeTable
 from corral.core.placement.select import Pick, SetPlacer
 from corral.core.placement.within import node_use
-from corral.core.pool import NodeUse, Pool
+from corral.core.pool import NodeUse, Pool, remember
 from corral.core.shape import Shape, TaskSet
 
 __all__ = ["Placement", "Placer", "Pick", "SetPlacer"]
@@ -38,13 +38,15 @@ class Placement:
 class Placer:
     """Per-cycle placement context (caches keyed by shape identity live one cycle)."""
 
-    __slots__ = ("table", "mode", "sets", "_cand", "gpu_nodes")
+    __slots__ = ("table", "mode", "sets", "_cand", "gpu_nodes", "_unit_alloc")
 
     def __init__(self, table: NodeTable, mode: PlacementMode) -> None:
         self.table = table
         self.mode = mode
         self.sets = SetPlacer(table)
         self._cand: dict[tuple[int, int, str], tuple[TaskSet, int, int]] = {}
+        self._unit_alloc: dict[tuple[int, int, int, str | None],
+                               tuple[NodeUse, NodeAllocation]] = {}
         g = 0
         for i, n in enumerate(table.ngpus):
             if n:
@@ -155,13 +157,31 @@ class Placer:
         t = self.table
         nodes: list[NodeAllocation] = []
         uses: list[NodeUse] = []
+        unit = t.unit_mask
         for ts, picks in zip(shape.sets, chosen, strict=True):
             for p in picks:
+                if unit >> p.i & 1 and not p.whole:  # a one-core node: same objects every time
+                    key = (p.i, p.mem_mb, p.tasks, ts.name)
+                    got = self._unit_alloc.get(key)
+                    if got is None:
+                        use = self._use(pool, ts, p)
+                        got = (use, _node_allocation(t, use, p, ts))
+                        if len(self._unit_alloc) > 100_000:
+                            self._unit_alloc.clear()
+                        self._unit_alloc[key] = got
+                    use, na = got
+                    pool.take(use)
+                    uses.append(use)
+                    nodes.append(na)
+                    continue
                 use = self._use(pool, ts, p)
                 pool.take(use)
                 uses.append(use)
                 nodes.append(_node_allocation(t, use, p, ts))
-        return Placement(Allocation(partition, tuple(nodes)), tuple(uses))
+        alloc = Allocation(partition, tuple(nodes))
+        placed = tuple(uses)
+        remember(t, alloc, placed)  # the next cycle finds it running: no need to re-compile
+        return Placement(alloc, placed)
 
 
 def _node_allocation(t: NodeTable, use: NodeUse, p: Pick, ts: TaskSet) -> NodeAllocation:

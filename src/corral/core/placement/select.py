@@ -184,6 +184,9 @@ class SetPlacer:
         total = ts.tasks
         if total <= 0:
             return []
+        if (ts.cpus_per_task == 1 and not cand & ~self.table.unit_mask
+                and not (ts.gpus_per_node or ts.gpus_per_task or ts.gpus_total or ts.gres)):
+            return self._unit(view, ts, cand, required, whole)
         mask, min_c = self._narrow(view, ts, cand & ~required, 1, whole)
         if not required and mask.bit_count() < ts.nodes_min:
             return None
@@ -255,6 +258,40 @@ class SetPlacer:
                         break
         placed = total - left
         if placed < ts.min_tasks or gleft > 0 or len(picks) < ts.nodes_min:
+            return None
+        return picks
+
+    def _unit(self, view: Pool, ts: TaskSet, cand: int, required: int,
+              whole: bool) -> list[Pick] | None:
+        """One-core nodes: each task takes a whole free node, so ``tasks`` nodes are needed
+        (fewer, down to ``min_tasks``, for gangs); no per-node search at all."""
+        t = self.table
+        free = cand & view.ge_cores[1] if len(view.ge_cores) > 1 else 0
+        if required & ~free:
+            return None
+        want = min(ts.tasks, ts.nodes_max)
+        if free.bit_count() < max(ts.min_tasks, ts.nodes_min):
+            return None
+        picks: list[Pick] = []
+        m = free & ~required
+        chosen = iter_bits(required)
+        while m and len(chosen) < want:
+            low = m & -m
+            chosen.append(low.bit_length() - 1)
+            m ^= low
+        class_of = t.class_of
+        mem_free = view.mem_free
+        mems: dict[int, int] = {}
+        for i in chosen:
+            c = class_of[i]
+            mem = mems.get(c)
+            if mem is None:
+                d = self.demand_of(ts, c)
+                mem = mems[c] = d.mem_per_node or d.mem_per_task
+            if mem > mem_free[i]:
+                return None  # memory held by a suspended job, or a node too small
+            picks.append(Pick(i, 1, 1, mem, 0, whole))
+        if len(picks) < max(ts.min_tasks, ts.nodes_min):
             return None
         return picks
 
