@@ -160,7 +160,8 @@ def _show_job(ctx: Context, client: Client, arg: str | None, oneliner: bool) -> 
             refs = parse_job_refs([arg])
         except IdError:
             raise ctx.fail("slurm_load_jobs error: Invalid job id specified") from None
-        rows = [r for r in client.jobs(include_finished=True)
+        api_ids = [i for ref in refs for i in ref_api_ids(ref)]
+        rows = [r for r in client.jobs(ids=api_ids, include_finished=True)
                 if any(ref_matches(ref, r) for ref in refs)]
         if not rows:
             raise ctx.fail("slurm_load_jobs error: Invalid job id specified")

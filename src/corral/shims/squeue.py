@@ -21,7 +21,7 @@ from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_l
 from corral.shims import slurmfmt as sf
 from corral.shims import squeue_fields as qf
 from corral.shims.context import Client, Context
-from corral.shims.ids import IdError, JobRef, parse_job_refs, ref_matches
+from corral.shims.ids import IdError, JobRef, parse_job_refs, ref_api_ids, ref_matches
 from corral.shims.users import UserError, resolve_users
 
 R, N, OPT = Arg.REQUIRED, Arg.NONE, Arg.OPTIONAL
@@ -126,10 +126,9 @@ def _sort_key_fn(spec: str) -> list[tuple[qf.Getter, bool, bool]]:
 
 def _sorted(rows: list[dict[str, Any]], spec: str | None, now: float) -> list[dict[str, Any]]:
     if spec is None:
-        rows.sort(key=lambda r: int(r["id"]))
-        rows.sort(key=lambda r: -float(r.get("priority") or 0.0))
-        rows.sort(key=lambda r: (str(r.get("partition") or ""),
-                                 sf.state_short(sf.job_state(r))))
+        short = sf.state_short
+        rows.sort(key=lambda r: (str(r.get("partition") or ""), short(r.get("state") or ""),
+                                 -float(r.get("priority") or 0.0), int(r["id"])))
         return rows
     rows.sort(key=lambda r: int(r["id"]))
     for getter, desc, numeric in reversed(_sort_key_fn(spec)):
@@ -192,9 +191,11 @@ def run(ctx: Context, client: Client) -> None:
     qos = set(_split_list(values("qos")))
     nodes_filter = _split_list(values("nodelist"))
 
-    rows = client.jobs(
-        include_finished=bool(refs) or states is None or not states <= ACTIVE_STATES,
-    )
+    if refs:  # the controller resolves 12 (all tasks of array 12), 12_3 and plain ids
+        api_ids = [i for ref in refs for i in ref_api_ids(ref)]
+        rows = client.jobs(ids=api_ids, include_finished=True)
+    else:
+        rows = client.jobs(include_finished=states is None or not states <= ACTIVE_STATES)
     if len(refs) == 1 and not any(ref_matches(refs[0], r) for r in rows):
         raise ctx.fail("slurm_load_jobs error: Invalid job id specified")
 

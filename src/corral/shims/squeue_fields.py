@@ -294,21 +294,26 @@ def parse_long_format(fmt: str) -> list[Item]:
     return items
 
 
+def line_format(items: list[Item]) -> str:
+    """One printf-style format for a whole line: ``%W.Ws`` cuts and pads in C."""
+    parts = []
+    for it in items:
+        if it.getter is None:
+            parts.append(it.text.replace("%", "%%"))
+        elif it.width <= 0:
+            parts.append("%s")
+        else:
+            parts.append(f"%{'' if it.right else '-'}{it.width}.{it.width}s")
+    return "".join(parts)
+
+
 def render(items: list[Item], rows: list[Record], now: float, header: bool) -> list[str]:
     """Lines of output (no newline)."""
-    fit = sf.fit
+    fmt = line_format(items)
+    getters = [it.getter for it in items if it.getter is not None]
     lines: list[str] = []
     if header:
-        lines.append("".join(
-            it.text if it.getter is None else fit(it.text, it.width, it.right) for it in items
-        ))
-    compiled = [(it.getter, it.width, it.right, it.text) for it in items]
+        lines.append(fmt % tuple(it.text for it in items if it.getter is not None))
     for rec in rows:
-        parts: list[str] = []
-        for getter, width, right, text in compiled:
-            if getter is None:
-                parts.append(text)
-            else:
-                parts.append(fit(getter(rec, now), width, right))
-        lines.append("".join(parts))
+        lines.append(fmt % tuple([g(rec, now) for g in getters]))
     return lines
