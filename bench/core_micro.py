@@ -2,7 +2,7 @@
 
 240 one-CPU nodes, ~100 running and ~100 pending jobs (1-64 nodes, time limits from minutes
 to a day), FCFS priority, ``annotate_pending=False`` as the simulator calls it. Measures, in
-microseconds of CPU time per call (median of rounds of many calls):
+microseconds of CPU time per call (best of 7 rounds of 60 calls each):
 
 * ``easy_event``: an EASY cycle right after one job ended (some nodes free);
 * ``easy_full``: an EASY cycle when no node is free (the fast path);
@@ -20,7 +20,6 @@ from __future__ import annotations
 import gc
 import json
 import random
-import statistics
 import sys
 import time
 from dataclasses import replace
@@ -64,8 +63,9 @@ def build(seed: int = 7) -> tuple[ClusterSnapshot, list[Job]]:
 
 
 def per_call_us(snaps: list[ClusterSnapshot], cfg: SchedulerConfig, rounds: int = 7) -> float:
-    """Median over rounds of the mean CPU time per call (process time: robust to other
-    processes sharing the two cores; wall time matches it on an idle machine)."""
+    """Best round's mean CPU time per call (process time, and the fastest of several
+    rounds: the two cores are shared with other engineers' jobs, which only ever add
+    time; on an idle machine wall time matches it)."""
     samples = []
     for _ in range(rounds):
         gc.collect()
@@ -73,7 +73,7 @@ def per_call_us(snaps: list[ClusterSnapshot], cfg: SchedulerConfig, rounds: int 
         for s in snaps:
             run_cycle(s, cfg, NOW)
         samples.append((time.process_time() - t0) / len(snaps) * 1e6)
-    return statistics.median(samples)
+    return min(samples)
 
 
 def main() -> int:
