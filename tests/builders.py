@@ -31,7 +31,7 @@ from corral.core.model.job import (
     TaskGroup,
 )
 from corral.core.model.node import GpuSpec, Node, NodeSpec, NodeState
-from corral.core.model.partition import Partition, PartitionState, PreemptMode, Qos, QosLimits
+from corral.core.model.partition import Partition, PreemptMode, Qos, QosLimits
 from corral.core.snapshot import ClusterSnapshot, FinishedJob
 
 _ids = itertools.count(1)
@@ -357,5 +357,3 @@ def apply_starts(snap: ClusterSnapshot, result: CycleResult, now: float) -> Clus
     return replace(snap, pending=tuple(pending), running=tuple(running),
                    reserved=result.reserved)
 
-
-PartitionState_ = PartitionState  # re-export for tests that build partitions by hand
