@@ -170,3 +170,39 @@ def test_mpi_hello(shim_cluster: ShimCluster, tmp_path: Path) -> None:
     assert rec["state"] == "COMPLETED", out
     hellos = sorted(x for x in out.splitlines() if x.startswith("hello"))
     assert hellos == ["hello from rank 0 of 2"] * 2 + ["hello from rank 1 of 2"] * 2, out
+
+
+def test_script_on_stdin_and_client_shapes(shim_cluster: ShimCluster, tmp_path: Path) -> None:
+    c = shim_cluster
+    script = "#!/bin/sh\n#SBATCH -J fromstdin\necho stdin-job\n"
+    p = c.run("sbatch", "--parsable", cwd=tmp_path, input=script)  # batchspawner
+    assert p.returncode == 0 and p.stdout.strip().isdigit(), p.stderr
+    jid = p.stdout.strip()
+    p = c.run("sbatch", "--parsable", "--job-name", "uuid-123", "/dev/stdin", cwd=tmp_path,
+              input=script)  # snakemake's pass-command-as-script mode
+    jid2 = p.stdout.strip()
+    assert p.returncode == 0 and jid2.isdigit(), p.stderr
+    for j in (jid, jid2):
+        assert done(c, j)["state"] == "COMPLETED"
+    assert (tmp_path / f"slurm-{jid}.out").read_text() == "stdin-job\n"
+    # snakemake status query
+    p = c.run("sacct", "-X", "--parsable2", "--clusters", "all", "--noheader",
+              "--format=JobIdRaw,State", "--starttime", "now-1hours", "--endtime", "now",
+              "--name", "uuid-123")
+    assert p.stdout == f"{jid2}|COMPLETED\n", p.stderr
+    # Parsl: probe, then status
+    assert c.run("sacct", "-X").returncode == 0
+    p = c.run("sacct", "-X", "--noheader", "--format=jobid,state%20", "--job", f"{jid},{jid2}")
+    assert [ln.split() for ln in p.stdout.splitlines()] == [[jid, "COMPLETED"],
+                                                             [jid2, "COMPLETED"]]
+    # qsub from stdin (batchspawner's PBS spawner) prints <seq>.<server>
+    p = c.run("qsub", cwd=tmp_path, input="#!/bin/sh\n#PBS -N pbsstdin\n#PBS -V\necho pbs\n")
+    assert p.returncode == 0 and re.fullmatch(r"\d+\.\S+\n", p.stdout), p.stderr
+    seq = p.stdout.split(".")[0]
+    rec = done(c, seq)
+    assert rec["state"] == "COMPLETED" and rec["dialect"] == "pbs"
+    p = c.run("qstat", "-x", "-f", "-F", "json", p.stdout.strip())
+    assert p.returncode == 0
+    import json
+
+    assert [v["job_state"] for v in json.loads(p.stdout)["Jobs"].values()] == ["F"]
