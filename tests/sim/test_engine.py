@@ -91,13 +91,16 @@ def _slice(traces_dir: Path, name: str, n: int) -> Workload:
 def test_deterministic_and_skipping_changes_nothing(traces_dir: Path) -> None:
     wl = _slice(traces_dir, "HPC2N-2002-2.2-cln.swf.gz", 600)
     cl = from_header(wl.max_nodes, wl.max_procs)
-    for backfill in (BackfillMode.EASY, BackfillMode.NONE):
+    for backfill in (BackfillMode.EASY, BackfillMode.NONE, BackfillMode.CONSERVATIVE):
         a = simulate(wl, cl, opts(backfill=backfill))
         b = simulate(wl, cl, opts(backfill=backfill))
         c = simulate(wl, cl, opts(backfill=backfill, skip_idle_cycles=False))
         np.testing.assert_array_equal(a.start_s, b.start_s)
         np.testing.assert_array_equal(a.start_s, c.start_s)
-        assert a.stats["cycles"] < c.stats["cycles"]
+        if backfill is BackfillMode.CONSERVATIVE:
+            assert a.stats["cycles"] == c.stats["cycles"]
+        else:
+            assert a.stats["cycles"] < c.stats["cycles"]
 
 
 def test_event_mode_and_batch_mode_agree_on_easy_slice(traces_dir: Path) -> None:
@@ -153,3 +156,19 @@ def test_pool_machine_applies_the_count_based_extra_rule() -> None:
     assert strict.start_s.tolist() == [0, 100, 100]
     with pytest.raises(ValueError, match="whole"):
         from_header(4, 4, pool=True, whole_nodes=True)
+
+
+@pytest.mark.xfail(reason="core: EASY on one many-core node backfills past the reservation "
+                          "(reported to the core owner)", strict=False)
+def test_pool_easy_never_delays_the_reservation(traces_dir: Path) -> None:
+    """HPC2N jobs 20000..20300, t = 19451632: 105 cores free, the head (128 cores) reserves
+    t = 19470720, when 141 will be free: 13 spare. A 20-core, 20-hour job must not
+    backfill; on 240 one-core nodes it does not, on one 240-core node it does."""
+    wl = _slice(traces_dir, "HPC2N-2002-2.2-cln.swf.gz", 20300)
+    wl = wl.take(slice(20000, 20300))
+    o = opts(backfill=BackfillMode.EASY)
+    nodes = simulate(wl, from_header(240, 240), o)
+    pool = simulate(wl, from_header(1, 240, pool=True), o)
+    k = int(np.flatnonzero(wl.submit_s == 19451632.0)[0])
+    assert nodes.start_s[k] > wl.submit_s[k]
+    assert pool.start_s[k] == nodes.start_s[k]

@@ -15,16 +15,18 @@ Cycle timing:
 * ``event``: one cycle after every single event, arrivals before completions at equal
   times (RLScheduler's loop; needed to reproduce its published numbers).
 
-A cycle is skipped when it provably cannot start anything: no pending job needs at most
-the free CPUs (whole nodes: the idle nodes), no new arrival needs rejecting, and, with
-persistent reservations, a reservation already exists. Under FCFS a new arrival ranks
-after every pending job, so after a cycle the earlier jobs stay blocked until resources
-are freed (time alone only shrinks backfill windows); an instant that brings nothing but
-arrivals then needs a cycle only if one of *them* fits. The core is pure and keeps no
-state between cycles besides what the engine passes back (reservations, usage), so a
-skipped cycle changes nothing (``tests/sim/test_engine.py`` checks this against running
-every cycle). Everything is deterministic: ties are broken by
-workload order and no randomness is used.
+With strict priority or EASY, a cycle is skipped when it provably cannot start anything:
+no pending job needs at most the free CPUs (whole nodes: the idle nodes), no new arrival
+needs rejecting, and, with persistent reservations, a reservation already exists. Under
+FCFS a new arrival ranks after every pending job, so after a cycle the earlier jobs stay
+blocked until resources are freed (time alone only shrinks backfill windows); an instant
+that brings nothing but arrivals then needs a cycle only if one of *them* fits. The core
+is pure and keeps no state between cycles besides what the engine passes back
+(reservations, usage), so a skipped cycle changes nothing (``tests/sim/test_engine.py``
+checks this against running every cycle). Conservative backfill re-plans from last
+cycle's reservations (its guarantees), so there every instant with pending jobs gets a
+cycle. Everything is deterministic: ties are broken by workload order and no randomness
+is used.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from typing import Any
 import numpy as np
 
 from corral.core import ClusterSnapshot, SchedulerConfig, run_cycle
-from corral.core.config import Ordering
+from corral.core.config import BackfillMode, Ordering
+from corral.core.cycle import clear_caches  # frees the core's memos on long traces
+from corral.core.decisions import Reserve
 from corral.core.model.account import AccountTree
 from corral.core.model.job import Job, JobState
 from corral.core.model.partition import PreemptMode
@@ -51,6 +55,8 @@ from corral.sim.workload import ExceedPolicy, Workload
 
 ProgressFn = Callable[[int, int], None]
 LN2 = math.log(2.0)
+CLEAR_EVERY = 20_000  # cycles between clearing the core's memos (they hold every spec seen)
+
 
 
 @dataclass(frozen=True)
@@ -104,10 +110,13 @@ class Engine:
         # itself: an instant with nothing but arrivals that do not fit needs no cycle
         self.arrivals_rank_last = self.opt.config.ordering is Ordering.FCFS
         self.persistent = _persistent(self.opt.config)
-        self.reserved_field = next(
-            (n for n in ("reserved", "reserved_jobs", "reservations") if _snapshot_field(n)),
-            None,
-        )
+        # what the engine hands back from one cycle to the next (see ClusterSnapshot)
+        self.pass_reserved = _snapshot_field("reserved")
+        self.pass_reservations = _snapshot_field("reservations")
+        # conservative backfill re-plans from last cycle's guarantees, so every instant
+        # with pending jobs gets its cycle; strict and EASY may skip provably idle ones
+        self.may_skip = (self.opt.skip_idle_cycles
+                         and self.opt.config.backfill is not BackfillMode.CONSERVATIVE)
 
     # -- the event loop -------------------------------------------------------------------
     def run(self, progress: ProgressFn | None = None) -> SimResult:  # noqa: C901
@@ -117,8 +126,16 @@ class Engine:
         run_s = wl.run_s.tolist()
         limit = wl.limit_s.tolist()
         procs = wl.procs.tolist()
-        users = ["u%d" % u if u >= 0 else "unknown" for u in wl.user_id.tolist()]
-        accts = ["g%d" % g if g >= 0 else "unknown" for g in wl.group_id.tolist()]
+        names: dict[tuple[str, int], str] = {}
+
+        def name_of(prefix: str, k: int) -> str:
+            got = names.get((prefix, k))
+            if got is None:
+                got = names[(prefix, k)] = f"{prefix}{k}" if k >= 0 else "unknown"
+            return got
+
+        users = [name_of("u", u) for u in wl.user_id.tolist()]  # one str per user, shared
+        accts = [name_of("g", g) for g in wl.group_id.tolist()]
         demand = [cl.alloc_cpus_for(p) for p in procs]
         whole = cl.whole_nodes
         ppn = cl.procs_per_node
@@ -151,6 +168,7 @@ class Engine:
         size_heap: list[int] = []
         free_cpus = total_cpus
         reserved: tuple[int, ...] = ()
+        last_reservations: tuple[Reserve, ...] = ()
         usage: dict[tuple[str, str], float] = {}
         usage_t: dict[tuple[str, str], float] = {}
         usage_rate: dict[tuple[str, str], float] = {}
@@ -233,11 +251,13 @@ class Engine:
             state[i] = st
 
         def cycle(now: float) -> None:
-            nonlocal cycles, core_s, reserved, seq, done
+            nonlocal cycles, core_s, reserved, last_reservations, seq, done
             cycles += 1
             kwargs: dict[str, Any] = {}
-            if self.reserved_field is not None:
-                kwargs[self.reserved_field] = reserved
+            if self.pass_reserved:
+                kwargs["reserved"] = reserved
+            if self.pass_reservations:
+                kwargs["reservations"] = last_reservations
             if self.track_usage:
                 kwargs["usage"] = {a: usage_to(a, now) for a in list(usage_rate) + list(usage)}
             snap = ClusterSnapshot(
@@ -248,6 +268,8 @@ class Engine:
             t0 = time.perf_counter()
             res = run_cycle(snap, config, now)
             core_s += time.perf_counter() - t0
+            if cycles % CLEAR_EVERY == 0:
+                clear_caches()  # bound the core's cross-cycle memos on long traces
             for rj in res.rejects:
                 if rj.job_id in pending:
                     remove_pending(rj.job_id)
@@ -283,6 +305,7 @@ class Engine:
                 version[i] = seq
                 timeout_flag[i] = killed
                 heapq.heappush(heap, (t_end, seq, i))
+            last_reservations = res.reservations
             held = getattr(res, "reserved", None)
             reserved = tuple(held) if held is not None else tuple(
                 r.job_id for r in res.reservations)
@@ -306,6 +329,7 @@ class Engine:
         def complete(i: int, t: float) -> None:
             nonlocal done, dirty
             dirty = True
+            version.pop(i, None)
             mode = preempt_mode.pop(i, None)
             if mode is None:
                 finish(i, t, TIMEOUT if timeout_flag.pop(i, False) else COMPLETED)
@@ -327,7 +351,7 @@ class Engine:
         def should_cycle() -> bool:
             if not pending:
                 return False
-            if force or not opt.skip_idle_cycles:
+            if force or not self.may_skip:
                 return True
             if self.persistent and not any(r in pending for r in reserved):
                 return True
