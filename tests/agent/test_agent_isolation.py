@@ -63,8 +63,17 @@ def test_cgroup_placement_cpuset_and_pids(runner: JobRunner, tmp_path: Path) -> 
     assert ex.state == "COMPLETED"
     text = (tmp_path / "slurm-42.out").read_text()
     if layout.mode == "v1":
-        for ctl in ("memory", "cpuset", "pids", "freezer", "cpuacct"):
+        # freezer and cpuacct only where the tracking cgroup2 cannot freeze and count CPU
+        wanted = ["memory", "cpuset", "pids"]
+        if layout.tracking_full:
+            wanted_not = ["freezer", "cpuacct"]
+            assert f"0::/{CGROUP_ROOT}/testnode/job_42" in text, text
+        else:
+            wanted, wanted_not = wanted + ["freezer", "cpuacct"], []
+        for ctl in wanted:
             assert f":{ctl}:/{CGROUP_ROOT}/testnode/job_42" in text, text
+        for ctl in wanted_not:
+            assert f":{ctl}:/{CGROUP_ROOT}/testnode/job_42" not in text, text
     else:
         assert f"0::/{CGROUP_ROOT}/testnode/job_42" in text
     allowed = [ln.split()[1] for ln in text.splitlines() if ln.startswith("Cpus_allowed_list")]

@@ -93,6 +93,9 @@ class AgentDaemon:
     # ---- helpers ----------------------------------------------------------------------
 
     def _running(self) -> list[dict[str, int]]:
+        runs = getattr(self.runner, "running_runs", None)
+        if runs is not None:
+            return [{"job_id": jid, "restarts": r} for jid, r in runs()]
         out = []
         for jid in self.runner.running():
             req = spool.read_json(spool.job_dir(self.runner.state_dir, jid) / spool.REQUEST)
@@ -118,6 +121,9 @@ class AgentDaemon:
 
     def _active_run(self, jid: int) -> int | None:
         """Restart count of the run of ``jid`` still active here, if any."""
+        active_run = getattr(self.runner, "active_run", None)
+        if active_run is not None:
+            return active_run(jid)  # type: ignore[no-any-return]
         jdir = spool.job_dir(self.runner.state_dir, jid)
         if (jdir / spool.EXIT).exists():
             return None

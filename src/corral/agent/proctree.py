@@ -13,6 +13,7 @@ import ctypes
 import os
 import signal
 
+PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _libc: ctypes.CDLL | None = None
@@ -25,6 +26,17 @@ def set_child_subreaper() -> bool:
         if _libc is None:
             _libc = ctypes.CDLL(None, use_errno=True)
         return int(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def set_process_name(name: str) -> bool:
+    """Set this process's command name (``ps -o comm``, at most 15 bytes)."""
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        return int(_libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
 

@@ -1,26 +1,32 @@
 """``JobRunner``: the node-local job launcher the agent daemon drives.
 
-Each job runs under its own supervisor process (``supervisor.py``), forked by the runner
-and starting its own session at once (``setsid``): no signal aimed at the agent's process
-group or terminal reaches it, and when the agent dies (even by SIGKILL) the kernel hands it
-to init, so jobs keep running while the agent is restarted. The runner reaps the
-supervisors it forked (``waitpid``, no zombies); a single fork instead of the classic
-double fork keeps the launch path short (about 1.5 ms of agent CPU per job here). The
-spool (``spool.py``) is the only shared state: the runner writes ``request.json`` and
-queues commands in ``ctl/`` (then wakes the supervisor with SIGUSR1); the supervisor
-writes ``status.json`` and, once, ``exit.json``. A restarted ``JobRunner`` on the same
-state directory re-adopts every job whose supervisor is alive and reports every exit that
-was not yet acknowledged, including exits that happened while no agent ran.
+Each job runs under its own supervisor process (``supervisor.py``), forked by the
+runner's fork server (``zygote.py``: a small process started once, so a fork copies
+about 12 MB instead of the agent's ~100 MB) and starting its own session at once: no
+signal aimed at the agent's process group or terminal reaches it, and when the agent or
+the fork server dies (even by SIGKILL) init adopts it, so jobs keep running while the
+agent is restarted. The spool (``spool.py``) is the only shared state: the runner writes
+``request.json`` and queues commands in ``ctl/`` (then wakes the supervisor with
+SIGUSR1); the supervisor claims the run by creating ``status.json`` and writes, once,
+``exit.json``. A restarted ``JobRunner`` on the same state directory re-adopts every job
+whose supervisor is alive, hands runs that were never claimed to its fork server again,
+and reports every exit that was not yet acknowledged, including exits that happened while
+no agent ran.
+
+``launch`` does no more than a message's worth of work in the agent: an in-memory check,
+``mkdir`` + ``request.json``, one datagram to the fork server. It never waits for the
+supervisor; a job that cannot start comes back as a FAILED exit through ``poll``.
 
 Notifications: the runner binds an abstract-namespace datagram socket named after the
-state directory; supervisors send the job id on start and on exit, so ``wait()`` (or
+state directory; supervisors send the job id when they wrote the exit, so ``wait()`` (or
 ``fileno()`` in an event loop) wakes the daemon at once. Without it, ``poll()`` still
 notices everything in its periodic sweep (every ``sweep_s``), which also detects
 supervisors that died without an exit record (reported as NODE_FAIL).
 
 Guarantees: ``launch`` is idempotent for the same ``(job_id, restarts)``: a repeated
-request never starts the job twice. Every exit is reported by ``poll`` exactly once per
-runner instance and stays on disk until ``ack(job_id)``.
+request never starts the job twice (the runner remembers every run in its spool, and the
+supervisor's exclusive claim covers a launch delivered twice). Every exit is reported by
+``poll`` exactly once per runner instance and stays on disk until ``ack(job_id)``.
 """
 
 from __future__ import annotations
@@ -33,7 +39,6 @@ import shutil
 import signal
 import socket
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,16 +49,12 @@ from corral.agent.isolation import node_layout
 from corral.agent.launch import JobExit, LaunchRequest
 from corral.agent.prepare import parse_warning_signal
 from corral.agent.proctree import is_alive, kill_pids
-from corral.agent.supervisor import WAKE_SIGNALS, SupervisorConfig, run_supervisor
+from corral.agent.supervisor import encode_job
+from corral.agent.zygote import ForkServer
 
-# Python 3.12+ warns about fork() in a process with threads. The forked supervisor takes no
-# lock the agent's other threads could hold (no logging, no imports, no NSS lookups: the
-# runner resolves users and groups before forking), so the warning does not apply here.
-warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks",
-                        category=DeprecationWarning)
-
-_STARTUP_GRACE_S = 30.0  # a job dir with a request but no supervisor record yet
+_STARTUP_GRACE_S = 30.0  # a job dir with a request but no supervisor claim yet
 _GROUPS_TTL_S = 60.0
+_RCVBUF = 4 << 20  # exit notifications of a burst of jobs fit without loss
 
 
 class LaunchError(ValueError):
@@ -69,7 +70,9 @@ class _Sup:
 class JobRunner:
     def __init__(self, state_dir: Path | str, cgroup_root: str = "corral",
                  node_name: str | None = None, *, isolation: str = "auto",
-                 mem_poll_s: float = 1.0, sweep_s: float = 0.5) -> None:
+                 mem_poll_s: float = 1.0, sweep_s: float = 0.5, spool_dir: str = "auto") -> None:
+        """``spool_dir``: where job directories live (``spool.open_spool``: "auto" puts
+        them on a memory filesystem when there is one, "state" under ``state_dir``)."""
         if isolation not in ("auto", "cgroup", "none"):
             raise ValueError(f"isolation must be auto, cgroup or none, not {isolation!r}")
         self.state_dir = Path(state_dir).resolve()
@@ -81,7 +84,7 @@ class JobRunner:
         self.isolation = isolation
         self.mem_poll_s = mem_poll_s
         self.sweep_s = sweep_s
-        spool.jobs_dir(self.state_dir).mkdir(parents=True, exist_ok=True)
+        self._jobs_dir = str(spool.open_spool(self.state_dir, spool_dir))
         self.layout = (node_layout(self.cgroup_parent) if isolation != "none"
                        else CgroupLayout("none", reason="isolation disabled"))
         digest = hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:24]
@@ -94,49 +97,69 @@ class JobRunner:
             raise LaunchError(f"another agent already uses state directory {self.state_dir} "
                               f"({exc})") from None
         self._sock.setblocking(False)
-        self._active: dict[int, _Sup | None] = {}
+        for opt in (getattr(socket, "SO_RCVBUFFORCE", None), socket.SO_RCVBUF):
+            if opt is None:
+                continue
+            try:
+                self._sock.setsockopt(socket.SOL_SOCKET, opt, _RCVBUF)
+                break
+            except OSError:
+                continue
+        self._zygote = ForkServer({
+            "node_name": self.node_name, "cgroup_root": self.cgroup_parent,
+            "isolation": isolation, "notify": self._addr.hex(), "mem_poll_s": mem_poll_s})
+        self._runs: dict[int, int] = {}  # every run in the spool: job id -> restarts
+        self._active: dict[int, _Sup | None] = {}  # runs not reported finished yet
+        self._unclaimed: dict[int, bytes] = {}  # sent to the fork server, no claim seen
         self._pending: set[int] = set()
         self._reported: set[int] = set()
         self._last_sweep = 0.0
         self._groups: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {}
-        self._children: set[int] = set()  # supervisors forked by this runner, not yet reaped
         self.adopted: list[int] = []
         self._adopt()
 
     # ---- public API -----------------------------------------------------------------------
     def launch(self, req: LaunchRequest) -> None:
-        """Start ``req`` under a new supervisor; returns once the supervisor exists.
+        """Start ``req`` under a new supervisor; returns without waiting for it.
 
         Per-job problems (another uid while not root, bad --signal, missing workdir, ...)
         end the job FAILED with a reason, reported by ``poll``. Raises ``LaunchError`` only
         when a different run of the same job id is still active here.
         """
         jid = req.job_id
-        jdir = spool.job_dir(self.state_dir, jid)
-        existing = spool.read_json(jdir / spool.REQUEST)
-        if existing is not None:
-            if int(existing.get("restarts", 0)) == req.restarts:
+        known = self._runs.get(jid)
+        if known is not None:
+            if known == req.restarts:
                 return  # the same run: launching twice must not start it twice
-            if not (jdir / spool.EXIT).exists():
-                raise LaunchError(f"job {jid} (run {existing.get('restarts', 0)}) is still "
-                                  f"running on {self.node_name}")
+            if jid in self._active and not self._exited(jid):
+                raise LaunchError(f"job {jid} (run {known}) is still running on "
+                                  f"{self.node_name}")
             self._forget(jid)
-        if jdir.exists():
+        jdir = os.path.join(self._jobs_dir, str(jid))
+        try:
+            os.mkdir(jdir)
+        except FileExistsError:  # debris of a run this runner never knew: replace it
             shutil.rmtree(jdir, ignore_errors=True)
-        os.mkdir(jdir)
-        spool.write_json(jdir / spool.REQUEST, req.to_json())
+            os.mkdir(jdir)
+        spool.write_json(os.path.join(jdir, spool.REQUEST), req.to_json())
+        self._runs[jid] = req.restarts
+        self._start(jid, req, jdir)
+
+    def _start(self, jid: int, req: LaunchRequest, jdir: str) -> None:
         refusal, groups, switch = self._check(req)
         if refusal:
-            spool.write_json(jdir / spool.EXIT, JobExit(
-                job_id=jid, state="FAILED", exit_code=1, start_time=time.time(),
-                end_time=time.time(), reason=refusal, restarts=req.restarts).to_json())
+            now = time.time()
+            spool.write_json(os.path.join(jdir, spool.EXIT), JobExit(
+                job_id=jid, state="FAILED", exit_code=1, start_time=now, end_time=now,
+                reason=refusal, restarts=req.restarts).to_json())
+            self._active.pop(jid, None)
             self._pending.add(jid)
             return
-        cfg = SupervisorConfig(node_name=self.node_name, cgroup_root=self.cgroup_parent,
-                               isolation=self.isolation, notify_addr=self._addr,
-                               mem_poll_s=self.mem_poll_s, groups=groups, switch_user=switch)
-        pid = self._fork_supervisor(str(jdir), req, cfg)
-        self._active[jid] = _Sup(pid, None)
+        msg = encode_job(jdir, jid, req.restarts, groups, switch)
+        self._active[jid] = None
+        self._unclaimed[jid] = msg
+        if not self._zygote.send(msg):
+            self._restart_zygote()
 
     def poll(self) -> list[JobExit]:
         """Jobs that finished since the last poll, each reported once (until ``ack``)."""
@@ -145,22 +168,24 @@ class JobRunner:
         sweep = now - self._last_sweep >= self.sweep_s
         if sweep:
             self._last_sweep = now
+            if not self._zygote.alive():
+                self._restart_zygote()
             ids |= set(self._active)
-            self._reap()
         ids |= self._pending
         out: list[JobExit] = []
         for jid in sorted(ids):
             if jid in self._reported:
                 continue
-            jdir = spool.job_dir(self.state_dir, jid)
-            rec = spool.read_json(jdir / spool.EXIT)
+            jdir = os.path.join(self._jobs_dir, str(jid))
+            rec = spool.read_json(os.path.join(jdir, spool.EXIT))
             if rec is None:
                 if not (sweep and jid in self._active) or self._supervisor_alive(jid):
                     continue
-                rec = spool.read_json(jdir / spool.EXIT)  # it may have just finished
+                rec = spool.read_json(os.path.join(jdir, spool.EXIT))  # it may have just ended
                 if rec is None:
                     rec = self._node_fail(jid, "the job's supervisor process died")
             self._active.pop(jid, None)
+            self._unclaimed.pop(jid, None)
             self._pending.discard(jid)
             self._reported.add(jid)
             out.append(JobExit.from_json(rec))
@@ -168,10 +193,9 @@ class JobRunner:
 
     def ack(self, job_id: int) -> bool:
         """Forget a finished job (its spool directory goes). False if unknown."""
-        jdir = spool.job_dir(self.state_dir, job_id)
-        if not jdir.exists():
+        if job_id not in self._runs:
             return False
-        if not (jdir / spool.EXIT).exists():
+        if not self._exited(job_id):
             raise LaunchError(f"job {job_id} is still running on {self.node_name}")
         self._forget(job_id)
         return True
@@ -203,12 +227,21 @@ class JobRunner:
 
     def running(self) -> list[int]:
         """Ids of jobs whose supervisor has not written an exit yet."""
-        return sorted(j for j in self._active
-                      if not (spool.job_dir(self.state_dir, j) / spool.EXIT).exists())
+        return sorted(j for j in self._active if not self._exited(j))
+
+    def running_runs(self) -> list[tuple[int, int]]:
+        """``(job id, restarts)`` of every run whose supervisor has not written an exit."""
+        return [(j, self._runs[j]) for j in self.running()]
+
+    def active_run(self, job_id: int) -> int | None:
+        """Restart count of the run of ``job_id`` still active here (no exit reported)."""
+        if job_id in self._active and not self._exited(job_id):
+            return self._runs.get(job_id)
+        return None
 
     def status(self, job_id: int) -> dict[str, Any] | None:
         """The supervisor's status record (pids, output files, isolation), if any."""
-        return spool.read_json(spool.job_dir(self.state_dir, job_id) / spool.STATUS)
+        return spool.read_json(os.path.join(self._jobs_dir, str(job_id), spool.STATUS))
 
     def wait(self, timeout_s: float) -> bool:
         """Block until a supervisor reports something (or ``timeout_s``); True if so."""
@@ -221,8 +254,14 @@ class JobRunner:
         """Readable when a supervisor reported something (for event loops)."""
         return self._sock.fileno()
 
+    @property
+    def fork_server_pid(self) -> int | None:
+        return self._zygote.pid
+
     def close(self) -> None:
         self._sock.close()
+        self._zygote.close()
+        spool.close_spool(self.state_dir)
 
     def __enter__(self) -> JobRunner:
         return self
@@ -231,55 +270,67 @@ class JobRunner:
         self.close()
 
     # ---- internals ------------------------------------------------------------------------
+    def _exited(self, jid: int) -> bool:
+        return os.path.exists(os.path.join(self._jobs_dir, str(jid), spool.EXIT))
+
     def _adopt(self) -> None:
-        base = spool.jobs_dir(self.state_dir)
+        base = self._jobs_dir
         for name in os.listdir(base):
             if not name.isdigit():
                 continue
             jid = int(name)
-            jdir = base / name
-            if (jdir / spool.EXIT).exists():
-                self._pending.add(jid)
-            elif (jdir / spool.REQUEST).exists():
-                self._active[jid] = self._sup_record(jid)
-                self.adopted.append(jid)
-            else:  # the agent died between mkdir and writing the request: nothing started
+            jdir = os.path.join(base, name)
+            req = spool.read_json(os.path.join(jdir, spool.REQUEST))
+            if req is None:  # the agent died between mkdir and the request: nothing started
                 shutil.rmtree(jdir, ignore_errors=True)
+                continue
+            self._runs[jid] = int(req.get("restarts", 0))
+            if os.path.exists(os.path.join(jdir, spool.EXIT)):
+                self._pending.add(jid)
+                continue
+            self._active[jid] = self._sup_record(jid)
+            self.adopted.append(jid)
+            if self._active[jid] is None:  # never claimed: the launch may have been lost
+                try:
+                    self._start(jid, LaunchRequest.from_json(req), jdir)
+                except (TypeError, ValueError) as exc:
+                    self._node_fail(jid, f"unreadable launch request: {exc}")
+                    self._pending.add(jid)
         self.adopted.sort()
 
+    def _restart_zygote(self) -> None:
+        """The fork server died: start another one and resend what was never claimed (a
+        supervisor forked just before the death loses the claim to its twin, or wins it)."""
+        self._zygote.restart()
+        for jid, msg in list(self._unclaimed.items()):
+            if jid not in self._active or self._sup_record(jid) is not None:
+                self._unclaimed.pop(jid, None)
+                continue
+            self._zygote.send(msg)
+
     def _sup_record(self, jid: int) -> _Sup | None:
-        jdir = spool.job_dir(self.state_dir, jid)
-        rec = spool.read_json(jdir / spool.STATUS)
+        rec = spool.read_json(os.path.join(self._jobs_dir, str(jid), spool.STATUS))
         if rec and rec.get("supervisor_pid"):
             ticks = rec.get("supervisor_ticks")
             return _Sup(int(rec["supervisor_pid"]), int(ticks) if ticks is not None else None)
         return None
 
     def _supervisor_alive(self, jid: int) -> bool:
-        sup = self._active.get(jid)
-        if sup is not None and sup.pid in self._children:  # our own child: waitpid knows
-            try:
-                done, _ = os.waitpid(sup.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped by someone else (a waitpid(-1) elsewhere)
-                self._children.discard(sup.pid)
-                return is_alive(sup.pid)
-            if not done:
-                return True
-            self._children.discard(sup.pid)
-            return False
-        sup = sup or self._sup_record(jid)
+        sup = self._active.get(jid) or self._sup_record(jid)
         if sup is not None:
             self._active[jid] = sup
+            self._unclaimed.pop(jid, None)
             return is_alive(sup.pid, sup.ticks)
-        try:  # no record yet: give a just-forked supervisor time to appear
-            age = time.time() - (spool.job_dir(self.state_dir, jid) / spool.REQUEST).stat().st_mtime
+        try:  # not claimed yet: give a queued or just-forked supervisor time to appear
+            age = time.time() - os.stat(os.path.join(self._jobs_dir, str(jid),
+                                                     spool.REQUEST)).st_mtime
         except FileNotFoundError:
             return False
         return age < _STARTUP_GRACE_S
 
     def _node_fail(self, jid: int, reason: str) -> dict[str, Any]:
         """The supervisor vanished: kill what is left of the job, record NODE_FAIL."""
-        jdir = spool.job_dir(self.state_dir, jid)
+        jdir = Path(self._jobs_dir) / str(jid)
         status = spool.read_json(jdir / spool.STATUS) or {}
         req = spool.read_json(jdir / spool.REQUEST) or {}
         iso = status.get("isolation") or {}
@@ -307,24 +358,37 @@ class JobRunner:
         return rec
 
     def _forget(self, jid: int) -> None:
-        shutil.rmtree(spool.job_dir(self.state_dir, jid), ignore_errors=True)
+        jdir = os.path.join(self._jobs_dir, str(jid))
+        try:  # the usual files; anything else (ctl/, a profile) falls back to rmtree
+            for name in (spool.EXIT, spool.STATUS, spool.REQUEST):
+                try:
+                    os.unlink(os.path.join(jdir, name))
+                except FileNotFoundError:
+                    pass
+            os.rmdir(jdir)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            shutil.rmtree(jdir, ignore_errors=True)
+        self._runs.pop(jid, None)
         self._active.pop(jid, None)
+        self._unclaimed.pop(jid, None)
         self._pending.discard(jid)
         self._reported.discard(jid)
 
     def _command(self, jid: int, cmd: dict[str, Any]) -> bool:
-        jdir = spool.job_dir(self.state_dir, jid)
-        if jid not in self._active or (jdir / spool.EXIT).exists():
+        jdir = Path(self._jobs_dir) / str(jid)
+        if jid not in self._active or self._exited(jid):
             return False
         spool.post_command(jdir, cmd)
-        sup = self._active.get(jid)
-        if sup is None or (sup.ticks is None and sup.pid not in self._children):
-            sup = self._sup_record(jid)  # adopted: trust only a pid with a start time
-        if sup is not None and (sup.pid in self._children or is_alive(sup.pid, sup.ticks)):
-            try:
-                os.kill(sup.pid, signal.SIGUSR1)
-            except ProcessLookupError:
-                pass
+        sup = self._active.get(jid) or self._sup_record(jid)
+        if sup is not None:  # not claimed yet: the supervisor reads ctl/ before it starts
+            self._active[jid] = sup
+            if is_alive(sup.pid, sup.ticks):
+                try:
+                    os.kill(sup.pid, signal.SIGUSR1)
+                except ProcessLookupError:
+                    pass
         return True
 
     def _drain(self) -> set[int]:
@@ -373,30 +437,6 @@ class JobRunner:
             groups = (req.gid,)
         self._groups[key] = (now, groups)
         return groups
-
-    def _fork_supervisor(self, jdir: str, req: LaunchRequest, cfg: SupervisorConfig) -> int:
-        """Fork the supervisor (one fork: it starts its own session at once). The runner
-        reaps it when it ends (``_reap``); if the agent dies first, init adopts it."""
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, WAKE_SIGNALS)
-        try:
-            pid = os.fork()
-            if pid == 0:
-                os.setsid()
-                run_supervisor(jdir, req, cfg)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        self._children.add(pid)
-        return pid
-
-    def _reap(self) -> None:
-        """Collect supervisors this runner forked that have ended (no zombies)."""
-        for pid in list(self._children):
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done:
-                self._children.discard(pid)
 
 
 def _user_name(uid: int) -> str:

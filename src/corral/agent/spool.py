@@ -3,23 +3,38 @@
 Layout under ``<state_dir>/jobs/<job_id>/``:
 
 - ``request.json``    the ``LaunchRequest`` (written by the runner before it starts a supervisor)
-- ``status.json``     what the supervisor is doing: its own pid and kernel start time (written
-  first thing), then the job's pids, cgroup paths, output files, start time
+- ``status.json``     what the supervisor is doing: its own pid and kernel start time (created
+  first thing, exclusively: the supervisor's claim on the run), then the job's pids,
+  cgroup paths, output files, start time
 - ``exit.json``       the final ``JobExit`` (written once, by the supervisor, or by the
   runner when the supervisor vanished); its presence means "finished"
 - ``ctl/``            commands for the supervisor (cancel, signal, time limit), one file each
-- ``supervisor.log``  the supervisor's own stderr (tracebacks, diagnostics)
+- ``supervisor.log``  the supervisor's own stderr (tracebacks, diagnostics), only when it
+  had something to say
 
 Invariant: every JSON file is replaced with write-to-temp + ``rename``, so a reader sees the
 old or the new content, never a torn one, even when the writer is killed mid-write. The
 files are not fsynced: they only need to survive the death of a process, not of the node
 (a node crash kills its jobs anyway and the controller marks them NODE_FAIL).
+
+Where: ``<state_dir>/jobs`` is a symbolic link to a directory on a memory filesystem
+(``$XDG_RUNTIME_DIR``, ``/run`` or ``/dev/shm``, the first that is tmpfs:
+``<base>/corral-<uid>/agent-<hash of state_dir>``) when there is one (``open_spool``).
+Every job creates and removes a directory and three or four files; on this machine's
+ext4 that cost 1.9 ms of CPU per job and 16 ms of waiting on removal (online discard),
+against 0.1 ms on tmpfs. Nothing is lost that could be kept: the spool only has to
+outlive the agent and supervisor processes, and a reboot ends the node's jobs anyway
+(NODE_FAIL, as in Slurm). A ``jobs`` that is a real directory (an older agent's) is kept.
+Spools whose state directory is gone are removed by the next agent that starts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +48,114 @@ LOG = "supervisor.log"
 
 def jobs_dir(state_dir: Path) -> Path:
     return state_dir / "jobs"
+
+
+_OWNER = "state_dir"  # file in a tmpfs spool naming the state dir it belongs to
+
+
+def _tmpfs_base() -> Path | None:
+    """The first memory filesystem we may use: $XDG_RUNTIME_DIR, /run, /dev/shm."""
+    tmpfs: set[str] = set()
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 2 and parts[2] == "tmpfs":
+                    tmpfs.add(parts[1])
+    except OSError:
+        return None
+    cands = [os.environ.get("XDG_RUNTIME_DIR", "")] if os.geteuid() != 0 else []
+    cands += ["/run", "/dev/shm"]
+    for cand in cands:
+        if cand and cand in tmpfs and os.access(cand, os.W_OK | os.X_OK):
+            return Path(cand)
+    return None
+
+
+def _private_dir(path: Path) -> bool:
+    """Create ``path`` (mode 0700) or accept it if it is ours and private."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    st = os.lstat(path)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o077 == 0
+
+
+def open_spool(state_dir: Path, where: str = "auto") -> Path:
+    """Set up the job spool of ``state_dir`` and return its real path.
+
+    ``where``: ``"auto"`` (a tmpfs directory when there is one), ``"state"`` (a plain
+    directory in ``state_dir``) or a directory to put it in."""
+    link = jobs_dir(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink():
+        target = Path(os.readlink(link))
+        if _private_dir(target.parent) and _private_dir(target):
+            return target
+        link.unlink()  # not usable any more (another owner?): start over
+    elif link.is_dir():
+        return link
+    base = _tmpfs_base() if where == "auto" else None if where == "state" else Path(where)
+    if base is None:
+        link.mkdir(exist_ok=True)
+        return link
+    top = base / f"corral-{os.geteuid()}"
+    if not _private_dir(top):
+        link.mkdir(exist_ok=True)
+        return link
+    _collect_stale(top)
+    digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:20]
+    target = top / f"agent-{digest}"
+    if not _private_dir(target):
+        link.mkdir(exist_ok=True)
+        return link
+    (target / _OWNER).write_text(str(state_dir.resolve()))
+    try:
+        os.symlink(target, link)
+    except FileExistsError:
+        return open_spool(state_dir, where)
+    return target
+
+
+def _collect_stale(top: Path) -> None:
+    """Remove tmpfs spools whose state directory no longer links to them."""
+    try:
+        names = os.listdir(top)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith("agent-"):
+            continue
+        spool_dir = top / name
+        try:
+            owner = Path((spool_dir / _OWNER).read_text())
+        except OSError:
+            continue
+        try:
+            alive = os.readlink(jobs_dir(owner)) == str(spool_dir)
+        except OSError:
+            alive = False
+        if not alive:
+            shutil.rmtree(spool_dir, ignore_errors=True)
+
+
+def close_spool(state_dir: Path) -> None:
+    """Remove a tmpfs spool that holds no job any more (the link goes with it)."""
+    link = jobs_dir(state_dir)
+    if not link.is_symlink():
+        return
+    target = Path(os.readlink(link))
+    try:
+        names = os.listdir(target)
+    except OSError:
+        return
+    if any(n.isdigit() for n in names):
+        return
+    link.unlink()
+    shutil.rmtree(target, ignore_errors=True)
 
 
 def job_dir(state_dir: Path, job_id: int) -> Path:
@@ -49,6 +172,27 @@ def write_json(path: Path | str, data: dict[str, Any]) -> None:
     finally:
         os.close(fd)
     os.rename(tmp, path)
+
+
+def create_json(path: Path | str, data: dict[str, Any]) -> bool:
+    """Create ``path`` with ``data`` as JSON, atomically, unless it exists (then False).
+
+    Written to a temporary file and ``link``ed into place: readers never see a torn file,
+    and of two writers exactly one succeeds."""
+    path = str(path)
+    tmp = f"{path}.{os.getpid()}.new"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, json.dumps(data, separators=(",", ":")).encode())
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+    return True
 
 
 def read_json(path: Path | str) -> dict[str, Any] | None:

@@ -1,13 +1,18 @@
 """The per-job supervisor (Corral's slurmstepd): starts one batch job and sees it to its end.
 
-The runner forks it and it starts a new session, so it survives the agent being killed
-(init adopts it); it is a child subreaper, so every process of the job stays below it. It
-never imports anything after the fork (the agent may have had other threads holding
-locks), never returns into agent code (``os._exit``) and freezes the inherited heap for
-the garbage collector (``gc.freeze``), so it copies few of the agent's pages.
+The agent's fork server (``zygote.py``, a small process with only this module imported)
+forks it; it starts a new session at once, so it survives both the agent and the fork
+server being killed (init adopts it); it is a child subreaper, so every process of the job
+stays below it. It never returns into the fork server's code (``os._exit``) and the fork
+server froze its heap for the garbage collector (``gc.freeze``), so it copies few pages.
 
 Algorithm:
 
+0. Read ``request.json`` and claim the job: ``status.json`` (own pid and kernel start
+   time) is created with ``link``, which fails when it exists, so a launch delivered twice
+   (a fork server that died with launches queued, an agent restarted meanwhile) starts
+   the job once; a supervisor that loses the claim, or finds another run's request, leaves
+   without a trace.
 1. Create the job's isolation (cgroup v2 / v1, or rlimits + a memory watchdog, see
    ``isolation.py``), expand the output file names, build the environment, put the script
    into a memfd.
@@ -15,6 +20,7 @@ Algorithm:
    CPU affinity, supplementary groups/gid/uid, ``chdir`` to the workdir, open
    stdin/stdout/stderr as the user, ``execve`` the script's interpreter. Any failure up to
    the exec travels back over a close-on-exec pipe and ends the job FAILED with the reason.
+   The child does only system calls prepared by the parent (few pages touched).
 3. Loop on ``sigtimedwait`` (SIGCHLD, SIGUSR1 = "a command is queued", and the usual
    termination signals, which it ignores) with a timeout to the next deadline: warning
    signal (``--signal``), time limit (SIGCONT+SIGTERM to every job process and the Slurm
@@ -28,9 +34,11 @@ Suspension (``suspend``/``resume`` commands: cgroup freezer, else SIGSTOP/SIGCON
 the time-limit clock, as in Slurm. A cancel that arrives before the job started means it
 never starts.
 
-Debugging aids (read from the agent's environment): ``CORRAL_SUPERVISOR_TIMES=1`` logs the
-supervisor's own and the job's CPU time to ``supervisor.log``; ``CORRAL_SUPERVISOR_PROFILE=1``
-writes a cProfile of the supervisor to ``<job dir>/prof``.
+``supervisor.log`` in the job directory is created only when there is something to say
+(commands received, failures, tracebacks). Debugging aids (read from the agent's
+environment): ``CORRAL_SUPERVISOR_TIMES=1`` logs the supervisor's own and the job's CPU
+time to ``supervisor.log``; ``CORRAL_SUPERVISOR_PROFILE=1`` writes a cProfile of the
+supervisor to ``<job dir>/prof``.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ from corral.agent.proctree import (
     kill_pids,
     rss_bytes,
     set_child_subreaper,
+    set_process_name,
     start_ticks,
 )
 
@@ -69,6 +78,22 @@ WAKE_SIGNALS = frozenset({signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal
 _REAP_DEADLINE_S = 10.0
 _IGNORED_BY_DEFAULT = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
 _CATCHABLE = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+
+
+def _signals_to_default() -> tuple[int, ...]:
+    """Signals the job must get back at their default disposition: those Python ignores
+    and any the agent inherited as ignored (exec keeps SIG_IGN)."""
+    out = set(_IGNORED_BY_DEFAULT) | set(WAKE_SIGNALS)
+    for sig in _CATCHABLE:
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                out.add(sig)
+        except (ValueError, OSError):
+            continue
+    return tuple(sorted(out))
+
+
+_TO_DEFAULT = _signals_to_default()  # computed once, in the fork server
 
 
 @dataclass(frozen=True)
@@ -118,22 +143,27 @@ class Supervisor:
         self.stdout_path = ""
         self.stderr_path = ""
         self.stdin_path = "/dev/null"
-        self.sock: socket.socket | None = None
-        self.ticks = start_ticks(os.getpid())
+        global _own_ticks
+        if _own_ticks is None:
+            _own_ticks = start_ticks(os.getpid())
+        self.ticks = _own_ticks
 
     # ---- plumbing -------------------------------------------------------------------------
     def notify(self) -> None:
+        global _notify_sock
         if self.cfg.notify_addr is None:
             return
         try:
-            if self.sock is None:
-                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-                self.sock.setblocking(False)
-            self.sock.sendto(str(self.req.job_id).encode(), self.cfg.notify_addr)
+            if _notify_sock is None:
+                _notify_sock = socket.socket(socket.AF_UNIX,
+                                             socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+                _notify_sock.setblocking(False)
+            _notify_sock.sendto(str(self.req.job_id).encode(), self.cfg.notify_addr)
         except OSError:
             pass
 
     def log(self, text: str) -> None:
+        open_log(self.jdir)
         try:
             os.write(2, f"{stamp()} job {self.req.job_id}: {text}\n".encode())
         except OSError:
@@ -154,8 +184,15 @@ class Supervisor:
         finally:
             os.close(fd)
 
+    def claim_status(self) -> bool:
+        """Create ``status.json`` (state STARTING) unless it exists: the run's claim."""
+        return spool.create_json(os.path.join(self.jdir, spool.STATUS), self.status("STARTING"))
+
     def write_status(self, state: str) -> None:
-        spool.write_json(os.path.join(self.jdir, spool.STATUS), {
+        spool.write_json(os.path.join(self.jdir, spool.STATUS), self.status(state))
+
+    def status(self, state: str) -> dict[str, object]:
+        return {
             "job_id": self.req.job_id,
             "restarts": self.req.restarts,
             "state": state,
@@ -170,7 +207,7 @@ class Supervisor:
             "suspended_s": round(self.run.suspended_s, 3),
             "isolation": self.iso.describe() if self.iso else {"kind": "none"},
             "notes": self.run.notes,
-        })
+        }
 
     # ---- job processes --------------------------------------------------------------------
     def job_pids(self) -> set[int]:
@@ -242,10 +279,9 @@ class Supervisor:
             os.setsid()
             # handlers are reset by exec; ignored signals (Python ignores SIGPIPE, SIGXFSZ)
             # and the blocked mask are inherited, so undo those
-            for sig in _IGNORED_BY_DEFAULT | {s for s in _CATCHABLE
-                                              if signal.getsignal(s) == signal.SIG_IGN}:
+            for sig in _TO_DEFAULT:
                 signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, set())
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
             stage = "cgroup"
             if self.iso is not None:
                 self.iso.attach(os.getpid())
@@ -294,7 +330,6 @@ class Supervisor:
     def start(self) -> str | None:
         """Start the job; returns a failure reason, or None when it runs."""
         req = self.req
-        self.write_status("STARTING")
         if req.signal:
             try:
                 self.warning = parse_warning_signal(req.signal)
@@ -328,10 +363,19 @@ class Supervisor:
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         self.run.start_wall = time.time()
         self.run.start_mono = time.monotonic()
-        pid = os.fork()
+        gc_on = gc.isenabled()
+        gc.disable()  # no collection in the child: it would touch (copy) the whole heap
+        try:
+            pid = os.fork()
+        except OSError:
+            if gc_on:
+                gc.enable()
+            raise
         if pid == 0:
             os.close(err_r)
             self.exec_job(argv, env, err_w, keep_fd)
+        if gc_on:
+            gc.enable()
         self.run.job_pid = pid
         self.run.job_ticks = start_ticks(pid)
         os.close(err_w)
@@ -350,7 +394,6 @@ class Supervisor:
         if chunks:
             return b"".join(chunks).decode(errors="replace")
         self.write_status("RUNNING")
-        self.notify()
         return None
 
     def reap(self) -> None:
@@ -535,52 +578,162 @@ class Supervisor:
         self.notify()
 
 
-def prepare_process(jdir: str) -> None:
-    """Detach from everything inherited from the agent: fds, signal handlers, gc."""
-    gc.disable()
-    gc.freeze()
+_log_open = False
+_notify_sock: socket.socket | None = None
+_own_ticks: int | None = None
+
+
+def open_log(jdir: str) -> None:
+    """Point fd 2 at ``supervisor.log`` of the current job (created on first use)."""
+    global _log_open
+    if _log_open:
+        return
+    _log_open = True
+    try:
+        fd = os.open(os.path.join(jdir, spool.LOG),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def close_log() -> None:
+    global _log_open
+    if _log_open:
+        _log_open = False
+        fd = os.open("/dev/null", os.O_WRONLY)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+
+def prepare_process(keep_fd: int = -1) -> int:
+    """Detach from everything inherited from the fork server: fds (all but ``keep_fd``,
+    which comes back renumbered), signal handlers. Returns the kept fd (or -1)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, WAKE_SIGNALS)
     for sig in WAKE_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
     devnull = os.open("/dev/null", os.O_RDWR)
-    log = os.open(os.path.join(jdir, spool.LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(devnull, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.closerange(3, 1 << 20)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    kept = -1
+    if keep_fd >= 0:
+        kept = 3
+        if keep_fd != kept:
+            os.dup2(keep_fd, kept, inheritable=False)
+    os.closerange(3 if kept < 0 else 4, 1 << 20)
     set_child_subreaper()
+    set_process_name("corral-sup")
+    return kept
 
 
-def run_supervisor(jdir: str, req: LaunchRequest, cfg: SupervisorConfig) -> NoReturn:
-    """Entry point in the freshly forked supervisor process. Never returns."""
-    code = 0
+def claim(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig) -> Supervisor | None:
+    """The supervisor of this run, or None when the request is gone, belongs to another
+    run, or another supervisor claimed it first."""
+    data = spool.read_json(os.path.join(jdir, spool.REQUEST))
+    if data is None or int(data.get("restarts", 0)) != restarts \
+            or int(data.get("job_id", -1)) != job_id:
+        return None
+    sup = Supervisor(jdir, LaunchRequest.from_json(data), cfg)
+    return sup if sup.claim_status() else None
+
+
+def supervise(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig) -> bool:
+    """Supervise one run to its end in this process. True when the process is clean
+    enough to take another job (the job's processes are all gone)."""
+    clean = True
     try:
-        prepare_process(jdir)
+        sup = claim(jdir, job_id, restarts, cfg)
+        if sup is None:
+            return True
         if os.environ.get("CORRAL_SUPERVISOR_PROFILE"):
             import cProfile
 
             prof = cProfile.Profile(time.process_time)
-            prof.runcall(Supervisor(jdir, req, cfg).main)
+            prof.runcall(sup.main)
             prof.dump_stats(os.path.join(jdir, "prof"))
         else:
-            Supervisor(jdir, req, cfg).main()
+            sup.main()
+        clean = not sup.job_pids()
         if os.environ.get("CORRAL_SUPERVISOR_TIMES"):
             import resource
             a = resource.getrusage(resource.RUSAGE_SELF)
             b = resource.getrusage(resource.RUSAGE_CHILDREN)
-            os.write(2, f"TIMES {a.ru_utime} {a.ru_stime} {b.ru_utime} {b.ru_stime}\n".encode())
-    except BaseException:  # noqa: B036 - the last resort: record why, never return to the agent
-        code = 1
+            open_log(jdir)
+            os.write(2, f"TIMES {a.ru_utime} {a.ru_stime} {b.ru_utime} {b.ru_stime} "
+                        f"{a.ru_minflt} {b.ru_minflt}\n".encode())
+    except BaseException:  # noqa: B036 - the last resort: record why, never return to the caller
+        clean = False
         try:
+            open_log(jdir)
             os.write(2, traceback.format_exc().encode())
             if not os.path.exists(os.path.join(jdir, spool.EXIT)):
-                rec = JobExit(job_id=req.job_id, state="NODE_FAIL", exit_code=1,
-                              end_time=time.time(), restarts=req.restarts,
+                rec = JobExit(job_id=job_id, state="NODE_FAIL", exit_code=1,
+                              end_time=time.time(), restarts=restarts,
                               reason="supervisor error (see supervisor.log)")
                 spool.write_json(os.path.join(jdir, spool.EXIT), rec.to_json())
         except BaseException:  # noqa: B036
             pass
+    finally:
+        close_log()
+    return clean
+
+
+def run_supervisor(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig,
+                   pool_fd: int = -1, max_jobs: int = 1) -> NoReturn:
+    """Entry point in a freshly forked supervisor process. Never returns.
+
+    Supervises the given run, then, with a fork server connection (``pool_fd``), offers
+    itself for another run (``b"idle"``) and supervises what it is sent, up to
+    ``max_jobs`` runs: one job at a time, so a supervisor that dies takes only its current
+    job with it, while the fork, copy-on-write and exit costs of a process are paid once
+    per many jobs. It leaves when the fork server closes the connection."""
+    code = 0
+    try:
+        os.setsid()
+        conn = prepare_process(pool_fd)
+        gc.enable()  # the fork server froze its heap: collections skip those objects
+        done = 0
+        while True:
+            clean = supervise(jdir, job_id, restarts, cfg)
+            done += 1
+            if conn < 0 or not clean or done >= max_jobs:
+                break
+            try:
+                os.write(conn, b"idle")
+                data = os.read(conn, 1 << 16)
+            except OSError:
+                break
+            if not data:
+                break
+            jdir, job_id, restarts, cfg = decode_job(data, cfg)
+    except BaseException:  # noqa: B036
+        code = 1
     os._exit(code)
 
 
-__all__ = ["Supervisor", "SupervisorConfig", "run_supervisor", "stamp"]
+def encode_job(jdir: str, job_id: int, restarts: int, groups: tuple[int, ...],
+               switch_user: bool) -> bytes:
+    """The fork server's message for one launch."""
+    import json
+
+    return json.dumps({"j": job_id, "r": restarts, "d": jdir, "g": list(groups),
+                       "s": switch_user}, separators=(",", ":")).encode()
+
+
+def decode_job(data: bytes, base: SupervisorConfig) -> tuple[str, int, int, SupervisorConfig]:
+    """(job dir, job id, restarts, config) from a launch message. Raises ValueError."""
+    import dataclasses
+    import json
+
+    try:
+        msg = json.loads(data)
+        cfg = dataclasses.replace(base, groups=tuple(int(g) for g in msg["g"]),
+                                  switch_user=bool(msg["s"]))
+        return str(msg["d"]), int(msg["j"]), int(msg["r"]), cfg
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"bad launch message: {exc}") from None
+
+
+__all__ = ["Supervisor", "SupervisorConfig", "decode_job", "encode_job", "run_supervisor",
+           "stamp", "supervise"]
