@@ -221,18 +221,27 @@ class Engine:
             usage_t[assoc] = now
             return u
 
+        held_cpus: dict[int, int] = {}  # running job -> CPUs it holds
+        track_nodes = whole or opt.record_allocations
+
         def occupy(i: int, job: Job, sign: int) -> None:
             nonlocal free_cpus, idle_nodes
-            alloc = job.allocation
-            assert alloc is not None
-            cpus = alloc.cpus
+            if sign > 0:
+                alloc = job.allocation
+                assert alloc is not None
+                cpus = held_cpus[i] = alloc.cpus
+            else:
+                cpus = held_cpus.pop(i)
             free_cpus -= sign * cpus
             if self.track_usage:
                 assoc = (accts[i], users[i])
                 usage_to(assoc, clock)
                 usage_rate[assoc] = usage_rate.get(assoc, 0.0) + sign * cpus
+            if not track_nodes:
+                return
             if sign > 0:
-                used = [(node_index[na.node], na.cpus) for na in alloc.nodes]
+                assert job.allocation is not None
+                used = [(node_index[na.node], na.cpus) for na in job.allocation.nodes]
                 alloc_nodes[i] = used
             else:
                 used = alloc_nodes.pop(i)
@@ -291,12 +300,14 @@ class Engine:
                 job = pending.pop(i)
                 remove_pending(i)
                 lim = float(s.time_limit_s) if s.time_limit_s is not None else limit[i]
-                started = dataclasses.replace(job, state=JobState.RUNNING, start_time=now,
-                                              allocation=s.allocation, time_limit_s=int(lim))
+                started = Job(id=i, spec=job.spec, submit_time=job.submit_time,
+                              state=JobState.RUNNING, start_time=now,
+                              allocation=s.allocation, time_limit_s=int(lim),
+                              restarts=job.restarts)
                 running[i] = started
                 occupy(i, started, +1)
                 start[i] = now
-                alloc_cpus[i] = s.allocation.cpus
+                alloc_cpus[i] = held_cpus[i]
                 if opt.record_allocations:
                     allocations[i] = tuple(ni for ni, _ in alloc_nodes[i])
                 killed = kill and run_s[i] > lim
