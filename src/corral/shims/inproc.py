@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -26,6 +27,16 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 ROUTE = "/api/v1/shim/exec"
+# Shim commands get their own threads: a long `sbatch --wait` must never take a thread
+# from the loop's default executor, which the controller uses for database reads.
+_EXECUTOR: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        _EXECUTOR = ThreadPoolExecutor(max_workers=32, thread_name_prefix="corral-shim")
+    return _EXECUTOR
 SHIM_MEDIA_TYPE = "application/x-corral-shim"
 
 
@@ -227,5 +238,5 @@ def mount(app: FastAPI, ctl: Controller, identity: Callable[[Request], Identity]
         raw = await request.body()
         loop = asyncio.get_running_loop()
         client = InProcessClient(ctl, who, loop)
-        frame = await asyncio.to_thread(handle_exec, raw, who.uid, client)
+        frame = await loop.run_in_executor(_executor(), handle_exec, raw, who.uid, client)
         return Response(content=frame, media_type=SHIM_MEDIA_TYPE)
