@@ -97,11 +97,13 @@ class AgentHub:
         if conn is not None:
             conn.send({"t": "launch", "req": req.to_json()})
 
-    def cancel(self, rec: JobRecord) -> None:
+    def cancel(self, rec: JobRecord, grace_s: int | None = None) -> None:
+        """Stop a run: SIGTERM now, SIGKILL after ``grace_s`` (default: KillWait)."""
         conn = self._conn_for(rec)
         if conn is not None:
+            grace = self.ctl.cfg.controller.kill_grace_s if grace_s is None else grace_s
             conn.send({"t": "cancel", "job_id": rec.id, "restarts": rec.restarts,
-                       "grace_s": self.ctl.cfg.controller.kill_grace_s})
+                       "grace_s": grace})
 
     def signal(self, rec: JobRecord, sig: str, batch_only: bool,
                steps_only: bool = False) -> None:

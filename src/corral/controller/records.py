@@ -60,6 +60,7 @@ class JobRecord:
     cancel_requested: bool = False
     requeue_requested: bool = False
     requeue_hold: bool = False
+    preempted_by: int | None = None  # the job this run is being preempted for (not persisted)
     dispatched: bool = False  # the agent confirmed the launch (not persisted)
     _core: Job | None = None
     _api: dict[str, Any] | None = None  # cached summary record (not while running)
@@ -111,7 +112,12 @@ class JobRecord:
                 id=self.id,
                 spec=self.sub.spec,
                 submit_time=self.submit_time,
-                state=self.state,
+                # a job being killed (cancel, preemption grace) is COMPLETING to the core:
+                # it still holds its resources but is never offered as a victim again
+                state=(JobState.COMPLETING
+                       if self.state is JobState.RUNNING
+                       and (self.cancel_requested or self.requeue_requested)
+                       else self.state),
                 start_time=self.start_time,
                 end_time=self.end_time,
                 hold=self.hold,

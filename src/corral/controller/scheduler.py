@@ -26,7 +26,7 @@ from corral.agent.launch import LaunchRequest
 from corral.controller.env import job_environment
 from corral.controller.errors import ApiError
 from corral.controller.records import JobRecord
-from corral.core.decisions import CycleResult, Start
+from corral.core.decisions import CycleResult, Reserve, Start
 from corral.core.model.job import HoldKind, JobSpec, JobState
 from corral.core.model.partition import PreemptMode
 from corral.core.model.transitions import JobEvent, job_transition
@@ -54,6 +54,9 @@ class SchedulerLoop:
         self.last_cycle_s = 0.0
         self.cycles = 0
         self.reserved: tuple[int, ...] = ()
+        # last cycle's reservations: conservative backfill keeps them as guarantees
+        self.reservations: tuple[Reserve, ...] = ()
+        self.preempt_grace: dict[int, int] = {}
         self._accounts = ctl.cfg.account_tree()
         self._qos = ctl.cfg.qos_models()
         self._validate: Callable[..., Any] | None = None
@@ -110,6 +113,7 @@ class SchedulerLoop:
             usage=ctl.ledger.view(time.time(), ctl.running.values()),
             generation=self.generation,
             reserved=self.reserved,
+            reservations=self.reservations,
         )
 
     def check_feasible(self, spec: JobSpec) -> None:
@@ -138,7 +142,8 @@ class SchedulerLoop:
             self._pool, self.cycle_fn, snap, self.sched_cfg, now)
         elapsed = time.perf_counter() - t0
         self.last_cycle_s = elapsed
-        self.reserved = tuple(getattr(result, "reserved", ()))
+        self.reserved = result.reserved
+        self.reservations = result.reservations
         self.cycles += 1
         started = await self.apply(result, time.time())
         ctl.metrics.cycle(elapsed, started)
@@ -201,7 +206,7 @@ class SchedulerLoop:
             if rec.state is JobState.RUNNING and not rec.cancel_requested:
                 ctl.hub.launch(rec, self.launch_request(rec))
         for rec in preempted:
-            ctl.hub.cancel(rec)
+            ctl.hub.cancel(rec, self.preempt_grace.pop(rec.id, None))
         return len(starts)
 
     def _preempt(self, result: CycleResult, now: float) -> list[JobRecord]:
@@ -215,6 +220,9 @@ class SchedulerLoop:
             else:
                 rec.cancel_requested = True
                 rec.end_reason = f"preempted by job {p.for_job_id}"
+            rec.preempted_by = p.for_job_id
+            rec.touch()  # the core must now see it as COMPLETING (not a victim again)
+            self.preempt_grace[rec.id] = p.grace_s
             out.append(rec)
         return out
 

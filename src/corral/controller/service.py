@@ -252,6 +252,7 @@ class Controller:
         rec.cancel_requested = False
         rec.requeue_requested = False
         rec.requeue_hold = False
+        rec.preempted_by = None
         rec.eligible_time = None
         if hold:
             rec.hold = HoldKind.USER
@@ -640,8 +641,11 @@ class Controller:
                 except ValueError:
                     state = JobState.FAILED
                 if rec.cancel_requested and state is not JobState.COMPLETED:
-                    state = JobState.CANCELLED
-                reason = rec.end_reason if state is JobState.CANCELLED else ex.reason
+                    # killed by preemption in CANCEL mode: Slurm's PREEMPTED state
+                    state = (JobState.PREEMPTED if rec.preempted_by is not None
+                             else JobState.CANCELLED)
+                reason = (rec.end_reason if state in (JobState.CANCELLED, JobState.PREEMPTED)
+                          else ex.reason)
                 self.finish(rec, state, ex.end_time or now, exit_code=ex.exit_code,
                             signal=ex.signal, reason=reason)
                 if ex.start_time:

@@ -50,7 +50,7 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) ->
         )
     prio = priority.compute(snapshot, config, now)
     order = order_jobs(snapshot.pending, prio, reserved_ids(snapshot, config),
-                       config.reservation_policy)
+                       config.reservation_policy, snapshot.partitions)
     out = Pass(snapshot, config, now, table, pool).run(order, prio)
     stats = CycleStats(
         pending=len(snapshot.pending),

@@ -29,3 +29,20 @@ def test_highest_keeps_reserved_jobs_first_in_reservation_order() -> None:
     assert [j.id for j in got] == [4, 3, 1, 2]
     got = order_jobs(jobs, prio, (4, 3), ReservationPolicy.CURRENT_HIGHEST)
     assert [j.id for j in got] == [1, 2, 3, 4]
+
+
+def test_higher_partition_tier_comes_first_whatever_the_priority() -> None:
+    from corral.core.model.partition import Partition
+
+    parts = (Partition("low", ("n1",), priority_tier=1, is_default=True),
+             Partition("high", ("n1",), priority_tier=2))
+    jobs = [job(1).partition("low").build(), job(2).partition("high").build(),
+            job(3).build(), job(4).partition("low", "high").build()]
+    prio = {1: 9.0, 2: 1.0, 3: 8.0, 4: 0.5}
+    got = order_jobs(jobs, prio, (), ReservationPolicy.CURRENT_HIGHEST, parts)
+    # tier 2 first (job 2, and job 4 which may run in "high"), then tier 1 by priority;
+    # job 3 names no partition, so it counts with the default partition's tier
+    assert [j.id for j in got] == [2, 4, 1, 3]
+    same = (Partition("a", ("n1",), is_default=True), Partition("b", ("n1",)))
+    got = order_jobs(jobs, prio, (), ReservationPolicy.CURRENT_HIGHEST, same)
+    assert [j.id for j in got] == [1, 3, 2, 4]

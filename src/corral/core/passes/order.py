@@ -1,4 +1,9 @@
-"""Queue order: priority (higher first), then submit time, then job id.
+"""Queue order: partition PriorityTier (higher first), priority (higher first), submit time,
+job id.
+
+As in Slurm, jobs of a partition with a higher ``PriorityTier`` are considered before any
+job of a lower tier, whatever their priorities (a job listing several partitions counts
+with the highest tier among them). Without tier differences this is plain priority order.
 
 With ``ReservationPolicy.HIGHEST`` (Maui's ``RESERVATIONPOLICY HIGHEST``) the jobs that
 hold a persistent reservation from earlier cycles (``ClusterSnapshot.reserved``, in the
@@ -13,6 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from corral.core.config import ReservationPolicy
 from corral.core.model.job import Job
+from corral.core.model.partition import Partition
 
 
 def effective_priority(job: Job, prio: Mapping[int, float]) -> float:
@@ -22,12 +28,26 @@ def effective_priority(job: Job, prio: Mapping[int, float]) -> float:
 
 
 def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
-               reserved: Sequence[int], policy: ReservationPolicy) -> list[Job]:
+               reserved: Sequence[int], policy: ReservationPolicy,
+               partitions: Sequence[Partition] = ()) -> list[Job]:
     """Pending jobs in the order the passes consider them."""
     get = prio.get
-    jobs = sorted(pending, key=lambda j: (
-        -(get(j.id, 0.0) if j.admin_priority is None else j.admin_priority),
-        j.submit_time, j.id))
+    tiers = {p.name: p.priority_tier for p in partitions}
+    if len(set(tiers.values())) > 1:
+        default = next((p.name for p in partitions if p.is_default), partitions[0].name)
+
+        def tier(j: Job) -> int:
+            names = j.spec.partitions or (default,)
+            return max((tiers.get(n, 0) for n in names), default=0)
+
+        jobs = sorted(pending, key=lambda j: (
+            -tier(j),
+            -(get(j.id, 0.0) if j.admin_priority is None else j.admin_priority),
+            j.submit_time, j.id))
+    else:
+        jobs = sorted(pending, key=lambda j: (
+            -(get(j.id, 0.0) if j.admin_priority is None else j.admin_priority),
+            j.submit_time, j.id))
     if policy == ReservationPolicy.HIGHEST and reserved:
         pos = {jid: k for k, jid in enumerate(reserved)}
         head = sorted((j for j in jobs if j.id in pos), key=lambda j: pos[j.id])
