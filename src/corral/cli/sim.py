@@ -347,14 +347,19 @@ def rlscheduler_cmd(
                 pub = bl.PUBLISHED[(name, backfill)][pol][0]
                 comp = bl.compat_cells(wl, pol, backfill=backfill).mean_bsld
                 corev: float | None = None
-                if core and pol in ("FCFS", "SJF", "F1"):
+                if core:
                     corev = bl.core_cells(wl, pol, backfill=backfill).mean_bsld
                 mode = "backfilling" if backfill else "no backfilling"
                 table.add_row(name, mode, pol, f"{pub:.2f}", f"{comp:.2f}",
                               "-" if corev is None else f"{corev:.2f}")
                 rows.append({"trace": name, "mode": mode, "policy": pol, "published": pub,
                              "compat": comp, "core": corev})
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    if core:
+        console.print("core: the general scheduler; without backfilling strict priority with "
+                      "persistent (HIGHEST) reservations, with backfilling textbook EASY; its "
+                      "WFP3/UNI use the real wait (now - submit). See docs/sim/rlscheduler.md.")
     if json_out:
         write_json(json_out, rows)
 
