@@ -79,6 +79,17 @@ Job record (``dict``, from ``jobs()``, ``job()``, ``history()``)::
     cpu_time_s        float   consumed CPU time (finished jobs, 0 if unknown)
     max_rss_mb        float   peak memory (finished jobs, 0 if unknown)
     dialect           str     native | slurm | pbs | volcano (which front end submitted it)
+    interactive       bool    an allocation without a batch script (srun/salloc): no
+                              ``.batch`` step
+    cancelled_by_uid  int|None    uid of who cancelled it (CANCELLED jobs)
+    warning           str     e.g. "suspending a multi-node job: MPI jobs often cannot
+                              resume" ("" when none)
+    suspended_s       float   time spent SUSPENDED (preemption mode SUSPEND); not counted
+                              in ``time_used_s`` nor against the time limit
+
+``job(id)`` and ``history()`` records add ``steps``: the ``srun`` steps of the job's
+current run, each ``{step_id, job_id, restarts, name, argv, ntasks, nodes, num_cpus,
+start_time, end_time|None, state (RUNNING or an end state), exit_code|None, signal, pid}``.
 
 ``job(id)`` adds ``spec`` (the JobSpec as JSON), ``allocation`` (per node: node, cores,
 cpus, mem_mb, gpus, tasks) and ``submission`` fields (``script``, ``argv``, ``env`` are
@@ -439,14 +450,49 @@ class Client:
         signal: str | int | None = None,
         *,
         batch_only: bool = False,
+        scope: str | None = None,
     ) -> list[dict[str, Any]]:
         """Cancel jobs, or with ``signal`` just send it (``"USR1"``, ``10``) to running ones.
 
-        Returns one result per id: ``{"id": "12", "ok": bool, "code": str, "message": str}``.
-        Per-id failures (unknown, finished, not yours) come back as results, not exceptions.
+        ``scope`` (with ``signal``), as ``scancel``: ``"steps"`` every job process but the
+        batch shell (scancel's default), ``"batch"`` only the shell (``-b``), ``"all"``
+        every process (``-f``). Without it the signal goes to every process (or only the
+        shell with ``batch_only``).
+
+        Returns one result per id: ``{"id": "12", "ok": bool, "code": str, "message": str}``
+        (plus ``slurm``: Slurm's wording of a failure). Per-id failures (unknown, finished,
+        not yours) come back as results, not exceptions.
         """
+        if scope is not None and scope not in ("steps", "batch", "all"):
+            raise CorralError("invalid", f"scope must be steps, batch or all, not {scope!r}")
         return self._action("cancel", ids, signal=None if signal is None else str(signal),
-                            batch_only=batch_only or None)
+                            batch_only=batch_only or scope == "batch" or None, scope=scope)
+
+    def start_step(self, job_id: int | str, argv: Iterable[str], *, name: str | None = None,
+                   ntasks: int = 1, nodes: Iterable[str] = (), num_cpus: int = 0,
+                   start_time: float | None = None, pid: int | None = None) -> int:
+        """Record a step (what ``srun`` runs) of a running job; returns its step id
+        (0, 1, ... within the job's current run). The job's owner or an operator."""
+        body: dict[str, Any] = {"argv": list(argv), "ntasks": ntasks, "nodes": list(nodes),
+                                "num_cpus": num_cpus}
+        for key, value in (("name", name), ("start_time", start_time), ("pid", pid)):
+            if value is not None:
+                body[key] = value
+        return int(self.request("POST", f"/jobs/{job_id}/steps", body)["step_id"])
+
+    def end_step(self, job_id: int | str, step_id: int, *, exit_code: int = 0,
+                 signal: int = 0, state: str | None = None,
+                 end_time: float | None = None) -> dict[str, Any]:
+        """Record a step's end (``state`` defaults from the exit code and signal:
+        COMPLETED, FAILED or CANCELLED); returns the step record."""
+        body: dict[str, Any] = {"exit_code": exit_code, "signal": signal}
+        if state is not None:
+            body["state"] = state
+        if end_time is not None:
+            body["end_time"] = end_time
+        step: dict[str, Any] = self.request("POST", f"/jobs/{job_id}/steps/{step_id}/end",
+                                            body)
+        return step
 
     def hold(self, ids: Iterable[int | str], *, admin: bool = False) -> list[dict[str, Any]]:
         """Hold pending jobs (user hold; ``admin=True``: an admin hold, operators only)."""

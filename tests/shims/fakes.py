@@ -88,7 +88,7 @@ class FakeClient:
         return out
 
     def cancel(self, ids: Iterable[int | str], signal: str | int | None = None, *,
-               batch_only: bool = False) -> list[dict[str, Any]]:
+               batch_only: bool = False, scope: str | None = None) -> list[dict[str, Any]]:
         return self._results("cancel", ids)
 
     def hold(self, ids: Iterable[int | str], *, admin: bool = False) -> list[dict[str, Any]]:

@@ -10,6 +10,8 @@ Routes (all JSON, prefix ``/api/v1``; errors are ``{"error": {"code", "message",
 - ``GET  /jobs/{id}``            one job in detail (``12`` or ``12_3``)
 - ``PATCH /jobs/{id}``           update fields (time limit, priority, name, ...)
 - ``POST /jobs/cancel|hold|release|requeue``  ``{ids, signal?, admin?, hold?}`` -> per-id results
+- ``POST /jobs/{id}/steps``      record a job step (srun) -> ``{job_id, step_id}``
+- ``POST /jobs/{id}/steps/{n}/end``  its end ``{state, exit_code, signal, end_time}``
 - ``POST /history``              accounting records from the database
 - ``GET  /nodes``, ``GET /nodes/{name}``, ``POST /nodes/{name}/drain|resume|down``
 - ``GET  /partitions``, ``GET /config``, ``GET /whoami``, ``GET /ping``
@@ -134,6 +136,20 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
         if not isinstance(fields, dict):
             raise ApiError("invalid", "the update is a JSON object of fields")
         return _json(await ctl.update_job(job_id, fields, who))
+
+    @app.post(PREFIX + "/jobs/{job_id}/steps", summary="Record a job step (srun)")
+    async def start_step(request: Request, job_id: str) -> Response:
+        from corral.controller.steps import start_step as start
+
+        who = identity(request)
+        return _json(await start(ctl, job_id, await _body(request), who))
+
+    @app.post(PREFIX + "/jobs/{job_id}/steps/{step_id}/end", summary="Record a step's end")
+    async def end_step(request: Request, job_id: str, step_id: str) -> Response:
+        from corral.controller.steps import end_step as end
+
+        who = identity(request)
+        return _json(await end(ctl, job_id, step_id, await _body(request), who))
 
     async def _action(request: Request, action: str) -> Response:
         who = identity(request)

@@ -108,6 +108,8 @@ def job_environment(rec: JobRecord, cluster_name: str, controller_host: str) -> 
         env["SLURM_GPUS"] = str(total)
     if rec.time_limit_s:
         env["CORRAL_TIME_LIMIT_S"] = str(rec.time_limit_s)
+    if rec.sub.extra.get("open_mode"):  # sbatch --open-mode: srun's files follow it
+        env["SLURM_OPEN_MODE"] = "a" if rec.sub.extra["open_mode"] == "append" else "t"
     return env
 
 

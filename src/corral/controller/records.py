@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.core.model.job import Allocation, HoldKind, Job, JobState, NodeAllocation
 from corral.core.model.node import Node, NodeSpec, NodeState
 from corral.core.parse.dependency import format_dependency
 from corral.core.parse.hostlist import compress
 from corral.submission import JobSubmission
+
+if TYPE_CHECKING:
+    from corral.controller.steps import StepRecord
 
 ACTIVE_STATES = frozenset(s for s in JobState if not s.is_finished)
 
@@ -61,6 +64,14 @@ class JobRecord:
     requeue_requested: bool = False
     requeue_hold: bool = False
     preempted_by: int | None = None  # the job this run is being preempted for (not persisted)
+    cancelled_by_uid: int | None = None  # who cancelled it (sacct's "CANCELLED by <uid>")
+    warning: str = ""  # e.g. a multi-node job was suspended: MPI jobs often cannot resume
+    suspended_by: int | None = None  # SUSPENDED: the preemptor it yields its cores to
+    suspended_at: float | None = None  # SUSPENDED since (epoch seconds)
+    suspended_s: float = 0.0  # total time spent suspended in this run (before suspended_at)
+    default_partition: str = ""  # the cluster's default partition (display; not persisted)
+    steps: list[StepRecord] = field(default_factory=list)  # srun steps of this run
+    steps_unsaved: list[StepRecord] = field(default_factory=list)  # closed, not yet persisted
     dispatched: bool = False  # the agent confirmed the launch (not persisted)
     _core: Job | None = None
     _api: dict[str, Any] | None = None  # cached summary record (not while running)
@@ -118,7 +129,11 @@ class JobRecord:
                        if self.state is JobState.RUNNING
                        and (self.cancel_requested or self.requeue_requested)
                        else self.state),
-                start_time=self.start_time,
+                # time spent suspended does not count against the limit: the job ends
+                # that much later than start + limit
+                start_time=(self.start_time + self.suspended_s
+                            if self.start_time is not None and self.suspended_s
+                            else self.start_time),
                 end_time=self.end_time,
                 hold=self.hold,
                 allocation=self.allocation,
@@ -142,7 +157,11 @@ class JobRecord:
             if self.start_time is not None and self.end_time is None:
                 rec = dict(self._api)
                 t = now if now is not None else time.time()
-                rec["time_used_s"] = max(0.0, t - self.start_time)
+                paused = self.suspended_s
+                if self.suspended_at is not None:
+                    paused += t - self.suspended_at
+                    rec["suspended_s"] = paused
+                rec["time_used_s"] = max(0.0, t - self.start_time - paused)
                 return rec
             return self._api
         rec = self._build_api(now)
@@ -176,11 +195,14 @@ class JobRecord:
         t = now if now is not None else time.time()
         if self.start_time is not None:
             used = (self.end_time if self.end_time is not None else t) - self.start_time
+            used -= self.suspended_s + (t - self.suspended_at
+                                        if self.suspended_at is not None else 0.0)
         else:
             used = 0.0
-        if self.sub.script is not None:
+        command = self.sub.extra.get("command", "")
+        if not command and self.sub.script is not None:
             command = self.sub.extra.get("script_path", "") or "(batch script)"
-        else:
+        elif not command:
             command = " ".join(self.sub.argv)
         rec: dict[str, Any] = {
             "id": self.id,
@@ -195,7 +217,7 @@ class JobRecord:
             "gid": spec.gid,
             "account": spec.account,
             "qos": spec.qos,
-            "partition": self.partition or ",".join(spec.partitions),
+            "partition": self.partition or ",".join(spec.partitions) or self.default_partition,
             "partitions": list(spec.partitions),
             "state": self.state.value,
             "state_short": self.state.short,
@@ -241,6 +263,11 @@ class JobRecord:
             "cpu_time_s": self.cpu_time_s,
             "max_rss_mb": self.max_rss_mb,
             "dialect": self.sub.dialect,
+            "interactive": self.sub.interactive,
+            "cancelled_by_uid": self.cancelled_by_uid,
+            "warning": self.warning,
+            "suspended_s": self.suspended_s + (t - self.suspended_at
+                                               if self.suspended_at is not None else 0.0),
         }
         return rec
 

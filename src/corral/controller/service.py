@@ -30,6 +30,7 @@ from corral.controller.metrics import Metrics
 from corral.controller.nodes import NodeTable
 from corral.controller.records import JobRecord
 from corral.controller.rows import insert_row, record_from_row, update_row
+from corral.controller.steps import close_open_steps
 from corral.controller.store import Store
 from corral.core.model.job import HoldKind, JobState
 from corral.core.model.transitions import JobEvent, job_transition
@@ -64,6 +65,9 @@ class Controller:
         self.next_id = 1
         self.metrics = Metrics()
         self.nodes = NodeTable(self)
+        self.default_partition = next(
+            (p.name for p in self.nodes.partitions if p.is_default),
+            self.nodes.partitions[0].name if self.nodes.partitions else "")
         from corral.controller.agents import AgentHub
         from corral.controller.scheduler import SchedulerLoop
 
@@ -89,6 +93,11 @@ class Controller:
             self._index(rec)
             if rec.state.is_active:
                 self.nodes.allocate(rec)
+        started = [jid for jid, r in self.jobs.items() if r.start_time is not None]
+        from corral.controller.steps import attach_loaded
+
+        attach_loaded(self.jobs, await loop.run_in_executor(None, self.store.load_steps,
+                                                            started))
         self.next_id = max(await loop.run_in_executor(None, self.store.max_job_id), 0) + 1
         from corral.controller.usage import META_KEY
 
@@ -144,6 +153,7 @@ class Controller:
     # ---- bookkeeping ----------------------------------------------------------------
 
     def _index(self, rec: JobRecord) -> None:
+        rec.default_partition = self.default_partition
         self.jobs[rec.id] = rec
         if rec.array_job_id is not None:
             self.arrays.setdefault(rec.array_job_id, []).append(rec.id)
@@ -188,9 +198,13 @@ class Controller:
                 with_submission: Iterable[JobRecord] = ()) -> asyncio.Future[Any]:
         ins = [insert_row(r) for r in inserts]
         ups = []
+        step_ups: list[dict[str, Any]] = []
         for r in updates:
             r.touch_api()  # every change is persisted: the cached API view is stale
             ups.append(update_row(r))
+            if r.steps_unsaved:  # steps closed by the job's end or requeue
+                step_ups.extend(st.update_row() for st in r.steps_unsaved)
+                r.steps_unsaved = []
         subs = [{"_id": r.id, "submission": _submission_json(r)} for r in with_submission]
         ops = []
         if ins:
@@ -199,6 +213,8 @@ class Controller:
             ops.append(self.store.op_update_jobs(ups))
         if subs:
             ops.append(self.store.op_update_jobs(subs))
+        if step_ups:
+            ops.append(self.store.op_update_steps(step_ups))
 
         def run(conn: Any) -> None:
             for op in ops:
@@ -229,6 +245,8 @@ class Controller:
         if was_active:
             self.nodes.release(rec)
             self.ledger.charge(rec, now)
+        if rec.steps:
+            close_open_steps(rec, rec.state, now)
         self._place(rec)
         self.recent.append(rec.id)
         self.finished[rec.id] = self._finished_info(rec)
@@ -241,6 +259,9 @@ class Controller:
             rec.state = job_transition(rec.state, JobEvent.REQUEUE)
         else:
             rec.state = job_transition(rec.state, JobEvent.REQUEUE)
+        if rec.steps:  # the old run's steps stay in the store; the new run counts from 0
+            close_open_steps(rec, JobState.CANCELLED, now)
+            rec.steps = []
         rec.restarts += 1
         rec.start_time = None
         rec.end_time = None
@@ -372,6 +393,8 @@ class Controller:
         rows = await loop.run_in_executor(
             None, lambda: self.store.history(ids=[jid], array_ids=[jid]))
         recs = [record_from_row(r) for r in rows]
+        for r in recs:
+            r.default_partition = self.default_partition
         if sep:
             wanted = _task_set(ref, task)
             recs = [r for r in recs if r.array_job_id == jid
@@ -389,7 +412,11 @@ class Controller:
         rec = recs[0] if len(recs) == 1 else next(
             (r for r in recs if r.id == int(ref.partition("_")[0])), recs[0])
         private = who.is_admin or who.uid == rec.uid
-        return rec.to_api(time.time(), detail=True, private=private)
+        out = rec.to_api(time.time(), detail=True, private=private)
+        from corral.controller.steps import steps_api
+
+        out["steps"] = (await steps_api(self, [rec]))[rec.id]
+        return out
 
     def query(self, flt: dict[str, Any]) -> list[JobRecord]:
         states = set(flt.get("states") or ())
@@ -450,11 +477,21 @@ class Controller:
             account=flt.get("account"), partition=flt.get("partition"),
             limit=flt.get("limit")))
         now = time.time()
-        out = []
+        recs = []
         for row in rows:
             mem = self.jobs.get(int(row.id))
-            rec = mem if mem is not None else record_from_row(row)
-            out.append(rec.to_api(now))
+            if mem is None:
+                mem = record_from_row(row)
+                mem.default_partition = self.default_partition
+            recs.append(mem)
+        from corral.controller.steps import steps_api
+
+        steps = await steps_api(self, recs)
+        out = []
+        for rec in recs:
+            api = dict(rec.to_api(now))  # a copy: the summary view may be cached
+            api["steps"] = steps[rec.id]
+            out.append(api)
         return out
 
     # ---- job actions --------------------------------------------------------------------
@@ -522,12 +559,14 @@ class Controller:
                 after.append(lambda: self.hub.signal(rec, str(sig), batch_only, steps_only))
                 return True
             if rec.state is JobState.PENDING:
+                rec.cancelled_by_uid = who.uid
                 self.finish(rec, JobState.CANCELLED, now, reason=f"cancelled by {who.user}")
                 changed.append(rec)
                 return True
             if rec.cancel_requested:
                 return True
             rec.cancel_requested = True
+            rec.cancelled_by_uid = who.uid
             rec.end_reason = f"cancelled by {who.user}"
             if not self.hub.connected(rec):
                 self.finish(rec, JobState.CANCELLED, now, reason=rec.end_reason)

@@ -73,6 +73,19 @@ nodes = sa.Table(
     sa.Column("data", sa.Text, nullable=False, default="{}"),
 )
 
+# job steps (``srun`` inside a job): one row per step of one run of a job
+steps = sa.Table(
+    "steps", metadata,
+    sa.Column("job_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("restarts", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("step_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("start_time", sa.Float, nullable=False),
+    sa.Column("end_time", sa.Float, nullable=True),
+    sa.Column("data", sa.Text, nullable=False),  # argv, ntasks, nodes, cpus, exit, pid
+)
+
 meta = sa.Table(
     "meta", metadata,
     sa.Column("key", sa.Text, primary_key=True),
@@ -190,6 +203,24 @@ class Store:
         return run
 
     @staticmethod
+    def op_insert_step(row: dict[str, Any]) -> Op:
+        def run(conn: Connection) -> None:
+            conn.execute(steps.insert().values(**row))
+        return run
+
+    @staticmethod
+    def op_update_steps(rows: list[dict[str, Any]]) -> Op:
+        """Rows carry the key (``job_id``, ``restarts``, ``step_id``) plus
+        ``state``, ``end_time`` and ``data``."""
+        def run(conn: Connection) -> None:
+            for row in rows:
+                conn.execute(steps.update().where(
+                    (steps.c.job_id == row["job_id"]) & (steps.c.restarts == row["restarts"])
+                    & (steps.c.step_id == row["step_id"])).values(
+                        state=row["state"], end_time=row["end_time"], data=row["data"]))
+        return run
+
+    @staticmethod
     def op_upsert_node(name: str, spec: dict[str, Any], admin_state: str, reason: str,
                        data: dict[str, Any]) -> Op:
         def run(conn: Connection) -> None:
@@ -220,6 +251,20 @@ class Store:
             return list(conn.execute(
                 sa.select(jobs).where(jobs.c.state.in_(ACTIVE_STATE_VALUES))
                 .order_by(jobs.c.id)))
+
+    def load_steps(self, job_ids: Iterable[int]) -> list[sa.Row[Any]]:
+        """Step rows of these jobs (every run), in job and step order."""
+        id_list = list(job_ids)
+        if not id_list:
+            return []
+        out: list[sa.Row[Any]] = []
+        with self.engine.connect() as conn:
+            for i in range(0, len(id_list), 500):  # bounded IN lists
+                chunk = id_list[i:i + 500]
+                out.extend(conn.execute(
+                    sa.select(steps).where(steps.c.job_id.in_(chunk))
+                    .order_by(steps.c.job_id, steps.c.restarts, steps.c.step_id)))
+        return out
 
     def load_nodes(self) -> list[sa.Row[Any]]:
         with self.engine.connect() as conn:

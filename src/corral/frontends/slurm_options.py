@@ -225,6 +225,8 @@ def build_submission(
         except ValueError as exc:
             raise ctx.error(f"Invalid --export specification: {exc}") from None
     extra["export"] = env_mode
+    if opts.open_mode:  # given explicitly: the job sees SLURM_OPEN_MODE (a or t)
+        extra["open_mode"] = opts.open_mode
     extra["submit_dir"] = ctx.cwd
     if ctx.host:
         extra["submit_host"] = ctx.host

@@ -54,7 +54,7 @@ class Client(Protocol):
 
     def cancel(
         self, ids: Iterable[int | str], signal: str | int | None = None, *,
-        batch_only: bool = False,
+        batch_only: bool = False, scope: str | None = None,
     ) -> list[dict[str, Any]]: ...
 
     def hold(self, ids: Iterable[int | str], *, admin: bool = False) -> list[dict[str, Any]]: ...

@@ -68,9 +68,7 @@ class InProcessClient:
         try:
             return self._run(fn)
         except ApiError as exc:
-            err = CorralError(exc.code, exc.message, exc.status)
-            err.slurm = exc.slurm  # type: ignore[attr-defined]
-            raise err from None
+            raise CorralError(exc.code, exc.message, exc.status, slurm=exc.slurm) from None
 
     # ---- jobs ---------------------------------------------------------------------------
     def submit_result(self, sub: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,7 +106,7 @@ class InProcessClient:
         try:
             return self._sync(query)
         except ApiError as exc:
-            raise CorralError(exc.code, exc.message, exc.status) from None
+            raise CorralError(exc.code, exc.message, exc.status, slurm=exc.slurm) from None
 
     def job(self, job_id: int | str) -> dict[str, Any]:
         return self._wrap(lambda: self.ctl.get_job(str(job_id), self.who))
@@ -206,7 +204,7 @@ class InProcessClient:
         try:
             return self._sync(op)
         except ApiError as exc:
-            raise CorralError(exc.code, exc.message, exc.status) from None
+            raise CorralError(exc.code, exc.message, exc.status, slurm=exc.slurm) from None
 
     def drain(self, node: str, reason: str) -> dict[str, Any]:
         return self._node_op(lambda: self.ctl.nodes.drain(node, reason))

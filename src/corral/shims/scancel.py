@@ -160,15 +160,7 @@ def send_cancel(client: Client, ids: list[str], sig: str | None, batch_only: boo
     the batch shell), ``batch`` (``-b``) or ``all`` (``-f``)."""
     if sig is None:
         return client.cancel(ids)
-    request = getattr(client, "request", None)
-    if request is not None:  # the REST client: pass the scope through the body
-        body = {"ids": ids, "signal": sig, "batch_only": batch_only or None, "scope": scope}
-        results: list[dict[str, Any]] = request("POST", "/jobs/cancel", body)["results"]
-        return results
-    try:
-        return client.cancel(ids, sig, batch_only=batch_only, scope=scope)  # type: ignore[call-arg]
-    except TypeError:
-        return client.cancel(ids, sig, batch_only=batch_only)
+    return client.cancel(ids, sig, batch_only=batch_only, scope=scope)
 
 
 def _slurm_message(code: str, message: str) -> str:

@@ -1,10 +1,12 @@
 """Job steps: numbering and recording the ``srun`` steps of a job.
 
-The controller records a step with ``POST /api/v1/jobs/<id>/steps`` (name, argv, task
-count, nodes) and its end with ``POST /api/v1/jobs/<id>/steps/<step>/end`` (state, exit
-code, signal); ``sacct`` then shows ``<id>.<step>`` rows. Where the controller has no such
-route yet, step ids still count up per job (and per restart) through a small locked
-counter file in ``$TMPDIR``, so ``SLURM_STEP_ID`` and ``%s``/``%J`` are right either way.
+The controller numbers and records a step (``Client.start_step``: ``POST
+/api/v1/jobs/<id>/steps`` with name, argv, task count, nodes, CPUs, start time, pid) and
+its end (``Client.end_step``: state, exit code, signal, end time); ``sacct`` then shows
+``<id>.<step>`` rows, and the steps survive a controller restart. Where the controller
+cannot be reached or has no such route (an older one), step ids still count up per job
+(and per restart) through a small locked counter file in ``$TMPDIR``, so
+``SLURM_STEP_ID`` and ``%s``/``%J`` are right either way (the step is then not recorded).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class StepRecorder:
         self.client = client
         self.job_id = job_id
         self.restarts = restarts
-        self.remote = hasattr(client, "request")
+        self.remote = hasattr(client, "start_step") or hasattr(client, "request")
         self.step_id: int | None = None
 
     def _counter_path(self) -> str:
@@ -61,11 +63,16 @@ class StepRecorder:
               cpus: int) -> int:
         if self.remote:
             try:
-                res = self.client.request("POST", f"/jobs/{self.job_id}/steps", {
-                    "name": name, "argv": argv, "ntasks": ntasks, "nodes": nodes,
-                    "num_cpus": cpus, "start_time": time.time(), "pid": os.getpid(),
-                })
-                self.step_id = int(res["step_id"])
+                if hasattr(self.client, "start_step"):
+                    self.step_id = int(self.client.start_step(
+                        self.job_id, argv, name=name, ntasks=ntasks, nodes=nodes,
+                        num_cpus=cpus, start_time=time.time(), pid=os.getpid()))
+                else:
+                    res = self.client.request("POST", f"/jobs/{self.job_id}/steps", {
+                        "name": name, "argv": argv, "ntasks": ntasks, "nodes": nodes,
+                        "num_cpus": cpus, "start_time": time.time(), "pid": os.getpid(),
+                    })
+                    self.step_id = int(res["step_id"])
                 return self.step_id
             except Exception:  # noqa: BLE001 - no steps route: count locally
                 self.remote = False
@@ -79,9 +86,13 @@ class StepRecorder:
             state = "COMPLETED" if exit_code == 0 and not signal else (
                 "CANCELLED" if signal else "FAILED")
         try:
-            self.client.request("POST", f"/jobs/{self.job_id}/steps/{self.step_id}/end", {
-                "state": state, "exit_code": exit_code, "signal": signal,
-                "end_time": time.time(),
-            })
+            if hasattr(self.client, "end_step"):
+                self.client.end_step(self.job_id, self.step_id, exit_code=exit_code,
+                                     signal=signal, state=state, end_time=time.time())
+            else:
+                self.client.request("POST",
+                                    f"/jobs/{self.job_id}/steps/{self.step_id}/end", {
+                                        "state": state, "exit_code": exit_code,
+                                        "signal": signal, "end_time": time.time()})
         except Exception:  # noqa: BLE001 - the step's end is informational
             pass
