@@ -72,6 +72,9 @@ def run_browser(page: Any, c: Any, token: str, held: int, shots: Path) -> None:
     page.wait_for_selector("#view-queue:not([hidden])")
     wait_for(lambda: page.inner_text("#whoami").startswith("root"), 10, 0.1, what="whoami")
     assert page.query_selector(f'tr[data-job-id="{held}"]') is not None
+    # a pending job that named no partition shows the cluster's default one by name
+    held_row = page.inner_text(f'tr[data-job-id="{held}"]')
+    assert c.job(held)["partition"] == "main" and "\tmain\t" in held_row, held_row
 
     # submit through the portal form, as the signed-in user
     page.click('a[data-view="submit"]')
