@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.agent import spool
+from corral.agent import pbsaux, spool
 from corral.agent.cgroups import CgroupLayout, JobCgroup
 from corral.agent.isolation import node_layout
 from corral.agent.launch import JobExit, LaunchRequest
@@ -115,6 +115,8 @@ class JobRunner:
         self._reported: set[int] = set()
         self._last_sweep = 0.0
         self._groups: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {}
+        self._aux = pbsaux.aux_dir(str(self.state_dir))
+        self._nodefiles: dict[int, str] = {}  # qsub jobs: PBS_NODEFILE, removed on ack
         self.adopted: list[int] = []
         self._adopt()
 
@@ -141,6 +143,9 @@ class JobRunner:
         except FileExistsError:  # debris of a run this runner never knew: replace it
             shutil.rmtree(jdir, ignore_errors=True)
             os.mkdir(jdir)
+        if pbsaux.KEY in req.extra:
+            req = pbsaux.write_nodefile(req, self._aux)
+            self._nodefiles[jid] = req.env["PBS_NODEFILE"]
         spool.write_json(os.path.join(jdir, spool.REQUEST), req.to_json())
         self._runs[jid] = req.restarts
         self._start(jid, req, jdir)
@@ -285,6 +290,9 @@ class JobRunner:
                 shutil.rmtree(jdir, ignore_errors=True)
                 continue
             self._runs[jid] = int(req.get("restarts", 0))
+            nodefile = pbsaux.nodefile_of(req)
+            if nodefile:
+                self._nodefiles[jid] = nodefile
             if os.path.exists(os.path.join(jdir, spool.EXIT)):
                 self._pending.add(jid)
                 continue
@@ -371,6 +379,8 @@ class JobRunner:
         except OSError:
             shutil.rmtree(jdir, ignore_errors=True)
         self._runs.pop(jid, None)
+        if self._nodefiles:
+            pbsaux.remove(self._nodefiles.pop(jid, None))
         self._active.pop(jid, None)
         self._unclaimed.pop(jid, None)
         self._pending.discard(jid)

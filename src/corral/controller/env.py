@@ -110,7 +110,42 @@ def job_environment(rec: JobRecord, cluster_name: str, controller_host: str) -> 
         env["CORRAL_TIME_LIMIT_S"] = str(rec.time_limit_s)
     if rec.sub.extra.get("open_mode"):  # sbatch --open-mode: srun's files follow it
         env["SLURM_OPEN_MODE"] = "a" if rec.sub.extra["open_mode"] == "append" else "t"
+    if rec.sub.dialect == "pbs":
+        pbs_environment(rec, env, controller_host)
     return env
+
+
+# what a PBS job sees even without qsub -V (PBS sets them from the user's account)
+_PBS_ACCOUNT_VARS = ("HOME", "SHELL", "LANG", "TZ")
+
+
+def pbs_environment(rec: JobRecord, env: dict[str, str], server: str) -> None:
+    """Add the ``PBS_*`` variables of a job submitted with ``qsub`` (``dialect == "pbs"``).
+
+    ``PBS_NODEFILE`` is not here: the agent writes the node file (``pbs_nodefile_text``)
+    on the node and names it. ``server`` is the PBS server name in job ids
+    (``<seq>.<server>``): the controller's short host name, as ``qsub`` prints it.
+    """
+    from corral.shims.pbs_env import pbs_variables
+
+    assert rec.allocation is not None
+    for var in _PBS_ACCOUNT_VARS:
+        if f"PBS_O_{var}" in env:
+            env.setdefault(var, env[f"PBS_O_{var}"])
+    env.setdefault("PATH", env.get("PBS_O_PATH") or "/usr/local/bin:/usr/bin:/bin")
+    env.setdefault("LOGNAME", rec.sub.spec.user)
+    env.setdefault("USER", rec.sub.spec.user)
+    probe = dict(env)
+    probe["SLURM_CPUS_ON_NODE"] = str(rec.allocation.nodes[0].cpus)
+    env.update(pbs_variables(probe, server=server))
+
+
+def pbs_nodefile_text(env: dict[str, str]) -> str:
+    """PBS_NODEFILE's content: each allocated host once per task slot (PBS Pro's
+    ``mpiprocs``, Torque's ``ppn``)."""
+    from corral.shims.pbs_env import nodefile_text
+
+    return nodefile_text(env)
 
 
 def _step(rec: JobRecord) -> int:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from corral.agent.launch import LaunchRequest
-from corral.controller.env import job_environment
+from corral.controller.env import job_environment, pbs_nodefile_text
 from corral.controller.errors import ApiError
 from corral.controller.records import JobRecord
 from corral.core.decisions import CycleResult, Reserve, Start
@@ -239,10 +239,13 @@ class SchedulerLoop:
         if node is not None:
             cpus = tuple(c for core in na.cores for c in node.spec.cpus_of_core(core))
         sub = rec.sub
+        env = job_environment(rec, ctl.cfg.cluster_name, ctl.host)
+        # a qsub job: the agent writes its PBS_NODEFILE (corral.agent.pbsaux)
+        extra = {"pbs_nodefile": pbs_nodefile_text(env)} if sub.dialect == "pbs" else {}
         req = LaunchRequest(
             job_id=rec.id, name=sub.spec.name, user=sub.spec.user, uid=sub.spec.uid,
             gid=sub.spec.gid, workdir=sub.workdir, script=sub.script, argv=sub.argv,
-            env=job_environment(rec, ctl.cfg.cluster_name, ctl.host),
+            env=env, extra=extra,
             stdout=sub.stdout, stderr=sub.stderr, stdin=sub.stdin, open_mode=sub.open_mode,
             cores=na.cores, cpus=cpus, mem_mb=na.mem_mb, gpus=na.gpus,
             time_limit_s=rec.time_limit_s, kill_grace_s=ctl.cfg.controller.kill_grace_s,
