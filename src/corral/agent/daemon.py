@@ -11,7 +11,8 @@ Loop:
   (``JobRunner.running()`` re-adopts them after an agent restart) and every exit not yet
   acknowledged;
 - handle ``launch`` (``JobRunner.launch``: idempotent by job id + restart count; answers
-  ``launched`` or ``launch_failed``), ``cancel``, ``signal``, ``time_limit``, ``ack``;
+  ``launched`` or ``launch_failed``), ``cancel``, ``signal``, ``suspend``/``resume``
+  (preemption mode SUSPEND; both idempotent), ``time_limit``, ``ack``;
 - report exits as soon as a supervisor notifies (the runner's datagram socket is watched by
   the event loop) plus a periodic sweep; keep each exit until the controller's ``ack``;
 - heartbeat every ``heartbeat_s`` with the running list.
@@ -200,6 +201,16 @@ class AgentDaemon:
             self.runner.signal(int(msg["job_id"]), sig,
                                batch_only=bool(msg.get("batch_only")),
                                all_but_batch=bool(msg.get("all_but_batch")))
+        elif t in ("suspend", "resume"):  # preemption mode SUSPEND
+            jid = int(msg["job_id"])
+            restarts = msg.get("restarts")
+            run = self._active_run(jid)
+            if run is None or (restarts is not None and run != int(restarts)):
+                return
+            if t == "suspend":
+                self.runner.suspend(jid)
+            else:
+                self.runner.resume(jid)
         elif t == "time_limit":
             self.runner.update_time_limit(int(msg["job_id"]), msg.get("time_limit_s"))
         elif t == "ack":

@@ -172,6 +172,12 @@ def job_sections(job: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str]
         status.append(("Exit code", text(job.get("derived_exit") or job.get("exit_code"))))
     if job.get("end_reason"):
         status.append(("Ended because", text(job.get("end_reason"))))
+    if state == "SUSPENDED" and job.get("reason_detail"):
+        status.append(("Suspended", text(job.get("reason_detail"))))
+    if job.get("suspended_s"):
+        status.append(("Time suspended", duration(job.get("suspended_s") or 0)))
+    if job.get("warning"):
+        status.append(("Warning", text(job.get("warning"))))
     if job.get("restarts"):
         status.append(("Restarts", text(job.get("restarts"))))
 
@@ -230,6 +236,15 @@ def job_sections(job: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str]
         sections.append(("Allocation", rows))
     elif job.get("nodelist"):
         sections.append(("Allocation", [("Nodes", text(job.get("nodelist")))]))
+    steps = job.get("steps")
+    if isinstance(steps, list) and steps:
+        sections.append(("Steps", [
+            (f"{job_id(job)}.{s.get('step_id')}",
+             f"{text(s.get('name'))}: {text(s.get('state'))}"
+             + (f" (exit {s.get('exit_code')}:{s.get('signal') or 0})"
+                if s.get("end_time") is not None else "")
+             + f", {text(s.get('ntasks'))} tasks on {text(s.get('nodes'))}")
+            for s in steps]))
 
     factors = job.get("priority_factors")
     prio: list[tuple[str, str]] = []

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from corral.agent.launch import JobExit, LaunchRequest
 from corral.controller.records import JobRecord
+from corral.core.model.job import JobState
 from corral.protocol.messages import ProtocolError, decode_frame, encode_frame, node_spec_from_json
 
 if TYPE_CHECKING:
@@ -111,6 +112,17 @@ class AgentHub:
         if conn is not None:
             conn.send({"t": "signal", "job_id": rec.id, "signal": sig,
                        "batch_only": batch_only, "all_but_batch": steps_only})
+
+    def suspend(self, rec: JobRecord) -> None:
+        """Freeze a run (preemption mode SUSPEND); its time limit clock pauses."""
+        conn = self._conn_for(rec)
+        if conn is not None:
+            conn.send({"t": "suspend", "job_id": rec.id, "restarts": rec.restarts})
+
+    def resume(self, rec: JobRecord) -> None:
+        conn = self._conn_for(rec)
+        if conn is not None:
+            conn.send({"t": "resume", "job_id": rec.id, "restarts": rec.restarts})
 
     def time_limit(self, rec: JobRecord) -> None:
         conn = self._conn_for(rec)
@@ -226,6 +238,10 @@ class AgentHub:
                 rec.dispatched = True
                 if rec.cancel_requested or rec.requeue_requested:
                     self.cancel(rec)
+                elif rec.state is JobState.SUSPENDED:
+                    self.suspend(rec)  # idempotent: covers a message lost in a crash
+                elif rec.suspended_s:
+                    self.resume(rec)
                 continue
             if (rec.id, rec.restarts) in exited:
                 continue
@@ -235,8 +251,6 @@ class AgentHub:
                 if rec.requeue_requested:
                     ctl.requeue_record(rec, now, hold=rec.requeue_hold)
                 else:
-                    from corral.core.model.job import JobState
-
                     ctl.finish(rec, JobState.CANCELLED, now, reason=rec.end_reason)
                 await ctl.persist(updates=[rec])
                 continue

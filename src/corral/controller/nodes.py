@@ -145,6 +145,19 @@ class NodeTable:
             rec.alloc_gpus = max(0, rec.alloc_gpus - len(na.gpus))
             self.refresh_load(rec)
 
+    def suspend(self, job: JobRecord, suspended: bool = True) -> None:
+        """A SUSPENDED job gives its CPUs back (as in the core's pool) and keeps its
+        memory and GPUs; ``suspended=False`` takes them again (resume, or before the
+        job's release)."""
+        if job.allocation is None:
+            return
+        for na in job.allocation.nodes:
+            rec = self.nodes.get(na.node)
+            if rec is None or job.id not in rec.jobs:
+                continue
+            rec.alloc_cpus = max(0, rec.alloc_cpus + (-na.cpus if suspended else na.cpus))
+            self.refresh_load(rec)
+
     def refresh_load(self, rec: NodeRecord) -> None:
         if rec.state in (NodeState.DOWN, NodeState.UNKNOWN, NodeState.FUTURE):
             return

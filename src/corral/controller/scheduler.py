@@ -26,6 +26,7 @@ from corral.agent.launch import LaunchRequest
 from corral.controller.env import job_environment, pbs_nodefile_text
 from corral.controller.errors import ApiError
 from corral.controller.records import JobRecord
+from corral.controller.suspend import resume_ready, suspend
 from corral.core.decisions import CycleResult, Reserve, Start
 from corral.core.model.job import HoldKind, JobSpec, JobState
 from corral.core.model.partition import PreemptMode
@@ -131,6 +132,12 @@ class SchedulerLoop:
 
     async def cycle(self) -> None:
         ctl = self.ctl
+        if ctl.suspended:  # before the snapshot: freed cores go back to suspended jobs first
+            resumed = resume_ready(ctl, time.time())
+            if resumed:
+                await ctl.persist(updates=resumed)
+                for rec in resumed:
+                    ctl.hub.resume(rec)
         if not ctl.pending and not any(r.cancel_requested for r in ctl.running.values()):
             self.last_cycle_end = time.time()
             return
@@ -197,9 +204,9 @@ class SchedulerLoop:
             rec.touch()
             ctl._place(rec)
             ctl.nodes.allocate(rec)
-        preempted = self._preempt(result, now)
-        if starts or preempted:
-            recs = [r for r, _ in starts] + preempted
+        preempted, suspended = self._preempt(result, now)
+        if starts or preempted or suspended:
+            recs = [r for r, _ in starts] + preempted + suspended
             await ctl.persist(updates=recs)
             ctl.metrics.set_jobs(len(ctl.pending), len(ctl.running))
         for rec, _st in starts:
@@ -207,13 +214,25 @@ class SchedulerLoop:
                 ctl.hub.launch(rec, self.launch_request(rec))
         for rec in preempted:
             ctl.hub.cancel(rec, self.preempt_grace.pop(rec.id, None))
+        for rec in suspended:
+            ctl.hub.suspend(rec)
+        if suspended:
+            self.trigger()  # the preemptor starts on the freed cores in the next cycle
         return len(starts)
 
-    def _preempt(self, result: CycleResult, now: float) -> list[JobRecord]:
-        out = []
+    def _preempt(self, result: CycleResult,
+                 now: float) -> tuple[list[JobRecord], list[JobRecord]]:
+        """Apply preemptions: (victims being killed, victims suspended)."""
+        out: list[JobRecord] = []
+        frozen: list[JobRecord] = []
         for p in result.preemptions:
             rec = self.ctl.running.get(p.victim_id)
             if rec is None or rec.cancel_requested or rec.requeue_requested:
+                continue
+            if p.mode is PreemptMode.SUSPEND:
+                if rec.state is JobState.RUNNING:
+                    suspend(self.ctl, rec, p.for_job_id, p.warning, now)
+                    frozen.append(rec)
                 continue
             if p.mode is PreemptMode.REQUEUE and rec.sub.spec.requeue:
                 rec.requeue_requested = True
@@ -224,7 +243,7 @@ class SchedulerLoop:
             rec.touch()  # the core must now see it as COMPLETING (not a victim again)
             self.preempt_grace[rec.id] = p.grace_s
             out.append(rec)
-        return out
+        return out, frozen
 
     # ---- launch -----------------------------------------------------------------------
 

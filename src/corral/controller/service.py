@@ -32,6 +32,7 @@ from corral.controller.records import JobRecord
 from corral.controller.rows import insert_row, record_from_row, update_row
 from corral.controller.steps import close_open_steps
 from corral.controller.store import Store
+from corral.controller.suspend import end_suspension
 from corral.core.model.job import HoldKind, JobState
 from corral.core.model.transitions import JobEvent, job_transition
 from corral.core.snapshot import FinishedJob
@@ -56,6 +57,7 @@ class Controller:
         self.jobs: dict[int, JobRecord] = {}  # active + recently finished
         self.pending: dict[int, JobRecord] = {}
         self.running: dict[int, JobRecord] = {}
+        self.suspended: set[int] = set()  # SUSPENDED jobs (preemption mode SUSPEND)
         self.recent: deque[int] = deque()  # finished ids in end order
         self.arrays: dict[int, list[int]] = {}  # array id -> task ids held in self.jobs
         self.finished: dict[int, FinishedJob] = {}  # end states other jobs may depend on
@@ -93,6 +95,8 @@ class Controller:
             self._index(rec)
             if rec.state.is_active:
                 self.nodes.allocate(rec)
+                if rec.state is JobState.SUSPENDED:
+                    self.nodes.suspend(rec)
         started = [jid for jid, r in self.jobs.items() if r.start_time is not None]
         from corral.controller.steps import attach_loaded
 
@@ -163,6 +167,10 @@ class Controller:
         """Keep the pending/running maps in step with the record's state."""
         self.pending.pop(rec.id, None)
         self.running.pop(rec.id, None)
+        if rec.state is JobState.SUSPENDED:
+            self.suspended.add(rec.id)
+        else:
+            self.suspended.discard(rec.id)
         if rec.state is JobState.PENDING:
             self.pending[rec.id] = rec
         elif rec.state.is_active:
@@ -232,6 +240,8 @@ class Controller:
                signal: int = 0, reason: str = "") -> None:
         """Move a job to a terminal state in memory (the caller persists)."""
         was_active = rec.state.is_active
+        if rec.state is JobState.SUSPENDED:
+            end_suspension(self, rec, now)
         rec.state = job_transition(rec.state, _EXIT_EVENTS[state.value])
         rec.end_time = now
         rec.exit_code = exit_code if exit_code is not None else rec.exit_code
@@ -254,6 +264,8 @@ class Controller:
         self.metrics.set_jobs(len(self.pending), len(self.running))
 
     def requeue_record(self, rec: JobRecord, now: float, *, hold: bool = False) -> None:
+        if rec.state is JobState.SUSPENDED:
+            end_suspension(self, rec, now)
         if rec.state.is_active:
             self.nodes.release(rec)
             rec.state = job_transition(rec.state, JobEvent.REQUEUE)
@@ -264,6 +276,8 @@ class Controller:
             rec.steps = []
         rec.restarts += 1
         rec.start_time = None
+        rec.suspended_s = 0.0  # a new run: its own suspensions and warnings
+        rec.warning = ""
         rec.end_time = None
         rec.allocation = None
         rec.partition = None

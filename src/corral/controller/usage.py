@@ -41,8 +41,9 @@ class UsageLedger:
             return
         self._advance(now)
         end = rec.end_time if rec.end_time is not None else now
-        amount = charge_cpu_seconds(rec.allocation.cpus, rec.start_time, end, now,
-                                    self.half_life_s)
+        # time spent SUSPENDED is not charged (counted as if at the start of the run)
+        start = min(rec.start_time + rec.suspended_s, end)
+        amount = charge_cpu_seconds(rec.allocation.cpus, start, end, now, self.half_life_s)
         if amount > 0:
             key = association_of(rec.sub.spec, self.tree)
             self.usage[key] = self.usage.get(key, 0.0) + amount
@@ -55,7 +56,8 @@ class UsageLedger:
         for rec in running:
             if rec.start_time is None or rec.allocation is None:
                 continue
-            amount = charge_cpu_seconds(rec.allocation.cpus, rec.start_time, now, now,
+            start = min(rec.start_time + rec.suspended_s, now)
+            amount = charge_cpu_seconds(rec.allocation.cpus, start, now, now,
                                         self.half_life_s)
             if amount > 0:
                 key = association_of(rec.sub.spec, self.tree)
