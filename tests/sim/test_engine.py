@@ -158,8 +158,6 @@ def test_pool_machine_applies_the_count_based_extra_rule() -> None:
         from_header(4, 4, pool=True, whole_nodes=True)
 
 
-@pytest.mark.xfail(reason="core: EASY on one many-core node backfills past the reservation "
-                          "(reported to the core owner)", strict=False)
 def test_pool_easy_never_delays_the_reservation(traces_dir: Path) -> None:
     """HPC2N jobs 20000..20300, t = 19451632: 105 cores free, the head (128 cores) reserves
     t = 19470720, when 141 will be free: 13 spare. A 20-core, 20-hour job must not

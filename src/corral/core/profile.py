@@ -75,13 +75,17 @@ class NodeSteps:
             mem[k] += m
             gpus[k] += g
 
-    def window_min(self, start: float, end: float) -> tuple[int, int, int]:
+    def window_min(self, start: float, end: float,
+                   through: bool = False) -> tuple[int, int, int]:
+        """Minimum free counts over ``[start, end)``, or ``[start, end]`` with ``through``
+        (a closed end, so that a step starting exactly at ``end`` counts: no epsilon, which
+        would vanish at trace-sized absolute times such as 2e7 s)."""
         times = self.times
         k = bisect_right(times, start) - 1
         c, m, g = self.cores[k], self.mem[k], self.gpus[k]
         k += 1
         n = len(times)
-        while k < n and times[k] < end:
+        while k < n and (times[k] < end or (through and times[k] == end)):
             c = min(c, self.cores[k])
             m = min(m, self.mem[k])
             g = min(g, self.gpus[k])
@@ -172,7 +176,7 @@ class Profile:
 
     def _recap(self, view: Pool, h: float, i: int) -> None:
         _copy_node(view, self.pool, i)
-        c, m, g = self.steps[i].window_min(self.now, h + 1e-9)
+        c, m, g = self.steps[i].window_min(self.now, h, through=True)
         _cap_node(view, i, c, m, g)
 
     def _refresh_views(self, nodes: Iterable[int], start: float) -> None:
@@ -225,7 +229,7 @@ class Profile:
         if view is None:
             view = self.pool.copy()
             for i in sorted(self.dirty):
-                c, m, g = self.steps[i].window_min(self.now, h + 1e-9)
+                c, m, g = self.steps[i].window_min(self.now, h, through=True)
                 _cap_node(view, i, c, m, g)
             if len(self._views) > 32:
                 self._views.clear()
