@@ -139,7 +139,12 @@ def up(
     sd = _state_dir(state_dir, cfg)
     from corral.controller.server import prepare_state_dir
 
-    prepare_state_dir(sd)
+    try:
+        prepare_state_dir(sd)
+    except OSError as exc:
+        typer.echo(f"corral: cannot use the state directory {sd}: {exc.strerror} (choose "
+                   "another with --state-dir or CORRAL_STATE_DIR)", err=True)
+        raise typer.Exit(1) from None
     info_path = sd / "controller.json"
     if info_path.exists():
         try:

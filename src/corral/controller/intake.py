@@ -36,7 +36,13 @@ def decode_submission(body: Any) -> JobSubmission:
         raise ApiError("invalid", f"bad submission field: {exc}") from None
 
 
-def apply_identity(sub: JobSubmission, who: Identity, cfg: ClusterConfig) -> JobSubmission:
+def apply_identity(sub: JobSubmission, who: Identity, cfg: ClusterConfig,
+                   single_uid: int | None = None) -> JobSubmission:
+    """The submission with the caller's identity (root may name another user).
+
+    ``single_uid``: the uid of a controller that does not run as root (``corral up`` by an
+    ordinary user): its agents can only run jobs as that user, so a job for anyone else
+    is refused here, at submit, instead of failing at launch."""
     spec = sub.spec
     if who.uid == 0 and who.via == "socket" and spec.user and spec.user != "root":
         # root may submit on behalf of a user (sbatch --uid): trust the given identity
@@ -49,6 +55,15 @@ def apply_identity(sub: JobSubmission, who: Identity, cfg: ClusterConfig) -> Job
         user, uid, gid = spec.user, pw.pw_uid, spec.gid if spec.gid else pw.pw_gid
     else:
         user, uid, gid = who.user, who.uid, who.gid
+    if single_uid is not None and uid != single_uid:
+        from corral.controller.auth import user_name
+
+        owner = user_name(single_uid)
+        raise ApiError("forbidden", f"this cluster runs as user {owner} (uid {single_uid}), "
+                       f"not as root, so it runs jobs only as {owner}, not as {user} "
+                       f"(uid {uid}); submit as {owner}, or start the cluster as root to "
+                       "run jobs as their submitting users",
+                       slurm="Access/permission denied")
     account = spec.account or cfg.default_account(user)
     changes: dict[str, Any] = {"user": user, "uid": uid, "gid": gid, "account": account}
     if spec.qos is None and cfg.qos:

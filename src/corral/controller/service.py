@@ -58,6 +58,8 @@ class Controller:
         self.pending: dict[int, JobRecord] = {}
         self.running: dict[int, JobRecord] = {}
         self.suspended: set[int] = set()  # SUSPENDED jobs (preemption mode SUSPEND)
+        # not root: jobs run only as this user (intake refuses others at submit)
+        self.single_uid: int | None = os.geteuid() if os.geteuid() != 0 else None
         self.recent: deque[int] = deque()  # finished ids in end order
         self.arrays: dict[int, list[int]] = {}  # array id -> task ids held in self.jobs
         self.finished: dict[int, FinishedJob] = {}  # end states other jobs may depend on
@@ -331,7 +333,7 @@ class Controller:
     async def submit(self, body: Any, who: Identity, submit_host: str = "") -> dict[str, Any]:
         t0 = time.perf_counter()
         sub = intake.decode_submission(body)
-        sub = intake.apply_identity(sub, who, self.cfg)
+        sub = intake.apply_identity(sub, who, self.cfg, self.single_uid)
         intake.check_names(sub, self.cfg)
         indices, max_running = intake.array_indices(sub, self.cfg)
         if sub.spec.dependency is not None:
