@@ -87,6 +87,15 @@ def test_suspended_victim_resumes_after_the_preemptor(suspend_cluster: Cluster) 
     assert "SUSPENDED" in show.stdout and f"suspended for job {high}" in show.stdout, show
     queue = corral("queue", "--json", env=dict(os.environ, CORRAL_SOCKET=str(c.sock)))
     assert '"state_short": "S"' in queue.stdout or '"state_short":"S"' in queue.stdout
+    # a controller crash while it is suspended loses nothing
+    pid = c.controller_pid()
+    assert pid is not None
+    c.kill9(pid)
+    c.client.close()
+    c.start_controller()
+    c.client.close()
+    assert c.job(low)["state"] == "SUSPENDED" and c.job(high)["state"] == "RUNNING"
+    assert c.client.node("testnode")["alloc_cpus"] == 16
     assert c.wait_done(high, 30)["state"] == "COMPLETED"
     a, b = (c.work / f"slurm-{high}.out").read_text().split()
     assert a == b, "the suspended job ran while the preemptor had its cores"
