@@ -5,7 +5,9 @@ One asyncio event loop owns all of this state (no locks). Active jobs live in me
 store is the durable log. Every change follows the same path: mutate the record, queue
 its row to the store, and act outside (answer the caller, message an agent) only after the
 commit future resolved ("persist first, then dispatch"). Scheduling lives in
-``scheduler.py``; the agent connections in ``agents.py``.
+``scheduler.py``; the agent connections in ``agents.py``; job actions (cancel, hold,
+release, requeue, update) in ``actions.py``; job steps in ``steps.py``; preemption by
+suspension in ``suspend.py``.
 """
 
 from __future__ import annotations
@@ -520,153 +522,16 @@ class Controller:
 
     async def act(self, action: str, refs: list[str], who: Identity,
                   opts: dict[str, Any]) -> list[dict[str, Any]]:
-        """cancel / hold / release / requeue on every referenced job; per-id results."""
-        results: list[dict[str, Any]] = []
-        changed: list[JobRecord] = []
-        after: list[Callable[[], None]] = []
-        now = time.time()
-        for ref in refs:
-            try:
-                recs = await self.resolve(ref)
-                if not recs:
-                    raise ApiError("not_found", f"Invalid job id specified: {ref}",
-                                   slurm="Invalid job id specified")
-                for rec in recs:
-                    self._check_owner(rec, who)
-                done = 0
-                for rec in recs:
-                    if self._act_one(action, rec, who, opts, now, changed, after, len(recs) > 1):
-                        done += 1
-                results.append({"id": ref, "ok": True, "code": "ok", "message": "",
-                                "jobs": done})
-            except ApiError as exc:
-                res = {"id": ref, "ok": False, "code": exc.code, "message": exc.message}
-                if exc.slurm:
-                    res["slurm"] = exc.slurm
-                results.append(res)
-        if changed:
-            await self.persist(updates=_unique(changed))
-        for fn in after:
-            fn()
-        if changed:
-            self.sched.trigger()
-        return results
+        """cancel / hold / release / requeue on every referenced job; per-id results
+        (``corral.controller.actions``)."""
+        from corral.controller.actions import act
 
-    def _act_one(self, action: str, rec: JobRecord, who: Identity, opts: dict[str, Any],
-                 now: float, changed: list[JobRecord], after: list[Callable[[], None]],
-                 many: bool) -> bool:
-        finished_msg = f"Job has already finished for job {rec.display_id}"
-        if action == "cancel":
-            sig = opts.get("signal")
-            if rec.state.is_finished:
-                if many:
-                    return False
-                raise ApiError("conflict", finished_msg, slurm="Job/step already completing "
-                               "or completed")
-            if sig is not None:
-                if not rec.state.is_active:
-                    if many:
-                        return False
-                    raise ApiError("conflict", f"job {rec.display_id} is not running: "
-                                   "a signal can only be sent to a running job")
-                batch_only = bool(opts.get("batch_only"))
-                # scope "steps" (scancel --signal without -b/-f): not the batch shell
-                steps_only = opts.get("scope") == "steps" and not batch_only
-                after.append(lambda: self.hub.signal(rec, str(sig), batch_only, steps_only))
-                return True
-            if rec.state is JobState.PENDING:
-                rec.cancelled_by_uid = who.uid
-                self.finish(rec, JobState.CANCELLED, now, reason=f"cancelled by {who.user}")
-                changed.append(rec)
-                return True
-            if rec.cancel_requested:
-                return True
-            rec.cancel_requested = True
-            rec.cancelled_by_uid = who.uid
-            rec.end_reason = f"cancelled by {who.user}"
-            if not self.hub.connected(rec):
-                self.finish(rec, JobState.CANCELLED, now, reason=rec.end_reason)
-            changed.append(rec)
-            after.append(lambda: self.hub.cancel(rec))
-            return True
-        if action == "hold":
-            if rec.state.is_finished:
-                raise ApiError("conflict", finished_msg, slurm="Job has already finished")
-            if rec.state is not JobState.PENDING:
-                if many:
-                    return False
-                raise ApiError("conflict", f"job {rec.display_id} is not pending",
-                               slurm="Job is no longer pending execution")
-            admin = bool(opts.get("admin")) or (who.is_admin and who.uid != rec.uid)
-            if admin and not who.is_admin:
-                raise ApiError("forbidden", "only an operator may place an admin hold")
-            rec.hold = HoldKind.ADMIN if admin else HoldKind.USER
-            rec.reason = "JobHeldAdmin" if admin else "JobHeldUser"
-            rec.touch()
-            changed.append(rec)
-            return True
-        if action == "release":
-            if rec.state.is_finished:
-                raise ApiError("conflict", finished_msg, slurm="Job has already finished")
-            if rec.hold is HoldKind.NONE:
-                return False
-            if rec.hold is HoldKind.ADMIN and not who.is_admin:
-                raise ApiError("forbidden", f"job {rec.display_id} has an admin hold: "
-                               "only an operator may release it",
-                               slurm="Access/permission denied")
-            rec.hold = HoldKind.NONE
-            rec.reason = "None"
-            rec.touch()
-            changed.append(rec)
-            return True
-        if action == "requeue":
-            if not rec.sub.spec.requeue and not who.is_admin:
-                raise ApiError("conflict", f"job {rec.display_id} is not requeueable "
-                               "(submitted with --no-requeue)",
-                               slurm="Requested operation is presently disabled")
-            hold = bool(opts.get("hold"))
-            if rec.state is JobState.PENDING:
-                if many:
-                    return False
-                raise ApiError("conflict", f"job {rec.display_id} is pending: nothing to "
-                               "requeue", slurm="Job is pending execution")
-            if rec.state.is_finished:
-                self.requeue_record(rec, now, hold=hold)
-                if rec.id not in self.jobs:
-                    self._index(rec)
-                changed.append(rec)
-                return True
-            if rec.requeue_requested:
-                return True
-            rec.requeue_requested = True
-            rec.requeue_hold = hold
-            if not self.hub.connected(rec):
-                self.requeue_record(rec, now, hold=hold)
-            changed.append(rec)
-            after.append(lambda: self.hub.cancel(rec))
-            return True
-        raise ApiError("invalid", f"unknown action {action!r}")
+        return await act(self, action, refs, who, opts)
 
     async def update_job(self, ref: str, fields: dict[str, Any], who: Identity) -> dict[str, Any]:
-        from corral.controller.updates import apply_update
+        from corral.controller.actions import update_job
 
-        recs = await self.resolve(ref)
-        if not recs:
-            raise ApiError("not_found", f"Invalid job id specified: {ref}",
-                           slurm="Invalid job id specified")
-        changed, spec_changed = [], []
-        after: list[Callable[[], None]] = []
-        for rec in recs:
-            self._check_owner(rec, who)
-            spec_touched = apply_update(self, rec, fields, who, after)
-            changed.append(rec)
-            if spec_touched:
-                spec_changed.append(rec)
-        await self.persist(updates=changed, with_submission=spec_changed)
-        for fn in after:
-            fn()
-        self.sched.trigger()
-        return recs[0].to_api(time.time(), detail=True, private=True)
+        return await update_job(self, ref, fields, who)
 
     # ---- agent events -----------------------------------------------------------------
 
@@ -748,13 +613,6 @@ def _task_set(ref: str, task: str) -> set[int] | None:
         except ParseError:
             pass
     raise ApiError("invalid", f"Invalid job id {ref}", slurm="Invalid job id specified")
-
-
-def _unique(recs: list[JobRecord]) -> list[JobRecord]:
-    seen: dict[int, JobRecord] = {}
-    for r in recs:
-        seen[r.id] = r
-    return list(seen.values())
 
 
 def _submission_json(rec: JobRecord) -> str:
