@@ -85,3 +85,20 @@ def test_convert_and_info(tmp_path: Path) -> None:
     assert len(t) == 100 and t.header.fields["Computer"].startswith("IBM SP2")
     r = runner.invoke(app, ["sim", "info", str(out)])
     assert r.exit_code == 0 and "100 / 100" in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--unknown-runtime", "soon"], "--unknown-runtime 'soon': use drop or seconds"),
+        (["--default-estimate", "1 hour", "--missing-estimate", "default"],
+         "--default-estimate '1 hour'"),
+        (["--exceed", "maybe"], "'maybe' is not a valid ExceedPolicy"),
+        (["--machine", "cloud"], "--machine 'cloud': use nodes or pool"),
+        (["--sample", "3"], "sample '3' not understood"),
+    ],
+)
+def test_bad_options_are_named(args: list[str], message: str) -> None:
+    r = runner.invoke(app, ["sim", "run", KTH, "--jobs", "50", "--quiet", *args])
+    assert r.exit_code == 2, r.output
+    assert message in r.output

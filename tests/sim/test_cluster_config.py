@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -85,3 +86,55 @@ def test_account_tree_for_adds_trace_associations() -> None:
     assert {a.name for a in t.accounts} == {"g1", "g2"}
     defaults = {(a.user, a.account) for a in t.associations if a.is_default}
     assert defaults == {("u1", "g1"), ("u2", "g1")}
+
+
+PREEMPT_TOML = """
+[scheduler]
+ordering = "fcfs"
+backfill = "easy"
+
+[preemption]
+type = "partition_prio"
+mode = "requeue"
+
+[[nodes]]
+name = "n[1-2]"
+cpus = 2
+mem_mb = "8G"
+
+[[partitions]]
+name = "low"
+nodes = "n[1-2]"
+default = true
+priority_tier = 1
+preempt_mode = "requeue"
+
+[[partitions]]
+name = "high"
+nodes = "n[1-2]"
+priority_tier = 2
+"""
+
+
+def test_queue_map_and_preemption_requeue(tmp_path: Path) -> None:
+    """A high-tier job (SWF queue 0) preempts a low-tier one (queue 1), which is requeued
+    and runs again from the start once the machine is free."""
+    import pytest
+
+    from corral.sim.cluster import ClusterError
+
+    p = tmp_path / "corral.toml"
+    p.write_text(PREEMPT_TOML)
+    cl = from_config(p).with_queue_map("0=high,1=low")
+    assert cl.queue_map == {0: "high", 1: "low"}
+    wl = wl_of([(0, 1000, 1000, 4), (10, 100, 100, 4)], 2, 4)
+    wl = dataclasses.replace(wl, queue_id=np.array([1, 0]))
+    assert cl.scheduler is not None
+    res = simulate(wl, cl, EngineOptions(config=cl.scheduler))
+    assert res.start_s[1] == 10 and res.end_s[1] == 110
+    assert res.start_s[0] == 110 and res.end_s[0] == 1110  # requeued, ran again in full
+    assert res.state.tolist() == [COMPLETED, COMPLETED]
+    with pytest.raises(ClusterError, match="partition 'gpu' does not exist"):
+        cl.with_queue_map("0=gpu")
+    with pytest.raises(ClusterError, match="use QUEUE=PARTITION"):
+        cl.with_queue_map("high")

@@ -39,6 +39,8 @@ SampleOpt = Annotated[str | None, typer.Option(
 SeedOpt = Annotated[int, typer.Option(help="seed for --sample")]
 ClusterOpt = Annotated[Path | None, typer.Option(
     "--cluster", help="corral.toml with the machine (default: the trace header)")]
+QueueMapOpt = Annotated[str | None, typer.Option(
+    "--queue-map", help="SWF queue numbers to partitions of --cluster, e.g. 0=debug,1=batch")]
 MachineOpt = Annotated[str, typer.Option(
     "--machine", help="header machine: nodes (MaxNodes nodes) or pool (one pool of MaxProcs;"
     " faster, count-based EASY)")]
@@ -89,9 +91,14 @@ def _load(trace_path: Path, jobs: str, procs: str, unknown: str, missing: str,
         trace = read_swf(trace_path)
     except SwfError as exc:
         raise _fail(str(exc)) from None
+    if unknown != "drop" and not unknown.isdigit():
+        raise _fail(f"--unknown-runtime {unknown!r}: use drop or seconds (e.g. 10)")
+    try:
+        est = parse_time_s(default_est)
+    except ValueError as exc:
+        raise _fail(f"--default-estimate {default_est!r}: {exc}") from None
     try:
         unknown_s = None if unknown == "drop" else int(unknown)
-        est = parse_time_s(default_est)
         opts = LoadOptions(
             procs=ProcsField(procs), unknown_runtime_s=unknown_s,
             missing_estimate=MissingEstimate(missing), default_estimate_s=est or 3600,
@@ -104,16 +111,19 @@ def _load(trace_path: Path, jobs: str, procs: str, unknown: str, missing: str,
     return trace, wl
 
 
-def _cluster(cluster: Path | None, wl: Workload, whole: bool, machine: str) -> SimCluster:
+def _cluster(cluster: Path | None, wl: Workload, whole: bool, machine: str,
+             queue_map: str | None = None) -> SimCluster:
     from corral.sim.cluster import ClusterError, from_config, from_header
 
     if machine not in ("nodes", "pool"):
         raise _fail(f"--machine {machine!r}: use nodes or pool")
     try:
         if cluster is not None:
-            return from_config(cluster)
-        return from_header(wl.max_nodes, wl.max_procs, whole_nodes=whole,
-                           pool=machine == "pool")
+            cl = from_config(cluster)
+        else:
+            cl = from_header(wl.max_nodes, wl.max_procs, whole_nodes=whole,
+                             pool=machine == "pool")
+        return cl.with_queue_map(queue_map) if queue_map else cl
     except (ClusterError, ValueError) as exc:
         raise _fail(str(exc)) from None
 
@@ -230,8 +240,8 @@ def run_cmd(
         "--policy", "-p", help="e.g. fcfs+easy, sjf+strict, multifactor+easy+nofs")] =
         "fcfs+easy",
     jobs: JobsOpt = "all", sample: SampleOpt = None, seed: SeedOpt = 1,
-    cluster: ClusterOpt = None, machine: MachineOpt = "nodes", whole_nodes: WholeOpt = False,
-    exceed: ExceedOpt = "kill",
+    cluster: ClusterOpt = None, queue_map: QueueMapOpt = None, machine: MachineOpt = "nodes",
+    whole_nodes: WholeOpt = False, exceed: ExceedOpt = "kill",
     missing_estimate: MissingOpt = "runtime", default_estimate: DefaultEstOpt = "1:00:00",
     procs: ProcsOpt = "max", unknown_runtime: UnknownOpt = "drop", cycle: CycleOpt = "batch",
     json_out: JsonOpt = None, csv_out: CsvOpt = None, plot: PlotOpt = None,
@@ -250,7 +260,7 @@ def run_cmd(
     from corral.sim.swf import write_swf
 
     src, wl = _load(trace, jobs, procs, unknown_runtime, missing_estimate, default_estimate)
-    cl = _cluster(cluster, wl, whole_nodes, machine)
+    cl = _cluster(cluster, wl, whole_nodes, machine, queue_map)
     try:
         pol = parse_policy(policy, cl.scheduler)
     except PolicyError as exc:
@@ -280,8 +290,8 @@ def compare_cmd(
         "--policies", "-p", help="comma-separated policies")] =
         "fcfs+strict,fcfs+easy,sjf+easy,f1+easy,fcfs+conservative,multifactor+easy",
     jobs: JobsOpt = "all", sample: SampleOpt = None, seed: SeedOpt = 1,
-    cluster: ClusterOpt = None, machine: MachineOpt = "nodes", whole_nodes: WholeOpt = False,
-    exceed: ExceedOpt = "kill",
+    cluster: ClusterOpt = None, queue_map: QueueMapOpt = None, machine: MachineOpt = "nodes",
+    whole_nodes: WholeOpt = False, exceed: ExceedOpt = "kill",
     missing_estimate: MissingOpt = "runtime", default_estimate: DefaultEstOpt = "1:00:00",
     procs: ProcsOpt = "max", unknown_runtime: UnknownOpt = "drop", cycle: CycleOpt = "batch",
     json_out: JsonOpt = None, csv_out: CsvOpt = None, plot: PlotOpt = None,
@@ -295,7 +305,7 @@ def compare_cmd(
     from corral.sim.report import comparison_table
 
     _, wl = _load(trace, jobs, procs, unknown_runtime, missing_estimate, default_estimate)
-    cl = _cluster(cluster, wl, whole_nodes, machine)
+    cl = _cluster(cluster, wl, whole_nodes, machine, queue_map)
     try:
         pols = [parse_policy(p, cl.scheduler) for p in policies.split(",") if p.strip()]
     except PolicyError as exc:

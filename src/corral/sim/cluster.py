@@ -42,6 +42,7 @@ class SimCluster:
     procs_per_node: int = 1
     scheduler: SchedulerConfig | None = None  # the configuration's own policy, if any
     description: str = ""
+    queue_map: dict[int, str] = field(default_factory=dict)  # SWF queue id -> partition
 
     @property
     def total_cpus(self) -> int:
@@ -55,14 +56,34 @@ class SimCluster:
     def node_names(self) -> tuple[str, ...]:
         return tuple(n.name for n in self.nodes)
 
-    def spec_for(self, procs: int, limit_s: int, user: str, account: str | None) -> JobSpec:
-        """The ``JobSpec`` an SWF job of ``procs`` processors becomes on this machine."""
+    def spec_for(self, procs: int, limit_s: int, user: str, account: str | None,
+                 queue: int = -1) -> JobSpec:
+        """The ``JobSpec`` an SWF job of ``procs`` processors becomes on this machine.
+
+        Its SWF queue number picks the partition through ``queue_map`` (default partition
+        when unmapped)."""
+        part = self.queue_map.get(queue)
+        parts = (part,) if part else ()
         if self.whole_nodes:
             k = -(-procs // self.procs_per_node)
-            return JobSpec(name="swf", user=user, account=account, nodes_min=k, ntasks=procs,
-                           exclusive=True, time_limit_s=limit_s)
-        return JobSpec(name="swf", user=user, account=account, nodes_min=1, nodes_max=procs,
-                       ntasks=procs, time_limit_s=limit_s)
+            return JobSpec(name="swf", user=user, account=account, partitions=parts,
+                           nodes_min=k, ntasks=procs, exclusive=True, time_limit_s=limit_s)
+        return JobSpec(name="swf", user=user, account=account, partitions=parts, nodes_min=1,
+                       nodes_max=procs, ntasks=procs, time_limit_s=limit_s)
+
+    def with_queue_map(self, text: str) -> SimCluster:
+        """``0=debug,1=batch``: SWF queue numbers to partitions (checked to exist)."""
+        names = {p.name for p in self.partitions}
+        out: dict[int, str] = {}
+        for item in (x.strip() for x in text.split(",") if x.strip()):
+            q, sep, name = item.partition("=")
+            if not sep or not q.strip().lstrip("-").isdigit() or not name.strip():
+                raise ClusterError(f"queue map item {item!r}: use QUEUE=PARTITION, e.g. 0=debug")
+            if name.strip() not in names:
+                raise ClusterError(f"queue map: partition {name.strip()!r} does not exist "
+                                   f"(partitions: {', '.join(sorted(names))})")
+            out[int(q)] = name.strip()
+        return replace(self, queue_map=out)
 
     def alloc_cpus_for(self, procs: int) -> int:
         """CPUs an SWF job of ``procs`` processors holds (whole nodes count fully)."""

@@ -25,8 +25,8 @@ is pure and keeps no state between cycles besides what the engine passes back
 (reservations, usage), so a skipped cycle changes nothing (``tests/sim/test_engine.py``
 checks this against running every cycle). Conservative backfill re-plans from last
 cycle's reservations (its guarantees), so there every instant with pending jobs gets a
-cycle. Everything is deterministic: ties are broken by workload order and no randomness
-is used.
+cycle, and so does every instant when preemption is configured. Everything is
+deterministic: ties are broken by workload order and no randomness is used.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from corral.core import ClusterSnapshot, SchedulerConfig, run_cycle
-from corral.core.config import BackfillMode, Ordering
+from corral.core.config import BackfillMode, Ordering, PreemptType
 from corral.core.cycle import clear_caches  # frees the core's memos on long traces
 from corral.core.decisions import Reserve
 from corral.core.model.account import AccountTree
@@ -115,8 +115,10 @@ class Engine:
         self.pass_reservations = _snapshot_field("reservations")
         # conservative backfill re-plans from last cycle's guarantees, so every instant
         # with pending jobs gets its cycle; strict and EASY may skip provably idle ones
+        # (with preemption, a job that does not fit may start by evicting others)
         self.may_skip = (self.opt.skip_idle_cycles
-                         and self.opt.config.backfill is not BackfillMode.CONSERVATIVE)
+                         and self.opt.config.backfill is not BackfillMode.CONSERVATIVE
+                         and self.opt.config.preempt_type is PreemptType.NONE)
 
     # -- the event loop -------------------------------------------------------------------
     def run(self, progress: ProgressFn | None = None) -> SimResult:  # noqa: C901
@@ -137,6 +139,7 @@ class Engine:
         users = [name_of("u", u) for u in wl.user_id.tolist()]  # one str per user, shared
         accts = [name_of("g", g) for g in wl.group_id.tolist()]
         demand = [cl.alloc_cpus_for(p) for p in procs]
+        queues = wl.queue_id.tolist() if cl.queue_map else [-1] * n
         whole = cl.whole_nodes
         ppn = cl.procs_per_node
         total_cpus = cl.total_cpus
@@ -303,7 +306,7 @@ class Engine:
                 started = Job(id=i, spec=job.spec, submit_time=job.submit_time,
                               state=JobState.RUNNING, start_time=now,
                               allocation=s.allocation, time_limit_s=int(lim),
-                              restarts=job.restarts)
+                              restarts=job.restarts, partition=s.allocation.partition)
                 running[i] = started
                 occupy(i, started, +1)
                 start[i] = now
@@ -326,8 +329,8 @@ class Engine:
 
         def arrive(i: int) -> None:
             nonlocal force, dirty, fresh_need
-            job = Job(id=i, spec=cl.spec_for(procs[i], int(limit[i]), users[i], accts[i]),
-                      submit_time=submit[i])
+            spec = cl.spec_for(procs[i], int(limit[i]), users[i], accts[i], queues[i])
+            job = Job(id=i, spec=spec, submit_time=submit[i])
             pending[i] = job
             add_pending(i)
             if demand[i] > total_cpus:
