@@ -81,6 +81,7 @@ class AgentHub:
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
         self.conns: dict[str, AgentConn] = {}
+        self.frames_in = 0  # frames received from agents (all connections)
 
     # ---- sending ----------------------------------------------------------------------
 
@@ -178,6 +179,7 @@ class AgentHub:
                     log.warning("agent %s: bad frame: %s", name, exc)
                     continue
                 ctl.nodes.seen(name)
+                self.frames_in += 1
                 await self._handle(conn, msgs)
         except Exception as exc:
             if type(exc).__name__ not in ("WebSocketDisconnect", "ConnectionClosed",

@@ -331,7 +331,9 @@ def ping_body(ctl: Controller) -> bytes:
         "time": time.time(), "nodes_up": ctl.nodes.up_count(), "agents": len(ctl.hub.conns),
         "jobs_active": len(ctl.pending) + len(ctl.running), "pending": len(ctl.pending),
         "running": len(ctl.running), "cycles": ctl.sched.cycles,
-        "last_cycle_s": ctl.sched.last_cycle_s,
+        "last_cycle_s": ctl.sched.last_cycle_s, "commits": ctl.store.commits,
+        "agent_frames_in": ctl.hub.frames_in,
+        "agent_frames_out": sum(c.frames_out for c in ctl.hub.conns.values()),
     }).encode()
 
 

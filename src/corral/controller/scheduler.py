@@ -3,9 +3,10 @@
 Loop: any event (submit, job end, node change, release...) calls ``trigger()``. The loop
 waits ``schedule_delay_ms`` so a burst of events shares one cycle, builds a frozen
 ``ClusterSnapshot`` from the in-memory records (cached core views, no database access),
-runs ``corral.core.run_cycle`` in a worker thread, then applies the result on the event
-loop. Events that arrive during a cycle trigger the next one. A slow periodic tick
-(``tick_s``) covers time-based changes (begin times, priority age).
+runs ``corral.core.run_cycle`` (in a worker thread, unless the last cycle took under
+``INLINE_CYCLE_S``: then on the loop, cheaper than the thread hop), then applies the
+result on the event loop. Events that arrive during a cycle trigger the next one. A slow
+periodic tick (``tick_s``) covers time-based changes (begin times, priority age).
 
 Binder: each ``Start`` is re-checked against what changed during the cycle (job still
 pending and not held or cancelled, nodes still schedulable), moved to RUNNING in memory,
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from corral.controller.service import Controller
 
 log = logging.getLogger("corral.scheduler")
+
+INLINE_CYCLE_S = 0.002  # cycles that took less than this last time run on the event loop
 
 
 class SchedulerLoop:
@@ -144,9 +147,15 @@ class SchedulerLoop:
         now = time.time()
         t0 = time.perf_counter()
         snap = self.snapshot()
-        loop = asyncio.get_running_loop()
-        result: CycleResult = await loop.run_in_executor(
-            self._pool, self.cycle_fn, snap, self.sched_cfg, now)
+        result: CycleResult
+        if self.last_cycle_s < INLINE_CYCLE_S:
+            # a short cycle runs on the event loop: a hop to the worker thread (and back,
+            # with GIL handoffs) costs more than the cycle itself
+            result = self.cycle_fn(snap, self.sched_cfg, now)
+        else:  # a long one in the worker thread, so API calls interleave with it
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self._pool, self.cycle_fn, snap,
+                                                self.sched_cfg, now)
         elapsed = time.perf_counter() - t0
         self.last_cycle_s = elapsed
         self.reserved = result.reserved
