@@ -48,6 +48,12 @@ class NullRunner:
     def running(self) -> list[int]:
         return []
 
+    def running_runs(self) -> list[tuple[int, int]]:
+        return []
+
+    def active_run(self, job_id: int) -> int | None:
+        return None
+
     def cancel(self, job_id: int, grace_s: int | None = None) -> bool:
         return False
 

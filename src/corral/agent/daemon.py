@@ -13,8 +13,9 @@ Loop:
 - handle ``launch`` (``JobRunner.launch``: idempotent by job id + restart count; answers
   ``launched`` or ``launch_failed``), ``cancel``, ``signal``, ``suspend``/``resume``
   (preemption mode SUSPEND; both idempotent), ``time_limit``, ``ack``;
-- report exits as soon as a supervisor notifies (the runner's datagram socket is watched by
-  the event loop) plus a periodic sweep; keep each exit until the controller's ``ack``;
+- report exits when a supervisor notifies (the runner's datagram socket is watched by the
+  event loop; ``exit_batch_s`` later, so a burst of ends shares a frame) plus a periodic
+  sweep; keep each exit until the controller's ``ack``;
 - heartbeat every ``heartbeat_s`` with the running list.
 Killing the agent (even with SIGKILL) leaves the jobs running under their supervisors.
 """
@@ -53,15 +54,20 @@ class AgentDaemon:
                  node_name: str | None = None, cgroup_root: str | None = None,
                  heartbeat_s: float = 5.0, reconnect_max_s: float = 5.0,
                  pin_cpus: bool = True, isolation: str = "auto",
-                 spec: NodeSpec | None = None, runner: Any = None) -> None:
+                 spec: NodeSpec | None = None, runner: Any = None,
+                 exit_batch_s: float = 0.005) -> None:
         """``runner``: a JobRunner-like object (default: a real ``JobRunner`` on
-        ``state_dir``); benchmarks pass a no-op one to measure the control path alone."""
+        ``state_dir``); benchmarks pass a no-op one to measure the control path alone.
+        ``exit_batch_s``: after a supervisor's notification, wait this long for more
+        before reporting, so a burst of ends travels in few frames (and the controller
+        persists them in few commits)."""
         from corral.agent.runner import JobRunner
 
         self.controller = controller
         self.key = key
         self.state_dir = state_dir
         self.heartbeat_s = heartbeat_s
+        self.exit_batch_s = exit_batch_s
         self.reconnect_max_s = reconnect_max_s
         self.pin_cpus = pin_cpus
         if spec is None:
@@ -285,7 +291,20 @@ class AgentDaemon:
                 await asyncio.sleep(0.25)
                 self._collect_exits()
 
-        loop.add_reader(self.runner.fileno(), self._collect_exits)
+        fd = self.runner.fileno()
+        flush: list[asyncio.TimerHandle] = []
+
+        def flush_exits() -> None:
+            flush.clear()
+            self._collect_exits()
+            loop.add_reader(fd, notified)
+
+        def notified() -> None:
+            # the datagrams stay unread until the flush: stop watching until then
+            loop.remove_reader(fd)
+            flush.append(loop.call_later(self.exit_batch_s, flush_exits))
+
+        loop.add_reader(fd, notified if self.exit_batch_s > 0 else self._collect_exits)
         tasks = [asyncio.create_task(writer()), asyncio.create_task(heartbeat()),
                  asyncio.create_task(sweeper())]
         try:
@@ -295,7 +314,9 @@ class AgentDaemon:
                 if any(t.done() for t in tasks):
                     break
         finally:
-            loop.remove_reader(self.runner.fileno())
+            loop.remove_reader(fd)
+            for handle in flush:
+                handle.cancel()
             self._out = None
             for t in tasks:
                 t.cancel()
