@@ -71,7 +71,7 @@ def run_browser(page: Any, c: Any, token: str, held: int, shots: Path) -> None:
     page.click("#login-form button")
     page.wait_for_selector("#view-queue:not([hidden])")
     wait_for(lambda: page.inner_text("#whoami").startswith("root"), 10, 0.1, what="whoami")
-    assert page.query_selector(f'tr[data-job-id="{held}"]') is not None
+    page.wait_for_selector(f'tr[data-job-id="{held}"]')  # the queue loads after whoami
     # a pending job that named no partition shows the cluster's default one by name
     held_row = page.inner_text(f'tr[data-job-id="{held}"]')
     assert c.job(held)["partition"] == "main" and "\tmain\t" in held_row, held_row
