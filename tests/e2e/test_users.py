@@ -58,13 +58,16 @@ action = sys.argv[2]
 try:
     if action == "submit":
         # claims to be root: the server must ignore that and use the kernel's uid
+        cmd = sys.argv[4] if len(sys.argv) > 4 else "id -u > uid.$SLURM_JOB_ID"
         sub = JobSubmission(spec=JobSpec(name="userjob", user="root", uid=0, gid=0,
                                          time_limit_s=60),
-                            argv=("/bin/sh", "-c", "id -u > uid.$SLURM_JOB_ID"),
+                            argv=("/bin/sh", "-c", cmd),
                             workdir=sys.argv[3], env={"PATH": "/usr/bin:/bin"})
         print(json.dumps({"ids": c.submit(sub), "me": c.whoami()}))
     elif action == "cancel":
         print(json.dumps(c.cancel([sys.argv[3]])))
+    elif action == "step":
+        print(json.dumps({"step": c.start_step(sys.argv[3], ["hostname"])}))
 except CorralError as exc:
     print(json.dumps({"error": exc.code, "message": exc.message}))
 """
@@ -113,6 +116,24 @@ def test_user_cannot_cancel_another_users_job(root_cluster: Cluster) -> None:
     assert isinstance(ujob, dict)
     assert c.client.cancel([jid])[0]["ok"]
     assert c.wait_done(jid)["state"] == "CANCELLED"
+
+
+def test_steps_only_on_own_jobs(root_cluster: Cluster) -> None:
+    c = root_cluster
+    theirs = c.submit("sleep 60")  # root's job
+    c.wait_state(theirs, "RUNNING")
+    res = _as_user([str(c.sock), "step", str(theirs)])
+    assert isinstance(res, dict) and res.get("error") == "forbidden", res
+    assert c.job(theirs)["steps"] == []
+    mine = _as_user([str(c.sock), "submit", str(c.work), "sleep 60"])
+    assert isinstance(mine, dict)
+    jid = mine["ids"][0]
+    c.wait_state(jid, "RUNNING")
+    assert _as_user([str(c.sock), "step", str(jid)]) == {"step": 0}
+    assert c.client.start_step(jid, ["by-root"]) == 1  # an operator may too
+    c.client.cancel([theirs, jid])
+    c.wait_done(theirs)
+    c.wait_done(jid)
 
 
 # ---- `corral up` as an ordinary user ------------------------------------------------------
