@@ -75,6 +75,10 @@ def _fail(msg: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _parent(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
 def _load(trace_path: Path, jobs: str, procs: str, unknown: str, missing: str,
           default_est: str) -> tuple[SwfTrace, Workload]:
     from corral.core.parse.timefmt import parse_time_s
@@ -273,14 +277,20 @@ def run_cmd(
                                                      f"{cl.description}"))
     if wl.dropped:
         console.print(f"dropped while reading: {wl.dropped}")
-    if json_out:
-        write_json(json_out, summaries[0])
-    if csv_out:
-        write_jobs_csv(csv_out, runs[0][0])
-    if swf_out:
-        write_swf(swf_out, schedule_trace(runs[0][0], src))
-    if plot:
-        _plots(plot, runs, fmt, gantt_window)
+    try:
+        if json_out:
+            _parent(json_out)
+            write_json(json_out, summaries[0])
+        if csv_out:
+            _parent(csv_out)
+            write_jobs_csv(csv_out, runs[0][0])
+        if swf_out:
+            _parent(swf_out)
+            write_swf(swf_out, schedule_trace(runs[0][0], src))
+        if plot:
+            _plots(plot, runs, fmt, gantt_window)
+    except OSError as exc:
+        raise _fail(f"cannot write {exc.filename}: {exc.strerror}") from None
 
 
 @sim_app.command("compare")
@@ -318,12 +328,17 @@ def compare_cmd(
     what = f"{sample} sampled sequences" if sample else f"{len(wl):,} jobs"
     Console().print(comparison_table(summaries, title=f"{trace.name}: {what} on "
                                                       f"{cl.description}"))
-    if json_out:
-        write_json(json_out, summaries)
-    if csv_out:
-        write_summary_csv(csv_out, summaries)
-    if plot:
-        _plots(plot, runs, fmt, gantt_window)
+    try:
+        if json_out:
+            _parent(json_out)
+            write_json(json_out, summaries)
+        if csv_out:
+            _parent(csv_out)
+            write_summary_csv(csv_out, summaries)
+        if plot:
+            _plots(plot, runs, fmt, gantt_window)
+    except OSError as exc:
+        raise _fail(f"cannot write {exc.filename}: {exc.strerror}") from None
 
 
 @sim_app.command("rlscheduler")
