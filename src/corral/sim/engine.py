@@ -290,8 +290,10 @@ class Engine:
                     done += 1
             for pr in res.preemptions:
                 v = pr.victim_id
-                if v not in running:
+                if v not in running or v in preempt_mode:
                     continue
+                # being killed: COMPLETING holds its resources but is no victim again
+                running[v] = dataclasses.replace(running[v], state=JobState.COMPLETING)
                 t_stop = now + pr.grace_s
                 seq += 1
                 version[v] = seq
