@@ -264,6 +264,8 @@ def run_cmd(
     from corral.sim.swf import write_swf
 
     src, wl = _load(trace, jobs, procs, unknown_runtime, missing_estimate, default_estimate)
+    source = src if swf_out else None  # the raw trace is only needed to write SWF back
+    del src
     cl = _cluster(cluster, wl, whole_nodes, machine, queue_map)
     try:
         pol = parse_policy(policy, cl.scheduler)
@@ -286,7 +288,7 @@ def run_cmd(
             write_jobs_csv(csv_out, runs[0][0])
         if swf_out:
             _parent(swf_out)
-            write_swf(swf_out, schedule_trace(runs[0][0], src))
+            write_swf(swf_out, schedule_trace(runs[0][0], source))
         if plot:
             _plots(plot, runs, fmt, gantt_window)
     except OSError as exc:

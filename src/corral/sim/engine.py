@@ -55,7 +55,7 @@ from corral.sim.workload import ExceedPolicy, Workload
 
 ProgressFn = Callable[[int, int], None]
 LN2 = math.log(2.0)
-CLEAR_EVERY = 20_000  # cycles between clearing the core's memos (they hold every spec seen)
+CLEAR_EVERY = 5_000  # cycles between clearing the core's memos (they hold every spec seen)
 
 
 
@@ -412,9 +412,11 @@ class Engine:
                 skipped += 1
             force = dirty = False
             fresh_need = 1 << 62
-            samples_t.append(clock)
-            samples_q.append(float(len(pending)))
-            samples_b.append(float(total_cpus - free_cpus))
+            q, b = float(len(pending)), float(total_cpus - free_cpus)
+            if not samples_t or q != samples_q[-1] or b != samples_b[-1]:
+                samples_t.append(clock)  # a step function: repeats add nothing
+                samples_q.append(q)
+                samples_b.append(b)
             if progress is not None and done >= next_report:
                 progress(done, n)
                 next_report += report_every
@@ -423,7 +425,7 @@ class Engine:
 
         wall = time.perf_counter() - t_wall
         stats = {"cycles": cycles, "cycles_skipped": skipped, "wall_s": round(wall, 3),
-                 "core_s": round(core_s, 3), "events": len(samples_t)}
+                 "core_s": round(core_s, 3), "scheduling_points": cycles + skipped}
         settings = {"exceed": opt.exceed.value, "cycle_mode": opt.cycle_mode,
                     "ordering": config.ordering.value, "backfill": config.backfill.value,
                     "placement": config.placement.value, "machine": cl.description}
