@@ -94,7 +94,7 @@ def test_convert_and_info(tmp_path: Path) -> None:
         (["--default-estimate", "1 hour", "--missing-estimate", "default"],
          "--default-estimate '1 hour'"),
         (["--exceed", "maybe"], "'maybe' is not a valid ExceedPolicy"),
-        (["--machine", "cloud"], "--machine 'cloud': use nodes or pool"),
+        (["--machine", "cloud"], "--machine 'cloud': use auto, cores, nodes or pool"),
         (["--sample", "3"], "sample '3' not understood"),
     ],
 )

@@ -170,3 +170,17 @@ def test_pool_easy_never_delays_the_reservation(traces_dir: Path) -> None:
     k = int(np.flatnonzero(wl.submit_s == 19451632.0)[0])
     assert nodes.start_s[k] > wl.submit_s[k]
     assert pool.start_s[k] == nodes.start_s[k]
+
+
+def test_cores_and_pool_models_agree(traces_dir: Path) -> None:
+    """MaxProcs one-core nodes and one MaxProcs-core node are the same machine for jobs
+    that take processors anywhere: the core must schedule them identically (count-based
+    EASY on two different code paths)."""
+    wl = _slice(traces_dir, "SDSC-BLUE-2000-4.2-cln.swf.gz", 51000).take(slice(50000, 51000))
+    o = opts(backfill=BackfillMode.EASY)
+    a = simulate(wl, from_header(wl.max_nodes, wl.max_procs, machine="cores"), o)
+    b = simulate(wl, from_header(wl.max_nodes, wl.max_procs, machine="pool"), o)
+    assert a.total_nodes == 1152 and b.total_nodes == 1
+    np.testing.assert_array_equal(a.start_s, b.start_s)
+    with pytest.raises(ValueError, match="whole-nodes needs the nodes machine"):
+        from_header(144, 1152, machine="cores", whole_nodes=True)

@@ -26,8 +26,7 @@ def test_slice_replays_to_completion(traces_dir: Path, name: str) -> None:
     # a slice from the middle of the trace, where the machine is busy
     mid = len(wl) // 2
     part = select(wl, f"{mid}:{mid + 300}")
-    cl = from_header(part.max_nodes, part.max_procs,
-                     whole_nodes=part.max_procs % part.max_nodes != 0)
+    cl = from_header(part.max_nodes, part.max_procs, machine="cores")  # the CLI default
     res = simulate(part, cl, EngineOptions(config=SchedulerConfig(
         ordering=Ordering.FCFS, backfill=BackfillMode.EASY)))
     assert not (res.state == UNFINISHED).any()

@@ -42,8 +42,8 @@ ClusterOpt = Annotated[Path | None, typer.Option(
 QueueMapOpt = Annotated[str | None, typer.Option(
     "--queue-map", help="SWF queue numbers to partitions of --cluster, e.g. 0=debug,1=batch")]
 MachineOpt = Annotated[str, typer.Option(
-    "--machine", help="header machine: nodes (MaxNodes nodes) or pool (one pool of MaxProcs;"
-    " faster, count-based EASY)")]
+    "--machine", help="header machine: auto (cores; nodes with --whole-nodes), cores "
+    "(MaxProcs one-core nodes), nodes (MaxNodes x ppn) or pool (one node)")]
 WholeOpt = Annotated[bool, typer.Option(
     "--whole-nodes", help="jobs take ceil(procs/ppn) whole nodes (default: cores anywhere)")]
 ExceedOpt = Annotated[str, typer.Option(
@@ -119,14 +119,15 @@ def _cluster(cluster: Path | None, wl: Workload, whole: bool, machine: str,
              queue_map: str | None = None) -> SimCluster:
     from corral.sim.cluster import ClusterError, from_config, from_header
 
-    if machine not in ("nodes", "pool"):
-        raise _fail(f"--machine {machine!r}: use nodes or pool")
+    if machine not in ("auto", "cores", "nodes", "pool"):
+        raise _fail(f"--machine {machine!r}: use auto, cores, nodes or pool")
+    if machine == "auto":
+        machine = "nodes" if whole else "cores"
     try:
         if cluster is not None:
             cl = from_config(cluster)
         else:
-            cl = from_header(wl.max_nodes, wl.max_procs, whole_nodes=whole,
-                             pool=machine == "pool")
+            cl = from_header(wl.max_nodes, wl.max_procs, whole_nodes=whole, machine=machine)
         return cl.with_queue_map(queue_map) if queue_map else cl
     except (ClusterError, ValueError) as exc:
         raise _fail(str(exc)) from None
@@ -244,7 +245,7 @@ def run_cmd(
         "--policy", "-p", help="e.g. fcfs+easy, sjf+strict, multifactor+easy+nofs")] =
         "fcfs+easy",
     jobs: JobsOpt = "all", sample: SampleOpt = None, seed: SeedOpt = 1,
-    cluster: ClusterOpt = None, queue_map: QueueMapOpt = None, machine: MachineOpt = "nodes",
+    cluster: ClusterOpt = None, queue_map: QueueMapOpt = None, machine: MachineOpt = "auto",
     whole_nodes: WholeOpt = False, exceed: ExceedOpt = "kill",
     missing_estimate: MissingOpt = "runtime", default_estimate: DefaultEstOpt = "1:00:00",
     procs: ProcsOpt = "max", unknown_runtime: UnknownOpt = "drop", cycle: CycleOpt = "batch",
@@ -302,7 +303,7 @@ def compare_cmd(
         "--policies", "-p", help="comma-separated policies")] =
         "fcfs+strict,fcfs+easy,sjf+easy,f1+easy,fcfs+conservative,multifactor+easy",
     jobs: JobsOpt = "all", sample: SampleOpt = None, seed: SeedOpt = 1,
-    cluster: ClusterOpt = None, queue_map: QueueMapOpt = None, machine: MachineOpt = "nodes",
+    cluster: ClusterOpt = None, queue_map: QueueMapOpt = None, machine: MachineOpt = "auto",
     whole_nodes: WholeOpt = False, exceed: ExceedOpt = "kill",
     missing_estimate: MissingOpt = "runtime", default_estimate: DefaultEstOpt = "1:00:00",
     procs: ProcsOpt = "max", unknown_runtime: UnknownOpt = "drop", cycle: CycleOpt = "batch",

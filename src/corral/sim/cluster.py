@@ -1,9 +1,10 @@
 """The simulated machine: from an SWF header or from a Corral cluster configuration.
 
 * ``from_header(max_nodes, max_procs)``: ``MaxNodes`` identical nodes of
-  ``MaxProcs / MaxNodes`` cores each, one partition ``batch`` holding all of them. An SWF
-  job of ``N`` processors asks for ``N`` one-core tasks anywhere (``-n N``), so it may
-  share nodes with other jobs; with ``whole_nodes`` it takes ``ceil(N / ppn)`` whole nodes
+  ``MaxProcs / MaxNodes`` cores each (or ``MaxProcs`` one-core nodes, or one pool; see
+  ``from_header``), one partition ``batch`` holding all of them. An SWF job of ``N``
+  processors asks for ``N`` one-core tasks anywhere (``-n N``), so it may share nodes
+  with other jobs; with ``whole_nodes`` it takes ``ceil(N / ppn)`` whole nodes
   exclusively (how SDSC-BLUE and RLScheduler's simulator allocate).
 * ``from_config(path)``: the nodes (hostlists, sockets/cores, memory, typed GPUs,
   features, switches), partitions, QOS and account tree of a ``corral.toml``, i.e. the
@@ -95,22 +96,35 @@ class SimCluster:
         return replace(self, accounts=tree)
 
 
+MACHINES = ("cores", "nodes", "pool")
+
+
 def from_header(max_nodes: int, max_procs: int, *, whole_nodes: bool = False,
-                pool: bool = False, mem_mb_per_core: int = 1024) -> SimCluster:
+                machine: str = "nodes", pool: bool = False,
+                mem_mb_per_core: int = 1024) -> SimCluster:
     """The machine an SWF header describes (see the module docstring).
 
-    ``pool`` models the machine as one node of ``MaxProcs`` cores. SWF jobs only count
-    processors, so this keeps every job's request while making placement trivial (several
-    times faster). Decisions can differ from the node model in one way: with separate
-    nodes, the core's EASY reservation holds specific nodes, which may leave fewer
-    backfill holes than the count-based "extra processors" rule of textbook EASY; the pool
-    is exactly the count-based rule.
+    ``machine`` picks the model:
+
+    * ``nodes``: ``MaxNodes`` nodes of ``MaxProcs / MaxNodes`` cores;
+    * ``cores``: ``MaxProcs`` one-core nodes. An SWF job asks for processors anywhere, so
+      this is the same machine for it, node boundaries aside; the core then plans by
+      counting free processors (its fast path: on RICC about 5x faster than ``nodes``),
+      which is textbook EASY's "extra processors" rule. With ``nodes`` the core's EASY
+      reservation holds specific nodes, which can leave fewer backfill holes;
+    * ``pool`` (or ``pool=True``): one node of ``MaxProcs`` cores.
+
+    ``whole_nodes`` (a job takes ``ceil(procs/ppn)`` nodes to itself) needs ``nodes``.
     """
+    if pool:
+        machine = "pool"
+    if machine not in MACHINES:
+        raise ClusterError(f"machine {machine!r}: use one of {', '.join(MACHINES)}")
     if max_nodes < 1 or max_procs < 1:
         raise ClusterError(f"bad machine size: MaxNodes={max_nodes}, MaxProcs={max_procs}")
-    if pool:
-        if whole_nodes:
-            raise ClusterError("a pool has no nodes to take whole; drop --whole-nodes")
+    if whole_nodes and machine != "nodes":
+        raise ClusterError(f"--whole-nodes needs the nodes machine, not {machine!r}")
+    if machine == "pool":
         spec = NodeSpec(name="pool", sockets=1, cores_per_socket=max_procs,
                         mem_mb=max_procs * mem_mb_per_core)
         node = Node(spec, partitions=("batch",))
@@ -118,20 +132,27 @@ def from_header(max_nodes: int, max_procs: int, *, whole_nodes: bool = False,
         return SimCluster((node,), (part,), procs_per_node=max_procs,
                           description=f"a pool of {max_procs} processors "
                                       f"({max_nodes} nodes in the header)")
-    if max_procs % max_nodes:
-        raise ClusterError(
-            f"MaxProcs={max_procs} is not a multiple of MaxNodes={max_nodes}; "
-            "give the machine with --cluster CONFIG"
-        )
-    ppn = max_procs // max_nodes
-    width = len(str(max_nodes))
+    if machine == "cores":
+        count, ppn, prefix = max_procs, 1, "c"
+        desc = f"{max_procs} processors" + (
+            f" ({max_nodes} nodes x {max_procs // max_nodes} in the header)"
+            if max_procs != max_nodes else "")
+    else:
+        if max_procs % max_nodes:
+            raise ClusterError(
+                f"MaxProcs={max_procs} is not a multiple of MaxNodes={max_nodes}; "
+                "use --machine cores or give the machine with --cluster CONFIG"
+            )
+        count, ppn, prefix = max_nodes, max_procs // max_nodes, "n"
+        desc = f"{max_nodes} nodes x {ppn} cores" + (
+            " (whole nodes per job)" if whole_nodes else "")
+    width = len(str(count))
     nodes = tuple(
-        Node(NodeSpec(name=f"n{i:0{width}d}", sockets=1, cores_per_socket=ppn,
+        Node(NodeSpec(name=f"{prefix}{i:0{width}d}", sockets=1, cores_per_socket=ppn,
                       mem_mb=ppn * mem_mb_per_core), partitions=("batch",))
-        for i in range(1, max_nodes + 1)
+        for i in range(1, count + 1)
     )
     part = Partition(name="batch", nodes=tuple(n.name for n in nodes), is_default=True)
-    desc = f"{max_nodes} nodes x {ppn} cores" + (" (whole nodes per job)" if whole_nodes else "")
     return SimCluster(nodes, (part,), whole_nodes=whole_nodes, procs_per_node=ppn,
                       description=desc)
 
