@@ -64,14 +64,22 @@ class Isolation:
         if self.cgroup is not None:
             self.cgroup.attach(pid)
 
-    def child_limits(self) -> None:
-        """Called in the job process before it execs: the rlimit backstop when needed."""
-        if self.req.mem_mb > 0 and not self.has_memory_cgroup:
+    @property
+    def needs_rlimit(self) -> bool:
+        return self.req.mem_mb > 0 and not self.has_memory_cgroup
+
+    def child_limits(self, pid: int = 0) -> None:
+        """The rlimit backstop when needed: called in the job process before it execs
+        (``pid`` 0), or for a job process stopped before its exec (``prlimit``)."""
+        if self.needs_rlimit:
             limit = self.req.mem_mb * 1024 * 1024 * RLIMIT_DATA_FACTOR
             _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
             if hard != resource.RLIM_INFINITY:
                 limit = min(limit, hard)
-            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+            if pid:
+                resource.prlimit(pid, resource.RLIMIT_DATA, (limit, limit))
+            else:
+                resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
     def procs(self) -> set[int]:
         return self.cgroup.procs() if self.cgroup is not None else set()

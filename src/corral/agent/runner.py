@@ -115,6 +115,7 @@ class JobRunner:
         self._reported: set[int] = set()
         self._last_sweep = 0.0
         self._groups: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {}
+        self._own_groups = set(os.getgroups()) | {os.getegid()}
         self._aux = pbsaux.aux_dir(str(self.state_dir))
         self._nodefiles: dict[int, str] = {}  # qsub jobs: PBS_NODEFILE, removed on ack
         self.adopted: list[int] = []
@@ -281,6 +282,11 @@ class JobRunner:
     def _adopt(self) -> None:
         base = self._jobs_dir
         for name in os.listdir(base):
+            if name.startswith(".gate-"):  # a supervisor's spawn FIFOs (spawn.py)
+                pid = name.split("-")[1]
+                if pid.isdigit() and not is_alive(int(pid)):
+                    shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+                continue
             if not name.isdigit():
                 continue
             jid = int(name)
@@ -432,7 +438,10 @@ class JobRunner:
                         f"start jobs as uid {req.uid} ({req.user}); run the agent as root to "
                         "run jobs as their submitting users"), (), False
             return "", (), False
-        return "", self._supplementary_groups(req), True
+        groups = self._supplementary_groups(req)
+        if req.uid == euid and req.gid == os.getegid() and set(groups) == self._own_groups:
+            return "", groups, False  # the agent's own identity: nothing to switch
+        return "", groups, True
 
     def _supplementary_groups(self, req: LaunchRequest) -> tuple[int, ...]:
         key = (req.uid, req.gid)

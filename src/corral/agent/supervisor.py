@@ -52,7 +52,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from corral.agent import spool
+from corral.agent import spawn, spool
 from corral.agent.cgroups import CgroupError
 from corral.agent.isolation import Isolation, make_isolation
 from corral.agent.launch import JobExit, LaunchRequest
@@ -360,6 +360,83 @@ class Supervisor:
             argv = list(req.argv)
         else:
             return "nothing to run: the request has neither a script nor a command"
+        if self.can_spawn():
+            return self.spawn_job(argv, env, keep_fd)
+        return self.fork_job(argv, env, keep_fd)
+
+    def can_spawn(self) -> bool:
+        """The job can start with the gated ``posix_spawn`` (``spawn.py``): same user
+        as the supervisor; else (and where it is unavailable) it is forked."""
+        global _spawn_ok
+        if _spawn_ok is None:
+            _spawn_ok = os.environ.get("CORRAL_JOB_START", "spawn") != "fork" \
+                and spawn.available()
+        return _spawn_ok and not self.cfg.switch_user
+
+    def spawn_job(self, argv: list[str], env: dict[str, str], keep_fd: int) -> str | None:
+        """Start the job with ``spawn.Spawner``: what the child does before its exec in
+        ``exec_job`` happens here (working directory, files, CPU affinity: inherited) or
+        in ``prepare`` while the child waits at the gate (cgroups, rlimits, its pid)."""
+        global _spawner
+        req = self.req
+        fds: list[int] = []
+        old_affinity: set[int] | None = None
+        stage = f"cannot change to working directory {req.workdir}"
+        try:
+            os.chdir(req.workdir)
+            stage = f"cannot open input file {self.stdin_path}"
+            fds.append(os.open(self.stdin_path, os.O_RDONLY))
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            if req.open_mode != "append":
+                flags |= os.O_TRUNC
+            stage = f"cannot open output file {self.stdout_path}"
+            fds.append(os.open(self.stdout_path, flags, 0o644))
+            if self.stderr_path != self.stdout_path:
+                stage = f"cannot open error file {self.stderr_path}"
+                fds.append(os.open(self.stderr_path, flags, 0o644))
+            else:
+                fds.append(fds[1])
+            stage = f"cannot execute {argv[0]}"
+            path = spawn.which(argv[0], env)
+            if req.cpus:
+                stage = "cpu affinity"
+                old_affinity = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, req.cpus)
+            if keep_fd >= 0:
+                os.set_inheritable(keep_fd, True)
+            if _spawner is None:
+                _spawner = spawn.Spawner(os.path.dirname(self.jdir))
+            iso = self.iso
+
+            def prepare(pid: int) -> None:
+                if iso is not None:
+                    iso.attach(pid)
+                    iso.child_limits(pid)
+
+            stage = f"cannot execute {argv[0]}"
+            self.run.start_wall = time.time()
+            self.run.start_mono = time.monotonic()
+            pid = _spawner.spawn(path, argv, env, stdio=(fds[0], fds[1], fds[2]),
+                                 prepare=prepare)
+        except spawn.SpawnError as exc:
+            return f"cgroup: {exc.strerror or exc}"
+        except OSError as exc:
+            return f"{stage}: {exc.strerror or exc}"
+        finally:
+            for fd in set(fds):
+                os.close(fd)
+            if keep_fd >= 0:
+                os.close(keep_fd)
+            if old_affinity is not None:
+                os.sched_setaffinity(0, old_affinity)
+            os.chdir("/")
+        self.run.job_pid = pid
+        self.run.job_ticks = start_ticks(pid)
+        self.write_status("RUNNING")
+        return None
+
+    def fork_job(self, argv: list[str], env: dict[str, str], keep_fd: int) -> str | None:
+        """Start the job with ``fork`` + ``exec_job`` (user switch, or no gated spawn)."""
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         self.run.start_wall = time.time()
         self.run.start_mono = time.monotonic()
@@ -579,6 +656,8 @@ class Supervisor:
 
 
 _log_open = False
+_spawn_ok: bool | None = None
+_spawner: spawn.Spawner | None = None
 _notify_sock: socket.socket | None = None
 _own_ticks: int | None = None
 
@@ -709,6 +788,8 @@ def run_supervisor(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig,
             jdir, job_id, restarts, cfg = decode_job(data, cfg)
     except BaseException:  # noqa: B036
         code = 1
+    if _spawner is not None:
+        _spawner.close()
     os._exit(code)
 
 
