@@ -107,11 +107,13 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
     """Run a controller until SIGINT/SIGTERM (blocking)."""
     import uvicorn
 
+    from corral.agent.proctree import set_process_name
     from corral.controller.api import create_app, with_fast_paths
     from corral.controller.auth import Authenticator, read_or_create_key
     from corral.controller.service import Controller
     from corral.controller.store import Store
 
+    set_process_name("corral-ctld")  # what ps/top show (the agent is corral-agent)
     prepare_state_dir(state_dir)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     lock_fd = os.open(state_dir / "controller.lock", os.O_RDWR | os.O_CREAT, 0o600)

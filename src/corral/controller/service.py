@@ -119,6 +119,7 @@ class Controller:
         self.metrics.set_jobs(len(self.pending), len(self.running))
         log.info("recovered %d pending and %d running jobs; next job id %d",
                  len(self.pending), len(self.running), self.next_id)
+        await self.store.bind_loop()  # SQLite: commits on this loop from now on
         self._tasks.append(asyncio.create_task(self.sched.run(), name="scheduler"))
         self._tasks.append(asyncio.create_task(self._ticker(), name="ticker"))
         self.sched.trigger()
@@ -133,6 +134,7 @@ class Controller:
                 pass
         await self.hub.close_all()
         self._save_usage()
+        self.store.flush()
         await asyncio.get_running_loop().run_in_executor(None, self.store.close)
 
     async def _ticker(self) -> None:
@@ -232,7 +234,7 @@ class Controller:
             for op in ops:
                 op(conn)
 
-        return asyncio.wrap_future(self.store.submit(run))
+        return self.store.submit_async(run)
 
     def _finished_info(self, rec: JobRecord) -> FinishedJob:
         return FinishedJob(id=rec.id, state=rec.state, exit_code=rec.exit_code or 0,
