@@ -362,6 +362,9 @@ class AgentDaemon:
 
 def run_agent(controller: str, key: str, state_dir: Path, **kwargs: Any) -> None:
     """Run an agent until SIGINT/SIGTERM (blocking). Jobs keep running after it exits."""
+    from corral.agent.proctree import set_process_name
+
+    set_process_name("corral-agent")  # its fork server is corral-forksrv, supervisors corral-sup
     daemon = AgentDaemon(controller, key, state_dir, **kwargs)
 
     async def main() -> None:
