@@ -372,3 +372,16 @@ def _in_tmp(pid: int, tmp_path: Path) -> bool:
         return os.readlink(f"/proc/{pid}/cwd") == str(tmp_path)
     except OSError:
         return False
+
+
+def test_batched_launches_run_once_each(runner: JobRunner, tmp_path: Path) -> None:
+    """Launches of one batch travel to the fork server in one message; each runs once,
+    and a repeat inside the batch is still idempotent."""
+    with runner.batch():
+        for jid in (71, 72, 73):
+            runner.launch(make_request(jid, tmp_path, f"#!/bin/sh\necho {jid} >> runs.txt\n"))
+        runner.launch(make_request(72, tmp_path, "#!/bin/sh\necho again >> runs.txt\n"))
+    exits = wait_exits(runner, 3)
+    assert {j: e.state for j, e in exits.items()} == {71: "COMPLETED", 72: "COMPLETED",
+                                                       73: "COMPLETED"}
+    assert sorted((tmp_path / "runs.txt").read_text().split()) == ["71", "72", "73"]

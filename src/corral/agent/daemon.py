@@ -23,6 +23,7 @@ Killing the agent (even with SIGKILL) leaves the jobs running under their superv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal as _signal
@@ -292,6 +293,7 @@ class AgentDaemon:
                 self._collect_exits()
 
         fd = self.runner.fileno()
+        batch = getattr(self.runner, "batch", contextlib.nullcontext)
         flush: list[asyncio.TimerHandle] = []
 
         def flush_exits() -> None:
@@ -309,8 +311,9 @@ class AgentDaemon:
                  asyncio.create_task(sweeper())]
         try:
             async for frame in ws:
-                for msg in decode_frame(frame):
-                    self.handle(msg)
+                with batch():
+                    for msg in decode_frame(frame):
+                        self.handle(msg)
                 if any(t.done() for t in tasks):
                     break
         finally:

@@ -31,6 +31,7 @@ supervisor's exclusive claim covers a launch delivered twice). Every exit is rep
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pwd
@@ -39,6 +40,7 @@ import shutil
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from corral.agent.zygote import ForkServer
 _STARTUP_GRACE_S = 30.0  # a job dir with a request but no supervisor claim yet
 _GROUPS_TTL_S = 60.0
 _RCVBUF = 4 << 20  # exit notifications of a burst of jobs fit without loss
+_BATCH_MAX = 200  # launches per message to the fork server (well under a socket buffer)
 
 
 class LaunchError(ValueError):
@@ -111,6 +114,7 @@ class JobRunner:
         self._runs: dict[int, int] = {}  # every run in the spool: job id -> restarts
         self._active: dict[int, _Sup | None] = {}  # runs not reported finished yet
         self._unclaimed: dict[int, bytes] = {}  # sent to the fork server, no claim seen
+        self._batch: list[bytes] | None = None
         self._pending: set[int] = set()
         self._reported: set[int] = set()
         self._last_sweep = 0.0
@@ -164,8 +168,29 @@ class JobRunner:
         msg = encode_job(jdir, jid, req.restarts, groups, switch)
         self._active[jid] = None
         self._unclaimed[jid] = msg
-        if not self._zygote.send(msg):
+        if self._batch is not None:
+            self._batch.append(msg)
+        elif not self._zygote.send(msg):
             self._restart_zygote()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Launches inside go to the fork server together, when the block ends (one
+        message, one wake-up for a frame of launches)."""
+        if self._batch is not None:  # nested: the outer block sends
+            yield
+            return
+        self._batch = []
+        try:
+            yield
+        finally:
+            msgs, self._batch = self._batch, None
+            for i in range(0, len(msgs), _BATCH_MAX):
+                chunk = msgs[i:i + _BATCH_MAX]
+                data = chunk[0] if len(chunk) == 1 else b"[" + b",".join(chunk) + b"]"
+                if not self._zygote.send(data):
+                    self._restart_zygote()  # resends everything not claimed
+                    break
 
     def poll(self) -> list[JobExit]:
         """Jobs that finished since the last poll, each reported once (until ``ack``)."""

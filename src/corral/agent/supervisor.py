@@ -50,7 +50,7 @@ import socket
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from corral.agent import spawn, spool
 from corral.agent.cgroups import CgroupError
@@ -802,13 +802,15 @@ def encode_job(jdir: str, job_id: int, restarts: int, groups: tuple[int, ...],
                        "s": switch_user}, separators=(",", ":")).encode()
 
 
-def decode_job(data: bytes, base: SupervisorConfig) -> tuple[str, int, int, SupervisorConfig]:
-    """(job dir, job id, restarts, config) from a launch message. Raises ValueError."""
+def decode_job(data: bytes | dict[str, object],
+               base: SupervisorConfig) -> tuple[str, int, int, SupervisorConfig]:
+    """(job dir, job id, restarts, config) from a launch message (its bytes, or the
+    decoded object). Raises ValueError."""
     import dataclasses
     import json
 
     try:
-        msg = json.loads(data)
+        msg: Any = json.loads(data) if isinstance(data, bytes) else data
         cfg = dataclasses.replace(base, groups=tuple(int(g) for g in msg["g"]),
                                   switch_user=bool(msg["s"]))
         return str(msg["d"]), int(msg["j"]), int(msg["r"]), cfg

@@ -8,9 +8,10 @@ plus copy-on-write faults in both processes for as long as the supervisor lived:
 heap for the garbage collector and then does nothing but fork, so each supervisor starts
 from a small, quiet image.
 
-Protocol: a ``SOCK_SEQPACKET`` socket pair. The runner sends one JSON message per launch,
-``{"j": job id, "r": restarts, "d": job directory, "g": [supplementary gids], "s": switch
-user?}``, after writing the job's ``request.json``; the fork server forks and the child
+Protocol: a ``SOCK_SEQPACKET`` socket pair. The runner sends, per launch, ``{"j": job id,
+"r": restarts, "d": job directory, "g": [supplementary gids], "s": switch user?}`` after
+writing the job's ``request.json`` (a JSON list of them for the launches of one
+controller frame); the fork server hands each to an idle supervisor, or forks one, which
 runs ``supervisor.run_supervisor`` (new session first). Nothing comes back: the
 supervisor's claim in the job directory (``status.json``, created exclusively) is the
 record, so a launch delivered twice still starts the job once.
@@ -93,11 +94,18 @@ def serve(fd: int, config: str) -> NoReturn:
             if not data:  # the agent is gone: idle supervisors see EOF and leave
                 os._exit(0)
             try:
-                job = decode_job(data, cfg)
+                msg = json.loads(data)
             except ValueError as exc:
                 os.write(2, f"corral fork server: {exc}: {data[:200]!r}\n".encode())
                 continue
-            pool.dispatch(data, job, agent.fileno())
+            for item in msg if isinstance(msg, list) else [msg]:
+                try:
+                    job = decode_job(item, cfg)
+                except ValueError as exc:
+                    os.write(2, f"corral fork server: {exc}: {item!r:.200}\n".encode())
+                    continue
+                one = data if item is msg else json.dumps(item).encode()
+                pool.dispatch(one, job, agent.fileno())
 
 
 MAX_IDLE = 64  # idle supervisors kept for the next launches
