@@ -87,18 +87,20 @@ class SpawnError(OSError):
     """``prepare`` failed: the child was killed before it could exec."""
 
 
-_Buf = ctypes.Array[ctypes.c_char]
-
-
-def _cstrings(items: list[bytes | _Buf]) -> tuple[ctypes.Array[ctypes.c_char_p], list[object]]:
-    arr = (ctypes.c_char_p * (len(items) + 1))()
-    keep: list[object] = []
+def _packed(items: list[bytes]) -> tuple[ctypes.Array[ctypes.c_void_p], object, int]:
+    """A NULL-terminated ``char *[]`` over ``items`` (one buffer for all the strings: a
+    ctypes object per string costs 10x more). Returns the array, the buffer (keep it
+    alive) and the buffer's address."""
+    blob = b"".join(item + b"\0" for item in items)
+    buf = ctypes.create_string_buffer(blob, len(blob))
+    base = ctypes.addressof(buf)
+    arr = (ctypes.c_void_p * (len(items) + 1))()
+    off = 0
     for i, item in enumerate(items):
-        buf = item if isinstance(item, ctypes.Array) else ctypes.create_string_buffer(item)
-        keep.append(buf)
-        arr[i] = ctypes.cast(buf, ctypes.c_char_p)
+        arr[i] = base + off
+        off += len(item) + 1
     arr[len(items)] = None
-    return arr, keep
+    return arr, buf, base
 
 
 class Spawner:
@@ -115,7 +117,7 @@ class Spawner:
         self._go = threading.Semaphore(0)
         self._done = threading.Semaphore(0)
         self._prepare: Callable[[int], None] = lambda pid: None
-        self._pid_buf: ctypes.Array[ctypes.c_char] | None = None
+        self._pid_at = 0  # address of the digits of SLURM_TASK_PID in the environment
         self._abort = False
         self._error: BaseException | None = None
         self._pid = 0
@@ -138,10 +140,9 @@ class Spawner:
             if not self._abort and err is None:
                 try:
                     pid = self._child()
-                    if self._pid_buf is not None:
+                    if self._pid_at:
                         digits = str(pid).encode()
-                        ctypes.memmove(ctypes.addressof(self._pid_buf) + len(b"SLURM_TASK_PID="),
-                                       digits, len(digits))
+                        ctypes.memmove(self._pid_at, digits, len(digits))
                     self._prepare(pid)
                 except BaseException as exc:  # noqa: B036 - reported to the spawning thread
                     err = exc
@@ -225,16 +226,16 @@ class Spawner:
                                                                    | _SETSIGDEF))
             if rc:
                 raise OSError(rc, os.strerror(rc))
-            items: list[bytes | ctypes.Array[ctypes.c_char]] = [
-                os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()
-                if not (pid_env and k == "SLURM_TASK_PID")]
-            self._pid_buf = None
+            items = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()
+                     if not (pid_env and k == "SLURM_TASK_PID")]
+            if pid_env:  # last, with room for the digits (the buffer is zero-filled)
+                items.append(b"SLURM_TASK_PID=" + b"\0" * _PID_DIGITS)
+            envp, keep_env, base = _packed(items)
+            self._pid_at = 0
             if pid_env:
-                self._pid_buf = ctypes.create_string_buffer(
-                    b"SLURM_TASK_PID=" + b"\0" * _PID_DIGITS)
-                items.append(self._pid_buf)
-            envp, keep_env = _cstrings(items)
-            argvp, keep_argv = _cstrings([os.fsencode(a) for a in argv])
+                self._pid_at = base + sum(len(i) + 1 for i in items[:-1]) + len(
+                    b"SLURM_TASK_PID=")
+            argvp, keep_argv, _ = _packed([os.fsencode(a) for a in argv])
             self._prepare = prepare or (lambda pid: None)
             self._abort = False
             pid = ctypes.c_int(0)
