@@ -49,6 +49,7 @@ import signal
 import socket
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -143,6 +144,8 @@ class Supervisor:
         self.stdout_path = ""
         self.stderr_path = ""
         self.stdin_path = "/dev/null"
+        # called once the job is over, before its end is recorded (the pool's "idle")
+        self.before_exit: Callable[[], None] | None = None
         global _own_ticks
         if _own_ticks is None:
             _own_ticks = start_ticks(os.getpid())
@@ -651,6 +654,8 @@ class Supervisor:
                 self.iso.remove()
             except OSError as exc:
                 self.log(f"cannot remove isolation: {exc}")
+        if self.before_exit is not None:
+            self.before_exit()
         spool.write_json(os.path.join(self.jdir, spool.EXIT), exit_rec.to_json())
         self.notify()
 
@@ -717,23 +722,33 @@ def claim(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig) -> Super
     return sup if sup.claim_status() else None
 
 
-def supervise(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig) -> bool:
-    """Supervise one run to its end in this process. True when the process is clean
-    enough to take another job (the job's processes are all gone)."""
-    clean = True
+def supervise(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig,
+              offer: Callable[[], bool] | None = None) -> bool:
+    """Supervise one run to its end in this process. ``offer`` is called when the job is
+    over and its processes are all gone, just before its end is recorded (so the next
+    launch finds this process ready); it says whether it offered this process for another
+    job. Returns whether it did: then the caller must take the next job."""
+    offered = False
+    sup_: Supervisor | None = None
+
+    def before_exit() -> None:
+        nonlocal offered
+        if offer is not None and sup_ is not None and not sup_.job_pids():
+            offered = offer()
+
     try:
-        sup = claim(jdir, job_id, restarts, cfg)
-        if sup is None:
-            return True
+        sup_ = claim(jdir, job_id, restarts, cfg)
+        if sup_ is None:
+            return offer() if offer is not None else False
+        sup_.before_exit = before_exit
         if os.environ.get("CORRAL_SUPERVISOR_PROFILE"):
             import cProfile
 
             prof = cProfile.Profile(time.process_time)
-            prof.runcall(sup.main)
+            prof.runcall(sup_.main)
             prof.dump_stats(os.path.join(jdir, "prof"))
         else:
-            sup.main()
-        clean = not sup.job_pids()
+            sup_.main()
         if os.environ.get("CORRAL_SUPERVISOR_TIMES"):
             import resource
             a = resource.getrusage(resource.RUSAGE_SELF)
@@ -742,7 +757,6 @@ def supervise(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig) -> b
             os.write(2, f"TIMES {a.ru_utime} {a.ru_stime} {b.ru_utime} {b.ru_stime} "
                         f"{a.ru_minflt} {b.ru_minflt}\n".encode())
     except BaseException:  # noqa: B036 - the last resort: record why, never return to the caller
-        clean = False
         try:
             open_log(jdir)
             os.write(2, traceback.format_exc().encode())
@@ -755,7 +769,7 @@ def supervise(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig) -> b
             pass
     finally:
         close_log()
-    return clean
+    return offered
 
 
 def run_supervisor(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig,
@@ -763,23 +777,33 @@ def run_supervisor(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig,
     """Entry point in a freshly forked supervisor process. Never returns.
 
     Supervises the given run, then, with a fork server connection (``pool_fd``), offers
-    itself for another run (``b"idle"``) and supervises what it is sent, up to
-    ``max_jobs`` runs: one job at a time, so a supervisor that dies takes only its current
-    job with it, while the fork, copy-on-write and exit costs of a process are paid once
-    per many jobs. It leaves when the fork server closes the connection."""
+    itself for another run (``b"idle"``, sent as soon as the job's processes are gone,
+    before its end is recorded) and supervises what it is sent, up to ``max_jobs`` runs:
+    one job at a time, so a supervisor that dies takes only its current job with it,
+    while the fork, copy-on-write and exit costs of a process are paid once per many
+    jobs. It leaves when the fork server closes the connection."""
     code = 0
     try:
         os.setsid()
         conn = prepare_process(pool_fd)
         gc.enable()  # the fork server froze its heap: collections skip those objects
         done = 0
-        while True:
-            clean = supervise(jdir, job_id, restarts, cfg)
-            done += 1
-            if conn < 0 or not clean or done >= max_jobs:
-                break
+
+        def offer() -> bool:
+            if conn < 0 or done + 1 >= max_jobs:
+                return False
             try:
                 os.write(conn, b"idle")
+            except OSError:
+                return False
+            return True
+
+        while True:
+            offered = supervise(jdir, job_id, restarts, cfg, offer)
+            done += 1
+            if not offered:
+                break
+            try:  # offered: the fork server may already have sent the next job
                 data = os.read(conn, 1 << 16)
             except OSError:
                 break
