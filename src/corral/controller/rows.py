@@ -45,10 +45,15 @@ def mutable_columns(rec: JobRecord) -> dict[str, Any]:
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(obj: Any) -> Any:
     """``dataclasses.asdict`` for the immutable values of a submission, without its deep
     copies (several times faster: the submit path calls it once per job)."""
     cls = type(obj)
+    if cls in _LEAVES:
+        return obj
     names = _FIELDS.get(cls)
     if names is None:
         if not dataclasses.is_dataclass(obj):
