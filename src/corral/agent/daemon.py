@@ -85,6 +85,8 @@ class AgentDaemon:
         self.runner = runner if runner is not None else JobRunner(
             state_dir, cgroup_root or "corral", self.node, isolation=isolation)
         self.unacked: dict[int, JobExit] = {}
+        self._launched: list[dict[str, Any]] = []  # "launched" replies waiting for a flush
+        self._request_flush: Any = None  # set during a session when exits are batched
         self.deferred: dict[int, LaunchRequest] = {}  # new runs waiting for an old run's end
         self._ws: Any = None
         self._out: asyncio.Queue[dict[str, Any]] | None = None
@@ -156,7 +158,12 @@ class AgentDaemon:
             return
         self.launches += 1
         self.launch_s += time.perf_counter() - t0
-        self._send({"t": "launched", "job_id": req.job_id, "restarts": req.restarts})
+        launched = {"t": "launched", "job_id": req.job_id, "restarts": req.restarts}
+        if self._request_flush is not None:  # with the next batch of exits (informational)
+            self._launched.append(launched)
+            self._request_flush()
+        else:
+            self._send(launched)
 
     def _fit_pinning(self, req: LaunchRequest) -> LaunchRequest:
         if not req.cpus:
@@ -295,18 +302,33 @@ class AgentDaemon:
         fd = self.runner.fileno()
         batch = getattr(self.runner, "batch", contextlib.nullcontext)
         flush: list[asyncio.TimerHandle] = []
+        watching = [True]
 
-        def flush_exits() -> None:
+        def flush_now() -> None:
             flush.clear()
+            launched, self._launched = self._launched, []
+            for msg in launched:
+                self._send(msg)
             self._collect_exits()
-            loop.add_reader(fd, notified)
+            if not watching[0]:
+                loop.add_reader(fd, notified)
+                watching[0] = True
+
+        def request_flush() -> None:
+            if not flush:
+                flush.append(loop.call_later(self.exit_batch_s, flush_now))
 
         def notified() -> None:
             # the datagrams stay unread until the flush: stop watching until then
             loop.remove_reader(fd)
-            flush.append(loop.call_later(self.exit_batch_s, flush_exits))
+            watching[0] = False
+            request_flush()
 
-        loop.add_reader(fd, notified if self.exit_batch_s > 0 else self._collect_exits)
+        if self.exit_batch_s > 0:
+            loop.add_reader(fd, notified)
+            self._request_flush = request_flush
+        else:
+            loop.add_reader(fd, self._collect_exits)
         tasks = [asyncio.create_task(writer()), asyncio.create_task(heartbeat()),
                  asyncio.create_task(sweeper())]
         try:
@@ -320,6 +342,8 @@ class AgentDaemon:
             loop.remove_reader(fd)
             for handle in flush:
                 handle.cancel()
+            self._request_flush = None
+            self._launched.clear()
             self._out = None
             for t in tasks:
                 t.cancel()
