@@ -835,11 +835,22 @@ def decode_job(data: bytes | dict[str, object],
 
     try:
         msg: Any = json.loads(data) if isinstance(data, bytes) else data
-        cfg = dataclasses.replace(base, groups=tuple(int(g) for g in msg["g"]),
-                                  switch_user=bool(msg["s"]))
+        key = (id(base), tuple(int(g) for g in msg["g"]), bool(msg["s"]))
+        cfg = _job_cfgs.get(key)
+        if cfg is None or _job_cfgs_base.get(id(base)) is not base:
+            cfg = dataclasses.replace(base, groups=key[1], switch_user=key[2])
+            if len(_job_cfgs) > 256:
+                _job_cfgs.clear()
+            _job_cfgs[key] = cfg
+            _job_cfgs_base[id(base)] = base
         return str(msg["d"]), int(msg["j"]), int(msg["r"]), cfg
     except (KeyError, TypeError) as exc:
         raise ValueError(f"bad launch message: {exc}") from None
+
+
+# job configurations by (base, groups, switch): the same few for every job of a node
+_job_cfgs: dict[tuple[int, tuple[int, ...], bool], SupervisorConfig] = {}
+_job_cfgs_base: dict[int, SupervisorConfig] = {}
 
 
 __all__ = ["Supervisor", "SupervisorConfig", "decode_job", "encode_job", "run_supervisor",
