@@ -565,6 +565,24 @@ def render_md(res: dict[str, Any]) -> str:
         f"Python interpreter start alone: {cc['python_startup_s']['p50'] * 1000:.1f} ms "
         "(part of every new-process call above).",
     ]
+    if ss:
+        target = 20.0 * ss["drain_jobs_per_s"]
+        got = cs["drain_jobs_per_s"]
+        verdict = "met" if got >= target else "NOT met"
+        lines += ["", f"Target of issue 4 (a): at least 20× Slurm's drain rate in the same run, "
+                  f"{target:.0f} jobs/s: **{verdict}** ({got:.1f} jobs/s, "
+                  f"{got / ss['drain_jobs_per_s']:.1f}×)."]
+        cpu0 = cs.get("cpu_ms_per_job") or {}
+        ours0 = sum(v for k, v in cpu0.items() if not k.startswith("other"))
+        if ours0 and got < target:
+            lines.append(
+                f"Why: every job costs Corral and its client {ours0:.1f} ms of CPU (table "
+                f"below), so 2 cores could run at most {2000.0 / ours0:.0f} jobs/s even with "
+                f"nothing else on the machine; the target needs {2000.0 / target:.1f} ms "
+                f"per job or less, in which the job's own exec of `/bin/true` already takes "
+                f"{cpu0.get('jobs (true, from its cgroup)', 0.0):.1f} ms. Other users of the "
+                f"machine took {cpu0.get('other processes on the machine', 0.0):.1f} ms per "
+                "job of CPU during the run on top.")
     runs = cs.get("runs_jobs_per_s")
     if runs:
         lines.append(f"Corral sequential drain: median of {len(runs)} runs (fresh cluster each), "
