@@ -257,7 +257,8 @@ class Spawner:
                 except ChildProcessError:
                     pass
                 err = self._error
-                raise SpawnError(getattr(err, "errno", None) or errno.EIO, str(err))
+                raise SpawnError(getattr(err, "errno", None) or errno.EIO,
+                                 getattr(err, "strerror", None) or str(err))
             return int(pid.value)
         finally:
             lib.posix_spawn_file_actions_destroy(fa)

@@ -38,7 +38,8 @@ never starts.
 (commands received, failures, tracebacks). Debugging aids (read from the agent's
 environment): ``CORRAL_SUPERVISOR_TIMES=1`` logs the supervisor's own and the job's CPU
 time to ``supervisor.log``; ``CORRAL_SUPERVISOR_PROFILE=1`` writes a cProfile of the
-supervisor to ``<job dir>/prof``.
+supervisor to ``<job dir>/prof``; ``CORRAL_JOB_START=fork`` starts every job with ``fork``
+instead of the gated ``posix_spawn`` (the tests run both).
 """
 
 from __future__ import annotations
@@ -411,10 +412,17 @@ class Supervisor:
                 _spawner = spawn.Spawner(os.path.dirname(self.jdir))
             iso = self.iso
 
-            def prepare(pid: int) -> None:
-                if iso is not None:
+            def prepare(pid: int) -> None:  # runs while the child waits at the gate
+                if iso is None:
+                    return
+                try:
                     iso.attach(pid)
+                except OSError as exc:
+                    raise OSError(exc.errno, f"cgroup: {exc.strerror or exc}") from None
+                try:
                     iso.child_limits(pid)
+                except OSError as exc:
+                    raise OSError(exc.errno, f"memory limit: {exc.strerror or exc}") from None
 
             stage = f"cannot execute {argv[0]}"
             self.run.start_wall = time.time()
@@ -422,7 +430,9 @@ class Supervisor:
             pid = _spawner.spawn(path, argv, env, stdio=(fds[0], fds[1], fds[2]),
                                  prepare=prepare)
         except spawn.SpawnError as exc:
-            return f"cgroup: {exc.strerror or exc}"
+            msg = str(exc.strerror or exc)
+            return msg if msg.startswith(("cgroup:", "memory limit:")) else \
+                f"cannot start the job: {msg}"
         except OSError as exc:
             return f"{stage}: {exc.strerror or exc}"
         finally:
