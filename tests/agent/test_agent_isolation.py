@@ -12,7 +12,7 @@ from corral.agent.cgroups import CgroupLayout, JobCgroup, cpulist, detect_layout
 from corral.agent.isolation import node_layout
 from corral.agent.runner import JobRunner
 
-from .conftest import CGROUP_ROOT, make_request, wait_exits
+from .conftest import CGROUP_ROOT, make_request, wait_exits, wait_for
 
 FIXTURES = Path("/work/shared/fixtures/hardware/h200-node")
 
@@ -44,11 +44,22 @@ def test_cgroup_memory_limit_is_out_of_memory(runner: JobRunner, tmp_path: Path)
     assert ex.signal == 9 or ex.exit_code == 137
     assert 40 <= ex.max_rss_mb <= 70  # the cgroup's peak: capped at the 64 MB limit
     assert ex.cpu_time_s > 0
-    # the job cgroup is gone afterwards
-    base = layout.v2_root if layout.mode == "v2" else layout.v1["memory"]
-    assert base is not None
-    assert os.path.isdir(os.path.join(base, CGROUP_ROOT, "testnode"))
-    assert not os.path.exists(os.path.join(base, CGROUP_ROOT, "testnode", "job_41"))
+    # the next job of the same supervisor reuses its cgroup, reset: no OOM kill inherited,
+    # peak and CPU time its own, a new limit
+    small = f"#!{sys.executable}\nb = b'x' * (8 << 20)\nprint('ok', flush=True)\n"
+    runner.launch(make_request(46, tmp_path, small, mem_mb=128))
+    ex2 = wait_exits(runner)[46]
+    assert ex2.state == "COMPLETED", ex2
+    assert ex2.max_rss_mb < 40 and 0 < ex2.cpu_time_s < ex.cpu_time_s + 5
+    dirs = [(runner.status(j) or {})["isolation"]["cgroup"]["dirs"] for j in (41, 46)]
+    assert dirs[0] == dirs[1], dirs
+    mem_dir = dirs[0].get("memory") or dirs[0]["v2"]
+    limit = "memory.limit_in_bytes" if layout.mode == "v1" else "memory.max"
+    assert (Path(mem_dir) / limit).read_text().strip() == str(128 << 20)
+    # the cgroup exists only while its supervisor does
+    runner.close()
+    wait_for(lambda: not any(os.path.exists(d) for d in dirs[0].values()), timeout_s=10,
+             what="the supervisor's cgroup removed")
 
 
 def test_cgroup_placement_cpuset_and_pids(runner: JobRunner, tmp_path: Path) -> None:
@@ -62,20 +73,23 @@ def test_cgroup_placement_cpuset_and_pids(runner: JobRunner, tmp_path: Path) -> 
     ex = wait_exits(runner)[42]
     assert ex.state == "COMPLETED"
     text = (tmp_path / "slurm-42.out").read_text()
+    # the job's cgroup is its supervisor's (kept for its next job): sup_<pid>
+    sup = (runner.status(42) or {})["supervisor_pid"]
+    where = f"/{CGROUP_ROOT}/testnode/sup_{sup}"
     if layout.mode == "v1":
         # freezer and cpuacct only where the tracking cgroup2 cannot freeze and count CPU
         wanted = ["memory", "cpuset", "pids"]
         if layout.tracking_full:
             wanted_not = ["freezer", "cpuacct"]
-            assert f"0::/{CGROUP_ROOT}/testnode/job_42" in text, text
+            assert f"0::{where}" in text, text
         else:
             wanted, wanted_not = wanted + ["freezer", "cpuacct"], []
         for ctl in wanted:
-            assert f":{ctl}:/{CGROUP_ROOT}/testnode/job_42" in text, text
+            assert f":{ctl}:{where}" in text, text
         for ctl in wanted_not:
-            assert f":{ctl}:/{CGROUP_ROOT}/testnode/job_42" not in text, text
+            assert f":{ctl}:{where}" not in text, text
     else:
-        assert f"0::/{CGROUP_ROOT}/testnode/job_42" in text
+        assert f"0::{where}" in text
     allowed = [ln.split()[1] for ln in text.splitlines() if ln.startswith("Cpus_allowed_list")]
     assert allowed == [str(cpu), str(cpu)]
 
@@ -147,3 +161,47 @@ def test_job_cgroup_lifecycle_direct(tmp_path: Path) -> None:
     finally:
         cg.remove()
     assert all(not os.path.exists(d) for d in cg.dirs.values())
+
+
+def test_reused_cgroup_takes_each_jobs_own_limits(runner: JobRunner, tmp_path: Path) -> None:
+    cgroups_writable()
+    cpu = max(os.sched_getaffinity(0))
+    everyone = cpulist(sorted(os.sched_getaffinity(0)))
+    probe = ("#!/bin/sh\ngrep Cpus_allowed_list /proc/self/status\n"
+             "for i in 1 2 3 4 5 6; do sleep 0.2 & done; wait; echo forked\n")
+    runner.launch(make_request(47, tmp_path, probe, cpus=(cpu,), max_pids=3))
+    wait_exits(runner)
+    runner.launch(make_request(48, tmp_path, probe))  # unpinned, no pids limit
+    wait_exits(runner)
+    first = (tmp_path / "slurm-47.out").read_text()
+    second = (tmp_path / "slurm-48.out").read_text()
+    assert first.split()[1] == str(cpu) and "fork" in first.lower() and "forked" not in first
+    assert second.split()[1] == everyone, second  # the pinning did not stick
+    assert "forked" in second and "Cannot fork" not in second, second
+    d47 = (runner.status(47) or {})["isolation"]["cgroup"]["dirs"]
+    d48 = (runner.status(48) or {})["isolation"]["cgroup"]["dirs"]
+    assert set(d47.values()) == set(d48.values())  # one supervisor, one cgroup
+
+
+def test_cgroups_of_vanished_supervisors_are_removed(tmp_path: Path) -> None:
+    layout = cgroups_writable()
+    from corral.agent.cgslot import remove_stale
+
+    parent = f"{CGROUP_ROOT}/staletest"
+    node_layout(parent)
+    bases = ([layout.v2_root] if layout.mode == "v2" else list(layout.v1.values())) + \
+        ([layout.tracking] if layout.tracking else [])
+    made = []
+    for base in bases:
+        assert base is not None
+        for name in ("sup_999999999", f"sup_{os.getpid()}"):  # a dead pid, a live one
+            d = os.path.join(base, parent, name)
+            os.makedirs(d, exist_ok=True)
+            made.append(d)
+    try:
+        assert remove_stale(layout, parent) == len(bases)
+        assert all(os.path.exists(d) == (f"sup_{os.getpid()}" in d) for d in made)
+    finally:
+        for d in made:
+            if os.path.exists(d):
+                os.rmdir(d)

@@ -67,8 +67,9 @@ def test_job_process_is_the_same_either_way(mode_runner: JobRunner, tmp_path: Pa
     # stdio, the script's memfd and ls's own directory: nothing of the supervisor leaks
     assert {"0", "1", "2"} <= set(fds) and len(fds) == 5, fds
     if node_layout(f"{CGROUP_ROOT}/testnode").mode != "none":
-        assert f"{CGROUP_ROOT}/testnode/job_61" in lines["cg"] or any(
-            f"{CGROUP_ROOT}/testnode/job_61" in ln for ln in text.splitlines()), text
+        sup = (mode_runner.status(61) or {})["supervisor_pid"]
+        cg_lines = [ln for ln in text.splitlines() if ln.startswith("cg=")]
+        assert any(ln.endswith(f"{CGROUP_ROOT}/testnode/sup_{sup}") for ln in cg_lines), text
 
 
 def test_exec_errors_read_the_same(mode_runner: JobRunner, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ Fallback when no cgroup is writable (documented choice):
 
 from __future__ import annotations
 
+import os
 import resource
 
 from corral.agent.cgroups import (
@@ -32,6 +33,8 @@ from corral.agent.cgroups import (
     detect_layout,
     prepare,
 )
+from corral.agent.cgslot import PREFIX as SLOT_PREFIX
+from corral.agent.cgslot import SlotCgroup
 from corral.agent.launch import LaunchRequest
 
 RLIMIT_DATA_FACTOR = 2
@@ -111,8 +114,10 @@ class Isolation:
 
 
 def make_isolation(mode: str, cgroup_root: str, req: LaunchRequest,
-                   mem_poll_s: float) -> tuple[Isolation, str]:
-    """The job's isolation and a note for the log ("" when all is as asked)."""
+                   mem_poll_s: float, *, reuse: bool = False) -> tuple[Isolation, str]:
+    """The job's isolation and a note for the log ("" when all is as asked). With
+    ``reuse`` (a supervisor that runs job after job), the job's cgroup is this process's
+    slot (``cgslot.py``), reset for the job, instead of a directory made for it."""
     del mem_poll_s  # the supervisor drives the watchdog
     if mode == "none":
         return Isolation(req, None), ""
@@ -121,12 +126,44 @@ def make_isolation(mode: str, cgroup_root: str, req: LaunchRequest,
         if mode == "cgroup":
             raise CgroupError(f"cgroups required but unavailable: {layout.reason}")
         return Isolation(req, None), f"no cgroup isolation: {layout.reason}; using rlimits"
-    name = f"{cgroup_root.strip('/')}/job_{req.job_id}"
     try:
-        cg = JobCgroup.create(layout, name, mem_mb=req.mem_mb, cpus=req.cpus,
-                              max_pids=req.max_pids)
+        cg: JobCgroup
+        if reuse:
+            cg = _slot_for(layout, cgroup_root.strip("/"), req)
+        else:
+            cg = JobCgroup.create(layout, f"{cgroup_root.strip('/')}/job_{req.job_id}",
+                                  mem_mb=req.mem_mb, cpus=req.cpus, max_pids=req.max_pids)
     except CgroupError as exc:
         if mode == "cgroup":
             raise
         return Isolation(req, None), f"no cgroup isolation: {exc}; using rlimits"
     return Isolation(req, cg), ""
+
+
+_slot: SlotCgroup | None = None
+_slot_gen = 0
+
+
+def _slot_for(layout: CgroupLayout, parent: str, req: LaunchRequest) -> SlotCgroup:
+    """This process's slot, reset for ``req``; a new one when it cannot be reused."""
+    global _slot, _slot_gen
+    if _slot is not None:
+        if _slot.reset(req.mem_mb, req.cpus, req.max_pids):
+            return _slot
+        release_slot()
+    _slot_gen += 1
+    suffix = "" if _slot_gen == 1 else f"_{_slot_gen}"
+    _slot = SlotCgroup.open(layout, f"{parent}/{SLOT_PREFIX}{os.getpid()}{suffix}",
+                            mem_mb=req.mem_mb, cpus=req.cpus, max_pids=req.max_pids)
+    return _slot
+
+
+def release_slot() -> None:
+    """Remove this process's slot (when the supervisor leaves)."""
+    global _slot
+    slot, _slot = _slot, None
+    if slot is not None:
+        try:
+            slot.discard(wait_s=1.0)
+        except OSError:
+            pass

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.agent import pbsaux, spool
+from corral.agent import cgslot, pbsaux, spool
 from corral.agent.cgroups import CgroupLayout, JobCgroup
 from corral.agent.isolation import node_layout
 from corral.agent.launch import JobExit, LaunchRequest
@@ -90,6 +90,8 @@ class JobRunner:
         self._jobs_dir = str(spool.open_spool(self.state_dir, spool_dir))
         self.layout = (node_layout(self.cgroup_parent) if isolation != "none"
                        else CgroupLayout("none", reason="isolation disabled"))
+        if self.layout.mode != "none":  # cgroups kept by supervisors that are gone
+            cgslot.remove_stale(self.layout, self.cgroup_parent)
         digest = hashlib.sha1(str(self.state_dir).encode()).hexdigest()[:24]
         self._addr = b"\0corral-agent-" + digest.encode()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)

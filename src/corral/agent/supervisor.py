@@ -39,7 +39,8 @@ never starts.
 environment): ``CORRAL_SUPERVISOR_TIMES=1`` logs the supervisor's own and the job's CPU
 time to ``supervisor.log``; ``CORRAL_SUPERVISOR_PROFILE=1`` writes a cProfile of the
 supervisor to ``<job dir>/prof``; ``CORRAL_JOB_START=fork`` starts every job with ``fork``
-instead of the gated ``posix_spawn`` (the tests run both).
+instead of the gated ``posix_spawn`` (the tests run both); ``CORRAL_CGROUP_REUSE=0`` gives
+every job a cgroup of its own (``job_<id>``) instead of its supervisor's (``cgslot.py``).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from typing import Any, NoReturn
 
 from corral.agent import spawn, spool
 from corral.agent.cgroups import CgroupError
-from corral.agent.isolation import Isolation, make_isolation
+from corral.agent.isolation import Isolation, make_isolation, release_slot
 from corral.agent.launch import JobExit, LaunchRequest
 from corral.agent.prepare import (
     WarningSignal,
@@ -346,7 +347,7 @@ class Supervisor:
             return None
         try:
             self.iso, note = make_isolation(self.cfg.isolation, self.cfg.cgroup_root, req,
-                                            self.cfg.mem_poll_s)
+                                            self.cfg.mem_poll_s, reuse=_pooled)
         except CgroupError as exc:
             return str(exc)
         if note:
@@ -671,6 +672,7 @@ class Supervisor:
 
 
 _log_open = False
+_pooled = False  # this process may run several jobs: it keeps its cgroup (cgslot.py)
 _spawn_ok: bool | None = None
 _spawner: spawn.Spawner | None = None
 _notify_sock: socket.socket | None = None
@@ -792,7 +794,10 @@ def run_supervisor(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig,
     one job at a time, so a supervisor that dies takes only its current job with it,
     while the fork, copy-on-write and exit costs of a process are paid once per many
     jobs. It leaves when the fork server closes the connection."""
+    global _pooled
     code = 0
+    _pooled = pool_fd >= 0 and max_jobs > 1 and \
+        os.environ.get("CORRAL_CGROUP_REUSE", "1") != "0"
     try:
         os.setsid()
         conn = prepare_process(pool_fd)
@@ -824,6 +829,7 @@ def run_supervisor(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig,
         code = 1
     if _spawner is not None:
         _spawner.close()
+    release_slot()
     os._exit(code)
 
 

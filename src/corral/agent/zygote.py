@@ -81,7 +81,9 @@ def serve(fd: int, config: str) -> NoReturn:
             events = poller.poll()
         except InterruptedError:
             continue
-        for efd, _ev in events:
+        # supervisors' "idle" first: a launch that arrived in the same instant then goes
+        # to one of them instead of a new fork
+        for efd, _ev in sorted(events, key=lambda e: e[0] == agent.fileno()):
             if efd != agent.fileno():
                 pool.from_supervisor(efd)
                 continue
