@@ -1,5 +1,8 @@
 """Per-job cgroups: detect the host's layout, create a job cgroup, account, kill, remove.
 
+(The directory name below is ``job_<id>``; supervisors that run job after job keep one
+per supervisor instead, ``sup_<pid>``, reset between jobs: ``cgslot.py``.)
+
 Layouts (``detect_layout`` reads /proc/self/mounts):
 
 - **v2**: a cgroup2 mount whose ``cgroup.controllers`` offers ``memory``. The job cgroup is

@@ -81,8 +81,9 @@ class JobRunner:
         self.state_dir = Path(state_dir).resolve()
         self.node_name = node_name or socket.gethostname().split(".")[0]
         self.cgroup_root = cgroup_root.strip("/") or "corral"
-        # job cgroups: <cgroup_root>/<node>/job_<id>, so several agents on one kernel (test
-        # clusters, multi-node jobs on emulated nodes) never share a job's cgroup
+        # job cgroups: <cgroup_root>/<node>/sup_<pid> (a supervisor's, cgslot.py) or
+        # .../job_<id>, so several agents on one kernel (test clusters, multi-node jobs on
+        # emulated nodes) never share a job's cgroup
         self.cgroup_parent = f"{self.cgroup_root}/{self.node_name.replace('/', '_')}"
         self.isolation = isolation
         self.mem_poll_s = mem_poll_s
