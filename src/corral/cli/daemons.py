@@ -182,12 +182,16 @@ def up(
         for p in reversed(procs):
             if p.poll() is None:
                 _stop_pid(p.pid)
-        typer.echo(f"corral: {exc}", err=True)
+        why = (str(exc) if isinstance(exc, RuntimeError)
+               else "interrupted before the cluster was ready")
+        typer.echo(f"corral: {why}", err=True)
         raise typer.Exit(1) from None
-    _print_banner(sd, sock, pong, cfg.cluster_name, detach)
     if detach:
+        _print_banner(sd, sock, pong, cfg.cluster_name, detach)
         return
+    # from here on Ctrl-C, wherever it lands (even during the banner), stops the cluster
     try:
+        _print_banner(sd, sock, pong, cfg.cluster_name, detach)
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
         typer.echo("corral: a daemon exited; stopping the cluster", err=True)
