@@ -99,7 +99,8 @@ def test_rich_conf() -> None:
                             "partition": 10000, "qos": 3000, "max_age_s": 3 * 86400,
                             "favor_small": True, "size_relative": True}
     assert d["preemption"] == {"type": "partition_prio", "mode": "REQUEUE"}
-    assert d["controller"] == {"min_job_age_s": 120, "kill_grace_s": 45}
+    assert d["controller"] == {"min_job_age_s": 120, "kill_grace_s": 45,
+                               "first_job_id": 5000}
 
     why = {(u.key, u.value): u for u in res.unmapped}
     assert ("PreemptMode", "GANG") in why

@@ -78,6 +78,7 @@ accounts = ["physics"]
     ({"scheduler": {"backfill": "sometimes"}}, "scheduler.backfill", "not one of"),
     ({"controller": {"listen": "nowhere"}}, "controller.listen", "host:port"),
     ({"agent": {"heartbeat_s": 30}}, "controller.node_down_after_s", "twice"),
+    ({"controller": {"first_job_id": 0}}, "controller.first_job_id", "between 1 and"),
     ({"nodes": [{"name": "n[1-2]", "cpus": 1, "mem_mb": 1}, {"name": "n2", "cpus": 1,
                                                             "mem_mb": 1}]},
      "nodes[1].name", "duplicate"),

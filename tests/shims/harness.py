@@ -5,11 +5,16 @@ that declares 8 CPUs on the node (like the reference Slurm's 64-CPU override on 
 2-core machine: dask-jobqueue's runner test wants 4 idle CPUs, jobs mostly sleep), then
 ``corral shims install`` into a private ``bin``; ``ShimCluster.env`` is the environment a
 client needs (``PATH`` with the shims first, ``CORRAL_STATE_DIR``).
+
+Each cluster starts its job ids at a random ``first_job_id`` (Slurm's ``FirstJobId``):
+tools name shared files after the job id (dask-jobqueue's runner test writes
+``/shared_space/<job id>.json``), and two test runs on one machine must not meet there.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import time
@@ -23,6 +28,7 @@ CONFIG = f"""
 cluster_name = "shimtest"
 
 [controller]
+first_job_id = {{first_job_id}}
 min_job_age_s = 600
 kill_grace_s = 3
 
@@ -48,6 +54,7 @@ class ShimCluster:
         self.state_dir = base / "state"
         self.bin = base / "bin"
         self.node = NODE
+        self.first_job_id = 1
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("CORRAL_", "SLURM_", "SBATCH_", "SQUEUE_", "PBS_"))}
         env["CORRAL_STATE_DIR"] = str(self.state_dir)
@@ -100,7 +107,8 @@ class ShimCluster:
 def start_cluster(base: Path) -> ShimCluster:
     c = ShimCluster(base)
     cfg = base / "corral.toml"
-    cfg.write_text(CONFIG)
+    c.first_job_id = random.SystemRandom().randrange(1_000_000, 60_000_000)
+    cfg.write_text(CONFIG.replace("{first_job_id}", str(c.first_job_id)))
     up = c.run(*CORRAL, "up", "--detach", "--state-dir", str(c.state_dir), "--config",
                str(cfg), "--node-name", NODE, "--timeout", "60", timeout=90)
     if up.returncode != 0:

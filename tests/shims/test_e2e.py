@@ -68,6 +68,16 @@ def test_accepted_oddities(shim_cluster: ShimCluster, tmp_path: Path) -> None:
         assert p.returncode == 1 and "Batch job submission failed" in p.stderr, p.stderr
 
 
+def test_job_ids_start_at_first_job_id(shim_cluster: ShimCluster, tmp_path: Path) -> None:
+    jid = int(submit(shim_cluster, "--hold", "--wrap=true", cwd=tmp_path))
+    assert jid >= shim_cluster.first_job_id > 1
+    p = shim_cluster.run("scontrol", "show", "config", cwd=tmp_path)
+    assert f"FirstJobId              = {shim_cluster.first_job_id}" in p.stdout.splitlines()
+    assert "MinJobAge               = 600 sec" in p.stdout.splitlines()
+    assert "KillWait                = 3 sec" in p.stdout.splitlines()
+    assert shim_cluster.run("scancel", str(jid), cwd=tmp_path).returncode == 0
+
+
 def test_batch_job_lifecycle(shim_cluster: ShimCluster, tmp_path: Path) -> None:
     c = shim_cluster
     (tmp_path / "job.sh").write_text(

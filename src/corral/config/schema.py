@@ -42,6 +42,7 @@ class ControllerConfig:
     node_fail_grace_s: float = 300.0  # DOWN for this long: its jobs NODE_FAIL (or requeue)
     kill_grace_s: int = 30  # KillWait: SIGTERM, then SIGKILL after this
     min_job_age_s: float = 300.0  # finished jobs stay in the active view this long
+    first_job_id: int = 1  # FirstJobId: ids start here (never below the highest id stored)
     token_ttl_s: int = 86400  # default lifetime of user tokens
     log_level: str = "info"
 

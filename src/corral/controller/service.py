@@ -106,7 +106,8 @@ class Controller:
 
         attach_loaded(self.jobs, await loop.run_in_executor(None, self.store.load_steps,
                                                             started))
-        self.next_id = max(await loop.run_in_executor(None, self.store.max_job_id), 0) + 1
+        self.next_id = max(await loop.run_in_executor(None, self.store.max_job_id) + 1,
+                           self.cfg.controller.first_job_id)
         from corral.controller.usage import META_KEY
 
         saved = await loop.run_in_executor(None, self.store.get_meta, META_KEY)

@@ -91,7 +91,6 @@ KNOWN_REASONS: dict[str, str] = {
                         "(config_overrides is the default)",
     "selecttype": "Corral always allocates cores, memory and GPUs (like select/cons_tres)",
     "grestypes": "GRES types come from the nodes' Gres= lines",
-    "firstjobid": "job ids continue from the database",
     "messagetimeout": "not configurable", "tcptimeout": "not configurable",
     "schedulertimeslice": "no gang time slicing",
     "inactivelimit": "not applicable", "waittime": "not applicable",
@@ -544,6 +543,8 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
             sched["max_array_size"] = int(value)
         elif low == "minjobage":
             controller["min_job_age_s"] = int(value)
+        elif low == "firstjobid":
+            controller["first_job_id"] = int(value)
         elif low == "killwait":
             controller["kill_grace_s"] = int(value)
         elif low == "defmempernode":

@@ -235,8 +235,10 @@ def config_lines(cfg: Record, ping: Record, now: float) -> list[str]:
     """``scontrol show config``: the Slurm keys clients read, from the running config."""
     sched = cfg.get("scheduler") or {}
     cluster = str(cfg.get("cluster_name") or cfg.get("name") or ping.get("cluster") or "corral")
-    min_job_age = int(float(sched.get("min_job_age_s") or cfg.get("min_job_age_s") or 300))
-    kill_wait = int(float(sched.get("kill_wait_s") or cfg.get("kill_wait_s") or 30))
+    ctl = cfg.get("controller") or {}
+    min_job_age = int(float(ctl.get("min_job_age_s") or cfg.get("min_job_age_s") or 300))
+    kill_wait = int(float(ctl.get("kill_grace_s") or cfg.get("kill_wait_s") or 30))
+    first_job_id = int(ctl.get("first_job_id") or 1)
     max_array = int(sched.get("max_array_size") or cfg.get("max_array_size") or 4001)
     pairs = [
         ("AccountingStorageType", "accounting_storage/corral"),
@@ -245,7 +247,7 @@ def config_lines(cfg: Record, ping: Record, now: float) -> list[str]:
         ("ClusterName", cluster),
         ("DefMemPerCPU", str(sched.get("def_mem_per_cpu_mb", "UNLIMITED"))),
         ("EnforcePartLimits", "NO"),
-        ("FirstJobId", "1"),
+        ("FirstJobId", str(first_job_id)),
         ("JobCompType", "jobcomp/none"),
         ("JobRequeue", "1"),
         ("KillWait", f"{kill_wait} sec"),
