@@ -3,6 +3,8 @@ batchspawner), units, chunks, errors."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import datetime as dt
 
 import pytest
@@ -276,3 +278,12 @@ def test_bad_directive() -> None:
     err = qsub_error(["j.sh"], {"j.sh": "#!/bin/sh\n#PBS -Y\necho\n"})
     assert err.message == "qsub: invalid option -- 'Y'\nqsub: directive error: -Y"
     assert err.exit_code == 2
+
+
+def test_output_path_that_is_an_existing_directory() -> None:
+    ctx = replace(_ctx({"/tmp/j.sh": "#!/bin/sh\n"}, None, None),
+                  is_dir=lambda p: p == "/home/bob/run/logs")
+    sub = parse_qsub(["-o", "logs", "-e", "errs", "/tmp/j.sh"], ctx).submission
+    assert sub.stdout == "/home/bob/run/logs/%j.OU"
+    assert sub.stderr == "/home/bob/run/errs"  # not a directory: the file itself
+

@@ -101,3 +101,16 @@ def test_qsub_array_and_plain_sbatch_jobs(shim_cluster: ShimCluster, tmp_path: P
 def test_node_file_is_readable_not_listable(shim_cluster: ShimCluster) -> None:
     aux = shim_cluster.state_dir / "agent" / "aux"
     assert stat.S_IMODE(aux.stat().st_mode) == 0o711
+
+
+def test_output_to_an_existing_directory(shim_cluster: ShimCluster, tmp_path: Path) -> None:
+    """``-o logs`` names a directory that exists: output lands in ``logs/<seq>.OU`` (PBS),
+    not in a file called ``logs``; ``-e`` naming a file still is that file."""
+    c = shim_cluster
+    (tmp_path / "logs").mkdir()
+    pbs_id = _qsub(c, "-o", "logs", "-e", "err.txt", cwd=tmp_path,
+                   script="#!/bin/sh\necho to-out\necho to-err >&2\n")
+    seq = pbs_id.split(".")[0]
+    c.wait_job(seq, lambda r: r["state"] == "COMPLETED")
+    assert (tmp_path / "logs" / f"{seq}.OU").read_text() == "to-out\n"
+    assert (tmp_path / "err.txt").read_text() == "to-err\n"

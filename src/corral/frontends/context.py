@@ -36,6 +36,7 @@ class SubmitContext:
     max_array_size: int | None = None
     read_file: Callable[[str], str] | None = None  # path as written -> text; OSError if not
     read_stdin: Callable[[], str] | None = None
+    is_dir: Callable[[str], bool] | None = None  # absolute path -> an existing directory?
 
     def error(self, message: str, exit_code: int = 255) -> SubmitError:
         return SubmitError(f"{self.prog}: error: {message}", exit_code)
@@ -78,6 +79,7 @@ def local_context(prog: str = "sbatch", **overrides: object) -> SubmitContext:
         "gid": os.getgid(),
         "host": socket.gethostname(),
         "read_file": read_file,
+        "is_dir": os.path.isdir,
         "read_stdin": read_stdin,
     }
     values.update(overrides)

@@ -9,10 +9,10 @@ them off).
 Unit differences from Slurm: ``walltime=600`` is 600 SECONDS; ``mem=5678`` is 5678 BYTES.
 
 Defaults as PBS: the job starts in ``$HOME`` (scripts ``cd $PBS_O_WORKDIR``); output goes to
-``<name>.o<id>`` / ``<name>.e<id>`` in the submit directory; a path ending in ``/`` is a
-directory (``<id>.OU`` / ``<id>.ER`` inside it); ``-j oe`` joins stderr into stdout; the
-environment is NOT exported unless ``-V`` (``-v`` passes listed variables); ``PBS_O_*``
-values of the submit side are always passed.
+``<name>.o<id>`` / ``<name>.e<id>`` in the submit directory; a path ending in ``/`` or naming
+an existing directory is a directory (``<id>.OU`` / ``<id>.ER`` inside it); ``-j oe`` joins
+stderr into stdout; the environment is NOT exported unless ``-V`` (``-v`` passes listed
+variables); ``PBS_O_*`` values of the submit side are always passed.
 
 Errors and exit codes (documented choice; qsub exits with ``pbs_errno & 0xff`` for server
 refusals and 2 for usage errors):
@@ -289,12 +289,12 @@ def _apply(o: PbsOptions, parsed: Sequence[Parsed], ctx: SubmitContext) -> None:
 
 
 def _path(ctx: SubmitContext, text: str, suffix: str) -> str:
-    """``[host:]path``; a trailing ``/`` means a directory (``<id>.OU`` inside)."""
+    """``[host:]path``; a directory (a trailing ``/``, or one that exists) gets ``<id>.OU``."""
     head, colon, tail = text.partition(":")
     if colon and "/" not in head:
         text = tail
     full = ctx.abspath(text) if text else ctx.cwd
-    if text.endswith("/") or not text:
+    if text.endswith("/") or not text or (ctx.is_dir is not None and ctx.is_dir(full)):
         return posixpath.join(full, f"%j.{suffix}")
     return full
 

@@ -140,6 +140,18 @@ class Context:
             raise OSError(text)
         return text
 
+    def is_dir(self, path: str) -> bool:
+        """Whether ``path`` is a directory the caller can see (asked as ``path/``: a
+        directory answers "Is a directory", anything else another error; no content moves)."""
+        probe = self.abspath(path).rstrip("/") + "/"
+        try:
+            self.read_file(probe)
+        except IsADirectoryError:
+            return True
+        except OSError as exc:
+            return "Is a directory" in str(exc)
+        return False
+
     def read_stdin(self) -> str:
         if self.stdin_text is not None:
             return self.stdin_text

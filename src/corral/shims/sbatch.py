@@ -62,7 +62,7 @@ def submit_context(ctx: Context, prog: str) -> SubmitContext:
     return SubmitContext(
         prog=prog, cwd=ctx.cwd, env=ctx.env, now=ctx.now, user=user, uid=ctx.uid, gid=gid,
         host=ctx.env.get("CORRAL_SUBMIT_HOST") or _hostname(),
-        read_file=ctx.read_file, read_stdin=ctx.read_stdin,
+        read_file=ctx.read_file, read_stdin=ctx.read_stdin, is_dir=ctx.is_dir,
     )
 
 
