@@ -3,9 +3,8 @@ batchspawner), units, chunks, errors."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import datetime as dt
+from dataclasses import replace
 
 import pytest
 
