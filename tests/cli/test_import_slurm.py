@@ -147,6 +147,33 @@ def test_node_without_memory_is_discovered(tmp_path: Path) -> None:
     parse_config(tomllib.loads(dumps(res.data)))
 
 
+def test_topology_conf_next_to_slurm_conf(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("TopologyPlugin=topology/tree\n"
+                    "NodeName=n[1-8] CPUs=4 RealMemory=1000\nPartitionName=p Nodes=ALL\n")
+    (tmp_path / "topology.conf").write_text(
+        "# two leaves under one spine\nSwitchName=s1 Nodes=n[1-4] LinkSpeed=100\n"
+        "SwitchName=s2 Nodes=n[5-8]\nSwitchName=spine Switches=s[1-2]\n")
+    res = import_slurm_conf(str(conf))
+    assert res.data["switches"] == [{"name": "s1", "nodes": "n[1-4]"},
+                                    {"name": "s2", "nodes": "n[5-8]"},
+                                    {"name": "spine", "switches": "s[1-2]"}]
+    assert res.data["scheduler"]["placement"] == "topology"
+    cfg = parse_config(tomllib.loads(dumps(res.data)))
+    assert cfg.node_configs()["n6"].switch == "s2"
+    assert cfg.node_configs()["n6"].uplinks == ("spine",)
+    # an explicit --topology file; a missing one is a clear error
+    other = tmp_path / "topo2.conf"
+    other.write_text("SwitchName=only Nodes=n[1-8]\n")
+    res = runner.invoke(app, ["config", "import-slurm", str(conf), "--topology", str(other),
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["config"]["switches"] == [{"name": "only", "nodes": "n[1-8]"}]
+    res = runner.invoke(app, ["config", "import-slurm", str(conf), "--topology",
+                              str(tmp_path / "nope.conf")])
+    assert res.exit_code != 0 and "nope.conf" in res.output
+
+
 def test_cli_stdout_json_force_and_errors(tmp_path: Path) -> None:
     conf = str(DATA / "bench-slurm.conf")
     res = runner.invoke(app, ["config", "import-slurm", conf])

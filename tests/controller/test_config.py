@@ -100,3 +100,44 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         load_config(tmp_path / "missing.toml")
     assert "cannot read" in str(e.value)
+
+
+SWITCHED = {
+    "nodes": [{"name": "n[1-4]", "cpus": 4, "mem_mb": 1000},
+              {"name": "n[5-6]", "cpus": 4, "mem_mb": 1000, "switch": "leaf3"}],
+    "switches": [{"name": "leaf1", "nodes": "n[1-2]"}, {"name": "leaf2", "nodes": "n[3-4]"},
+                 {"name": "spine", "switches": "leaf[1-2]"},
+                 {"name": "core", "switches": "spine,leaf3"}],
+}
+
+
+def test_switch_tree_gives_nodes_their_leaf_and_uplinks() -> None:
+    confs = parse_config(SWITCHED).node_configs()
+    assert (confs["n1"].switch, confs["n1"].uplinks) == ("leaf1", ("spine", "core"))
+    assert (confs["n4"].switch, confs["n4"].uplinks) == ("leaf2", ("spine", "core"))
+    assert (confs["n6"].switch, confs["n6"].uplinks) == ("leaf3", ("core",))
+    from corral.controller.nodes import spec_from_config
+
+    assert spec_from_config(confs["n3"]).uplinks == ("spine", "core")
+
+
+@pytest.mark.parametrize("change,key,words", [
+    ({"switches": [{"name": "a", "switches": "b"}, {"name": "b", "switches": "a"}]},
+     "switches", "cycle"),
+    ({"switches": [{"name": "a", "switches": "nosuch"}]}, "switches[0].switches",
+     "unknown switch"),
+    ({"switches": [{"name": "a", "nodes": "n9"}]}, "switches[0].nodes", "unknown node"),
+    ({"switches": [{"name": "a", "nodes": "n1"}, {"name": "b", "nodes": "n1"}]},
+     "switches[1].nodes", "already on"),
+    ({"switches": [{"name": "a", "nodes": "n[1-2]"}, {"name": "b", "nodes": "n3"},
+                   {"name": "t1", "switches": "a"}, {"name": "t2", "switches": "a,b"}]},
+     "switches[3].switches", "already under"),
+    ({"switches": [{"name": "x"}, {"name": "x"}]}, "switches[1].name", "duplicate"),
+    ({"switches": [{"name": "a", "nodes": "n5"}]}, "nodes[1].switch", "is on 'a'"),
+])
+def test_switch_tree_errors(change: dict, key: str, words: str) -> None:  # type: ignore[type-arg]
+    data = {**SWITCHED, **change}
+    with pytest.raises(ConfigError) as e:
+        parse_config(data)
+    assert e.value.key == key, str(e.value)
+    assert words in str(e.value)

@@ -134,6 +134,11 @@ def import_slurm(
     force: Annotated[
         bool, typer.Option("--force", help="Overwrite --output if it exists.")
     ] = False,
+    topology: Annotated[
+        Path | None,
+        typer.Option("--topology", help="A topology.conf with the switch tree (default: "
+                     "the one next to slurm.conf when TopologyPlugin=topology/tree)."),
+    ] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Translate a slurm.conf into corral.toml and list everything that did not map."""
@@ -144,7 +149,8 @@ def import_slurm(
 
     prog = "corral config import-slurm"
     try:
-        result = import_slurm_conf(str(slurm_conf))
+        result = import_slurm_conf(str(slurm_conf),
+                                   topology=str(topology) if topology else None)
     except SlurmConfError as exc:
         fail(str(exc), prog=prog)
     text = _toml(result.data)

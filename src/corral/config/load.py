@@ -242,6 +242,10 @@ def validate(cfg: ClusterConfig) -> None:
             raise ConfigError(f"users[{i}].default_account", "must be one of accounts")
     for i, n in enumerate(cfg.nodes):
         _check_node(i, n)
+        if n.uplinks:
+            raise ConfigError(f"nodes[{i}].uplinks", "is derived from [[switches]]; "
+                              "list the switch tree there")
+    _check_switches(cfg, node_names)
     c = cfg.controller
     for key in ("schedule_delay_ms", "tick_s", "node_down_after_s", "node_fail_grace_s"):
         if getattr(c, key) < 0:
@@ -262,6 +266,59 @@ def validate(cfg: ClusterConfig) -> None:
                           "must be at least twice agent.heartbeat_s, or live nodes go DOWN")
     if cfg.scheduler.max_array_size < 1:
         raise ConfigError("scheduler.max_array_size", "must be at least 1")
+
+
+def _check_switches(cfg: ClusterConfig, node_names: set[str]) -> None:
+    """``[[switches]]``: unique names, one parent per switch, no cycles, known nodes, and
+    a node on one leaf only."""
+    from corral.core.parse.errors import ParseError
+    from corral.core.parse.hostlist import expand
+
+    names = [s.name for s in cfg.switches]
+    seen: set[str] = set()
+    for i, nm in enumerate(names):
+        if not nm:
+            raise ConfigError(f"switches[{i}].name", "must not be empty")
+        if nm in seen:
+            raise ConfigError(f"switches[{i}].name", f"duplicate switch {nm!r}")
+        seen.add(nm)
+    leaves = {n.switch for n in cfg.nodes if n.switch is not None}
+    parent: dict[str, str] = {}
+    leaf_of: dict[str, str] = {}
+    for i, sw in enumerate(cfg.switches):
+        for key, text in (("switches", sw.switches), ("nodes", sw.nodes)):
+            try:
+                members = expand(text) if text else []
+            except ParseError as exc:
+                raise ConfigError(f"switches[{i}].{key}", str(exc)) from None
+            for m in members:
+                if key == "switches":
+                    if m not in seen and m not in leaves:
+                        raise ConfigError(f"switches[{i}].switches", f"unknown switch {m!r}")
+                    if m in parent:
+                        raise ConfigError(f"switches[{i}].switches",
+                                          f"switch {m!r} is already under {parent[m]!r}")
+                    parent[m] = sw.name
+                else:
+                    if m not in node_names:
+                        raise ConfigError(f"switches[{i}].nodes", f"unknown node {m!r}")
+                    if m in leaf_of:
+                        raise ConfigError(f"switches[{i}].nodes",
+                                          f"node {m!r} is already on {leaf_of[m]!r}")
+                    leaf_of[m] = sw.name
+    for nm in parent:
+        cur, hops = nm, 0
+        while cur in parent:
+            cur, hops = parent[cur], hops + 1
+            if cur == nm or hops > len(parent):
+                raise ConfigError("switches", f"the switch tree has a cycle through {nm!r}")
+    for i, n in enumerate(cfg.nodes):
+        if n.switch is None:
+            continue
+        for nm in expand(n.name):
+            if leaf_of.get(nm, n.switch) != n.switch:
+                raise ConfigError(f"nodes[{i}].switch", f"node {nm!r} is on {leaf_of[nm]!r} "
+                                  "in [[switches]]")
 
 
 def _check_node(i: int, n: NodeConfig) -> None:

@@ -74,6 +74,18 @@ class NodeConfig:
     gres: tuple[tuple[str, int], ...] = ()
     switch: str | None = None
     weight: int = 1
+    uplinks: tuple[str, ...] = ()  # filled from [[switches]] by node_configs(); never set
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchConfig:
+    """One switch of the network tree, like a ``SwitchName`` line of Slurm's topology.conf:
+    an upper switch lists its child ``switches``, a leaf its ``nodes`` (hostlists). Nodes
+    may also name their leaf themselves (``[[nodes]] switch``)."""
+
+    name: str
+    switches: str = ""  # hostlist of child switches
+    nodes: str = ""  # hostlist of the nodes on this leaf switch
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,17 +240,47 @@ class ClusterConfig:
     qos: tuple[QosConfig, ...] = (DEFAULT_QOS,)
     accounts: tuple[AccountConfig, ...] = ()
     users: tuple[UserConfig, ...] = ()
+    switches: tuple[SwitchConfig, ...] = ()
 
     # ---- views for the scheduling core -----------------------------------------------
+
+    def switch_parents(self) -> dict[str, str]:
+        """Child switch -> its parent switch, from ``[[switches]]``."""
+        from corral.core.parse.hostlist import expand
+
+        return {child: sw.name for sw in self.switches
+                for child in (expand(sw.switches) if sw.switches else [])}
+
+    def switch_leaf_of(self) -> dict[str, str]:
+        """Node -> leaf switch, from the ``nodes`` of ``[[switches]]``."""
+        from corral.core.parse.hostlist import expand
+
+        return {node: sw.name for sw in self.switches
+                for node in (expand(sw.nodes) if sw.nodes else [])}
+
+    def switch_uplinks(self, leaf: str | None,
+                       parents: dict[str, str] | None = None) -> tuple[str, ...]:
+        """The switches above ``leaf``, nearest first (validated to have no cycles)."""
+        up = self.switch_parents() if parents is None else parents
+        out: list[str] = []
+        cur = leaf
+        while cur is not None and cur in up and len(out) <= len(up):
+            cur = up[cur]
+            out.append(cur)
+        return tuple(out)
 
     def node_configs(self) -> dict[str, NodeConfig]:
         """Configured nodes by name, hostlist names (``n[01-04]``) expanded."""
         from corral.core.parse.hostlist import expand
 
         out: dict[str, NodeConfig] = {}
+        leaf_of = self.switch_leaf_of() if self.switches else {}
+        parents = self.switch_parents() if self.switches else {}
         for n in self.nodes:
             for name in expand(n.name):
-                out[name] = dataclasses.replace(n, name=name)
+                switch = n.switch if n.switch is not None else leaf_of.get(name)
+                out[name] = dataclasses.replace(
+                    n, name=name, switch=switch, uplinks=self.switch_uplinks(switch, parents))
         return out
 
     def to_scheduler_config(self) -> SchedulerConfig:

@@ -61,6 +61,7 @@ def merge_spec(discovered: NodeSpec, conf: NodeConfig | None) -> NodeSpec:
         changes["gres"] = conf.gres
     if conf.switch is not None:
         changes["switch"] = conf.switch
+        changes["uplinks"] = conf.uplinks
     if conf.weight != 1:
         changes["weight"] = conf.weight
     return dataclasses.replace(discovered, **changes)

@@ -74,7 +74,7 @@ class NodeTable:
     __slots__ = (
         "specs", "names", "index", "cores", "tpc", "mem", "ngpus", "full_core_mask",
         "full_gpu_mask", "domain_masks", "gpu_numa", "gpu_types", "gpu_ids", "gpu_type_masks",
-        "gres", "features", "switch_of", "switch_names", "switch_masks", "part_masks",
+        "gres", "features", "switch_of", "switch_names", "switch_masks", "switch_up", "part_masks",
         "partitions", "class_of", "class_masks", "class_specs", "unit_mask", "all_mask",
         "max_cores", "max_gpus", "_feature_cache", "core_domain", "gpu_type_nodes",
         "has_gres", "memo",
@@ -127,6 +127,7 @@ class NodeTable:
         sw_index: dict[str, int] = {}
         self.switch_of: list[int] = []
         self.switch_masks: list[int] = []
+        self.switch_up: list[tuple[str, ...]] = []  # per leaf: the switches above it
         for i, s in enumerate(specs):
             name = s.switch if s.switch is not None else ""
             k = sw_index.get(name)
@@ -135,6 +136,7 @@ class NodeTable:
                 sw_index[name] = k
                 self.switch_names.append(name)
                 self.switch_masks.append(0)
+                self.switch_up.append(s.uplinks if name else ())
             self.switch_of.append(k)
             self.switch_masks[k] |= 1 << i
         # partitions: listed nodes plus nodes that name the partition

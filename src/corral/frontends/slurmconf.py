@@ -379,6 +379,7 @@ def translate(lines: list[ConfLine]) -> ImportResult:
     node_defaults: dict[str, tuple[str, str]] = {}
     part_defaults: dict[str, tuple[str, str]] = {}
     nodesets: dict[str, str] = {}
+    switches: list[dict[str, Any]] = []
     sched = data.setdefault("scheduler", {})
     weights: dict[str, Any] = {}
     preempt: dict[str, Any] = {}
@@ -417,16 +418,25 @@ def translate(lines: list[ConfLine]) -> ImportResult:
                 c.skip(line, head_key, head_value, "NodeSets defined by Feature= are not "
                        "supported; list the nodes instead")
             continue
-        if head in ("downnodes", "frontendname", "switchname"):
-            c.skip(line, head_key, head_value, "no Corral equivalent (topology: give nodes "
-                   "a switch in [[nodes]])" if head == "switchname" else "no Corral "
-                   "equivalent")
+        if head == "switchname":  # topology.conf
+            entry: dict[str, Any] = {"name": head_value}
+            for k, v in line.pairs[1:]:
+                if k.lower() in ("switches", "nodes"):
+                    entry[k.lower()] = v
+                elif k.lower() not in ("linkspeed",):
+                    c.skip(line, k, v, "no Corral equivalent")
+            switches.append(entry)
+            continue
+        if head in ("downnodes", "frontendname"):
+            c.skip(line, head_key, head_value, "no Corral equivalent")
             continue
         for key, value in line.pairs:
             _global(line, key, value, data, sched, weights, preempt, controller, c)
 
     if nodes:
         data["nodes"] = nodes
+    if switches:
+        data["switches"] = switches
     if partitions:
         data["partitions"] = partitions
         for part in partitions:
@@ -462,6 +472,11 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
                 sched["backfill"] = "none"
             else:
                 c.skip(line, key, value, "unknown scheduler plugin")
+        elif low == "topologyplugin":
+            if value.lower().endswith("tree"):
+                sched["placement"] = "topology"
+            elif not value.lower().endswith("default"):
+                c.skip(line, key, value, "only topology/tree (switch trees) is supported")
         elif low == "schedulerparameters":
             _scheduler_parameters(line, key, value, data, c)
         elif low == "selecttypeparameters":
@@ -555,6 +570,20 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
         c.skip(line, key, value, "value not understood")
 
 
-def import_slurm_conf(path: str, read_text: Callable[[str], str] | None = None) -> ImportResult:
-    """Read and translate ``path``; the result's ``data`` is ready for ``corral.toml``."""
-    return translate(read_conf(path, read_text))
+def import_slurm_conf(path: str, read_text: Callable[[str], str] | None = None,
+                      topology: str | None = None) -> ImportResult:
+    """Read and translate ``path``; the result's ``data`` is ready for ``corral.toml``.
+
+    The switch tree comes from ``topology`` (a topology.conf) or, when slurm.conf sets
+    ``TopologyPlugin=topology/tree``, from the ``topology.conf`` next to it, as Slurm does.
+    """
+    import os
+
+    lines = read_conf(path, read_text)
+    if topology is None and any(
+            k.lower() == "topologyplugin" and v.lower().endswith("tree")
+            for ln in lines for k, v in ln.pairs):
+        topology = os.path.join(os.path.dirname(path), "topology.conf")
+    if topology is not None:
+        lines = lines + read_conf(topology, read_text)
+    return translate(lines)

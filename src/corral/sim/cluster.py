@@ -164,6 +164,7 @@ def from_config(path: str | Path) -> SimCluster:
 
     cfg = load_config(path)
     nodes: list[Node] = []
+    confs = cfg.node_configs()
     for nc in cfg.nodes:
         if nc.cpus is not None and nc.sockets is None and nc.cores_per_socket is None:
             sockets, cps = 1, nc.cpus
@@ -175,8 +176,8 @@ def from_config(path: str | Path) -> SimCluster:
             spec = NodeSpec(
                 name=name, sockets=sockets, cores_per_socket=cps, threads_per_core=tpc,
                 mem_mb=nc.mem_mb or sockets * cps * 1024, gpus=gpus,
-                features=frozenset(nc.features), gres=tuple(nc.gres), switch=nc.switch,
-                weight=nc.weight,
+                features=frozenset(nc.features), gres=tuple(nc.gres),
+                switch=confs[name].switch, uplinks=confs[name].uplinks, weight=nc.weight,
             )
             nodes.append(Node(spec))
     if not nodes:

@@ -75,10 +75,11 @@ class NodeSpec:
     numa: tuple[NumaDomain, ...] = ()
     features: frozenset[str] = field(default_factory=frozenset)
     gres: tuple[tuple[str, int], ...] = ()
-    switch: str | None = None
+    switch: str | None = None  # the leaf switch the node hangs off
     weight: int = 1
     arch: str = "x86_64"
     core_cpus: tuple[tuple[int, ...], ...] = ()
+    uplinks: tuple[str, ...] = ()  # switches above the leaf, nearest first (switch tree)
 
     @property
     def cores(self) -> int:

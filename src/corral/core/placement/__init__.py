@@ -3,8 +3,9 @@
 ``Placer.place(shape, partition, pool, ...)`` returns a ``Placement`` (the exact
 ``Allocation`` plus the compiled per-node uses) or ``None``. Node choice follows the
 configured mode: ``pack`` (best fit), ``spread`` (least loaded) or ``topology`` (fewest
-leaf switches). ``--switches=N@wait`` is honoured in every mode: a placement over more than
-N switches is refused until the job has waited ``wait`` seconds.
+leaf switches, under the lowest common switch of the tree when nodes have ``uplinks``).
+``--switches=N@wait`` is honoured in every mode: a placement over more than N switches is
+refused until the job has waited ``wait`` seconds.
 
 Gangs (task groups) are placed all-or-nothing on a scratch copy of the pool: either every
 group reaches its minimum and the job's ``min_available`` is met, or nothing is taken.

@@ -10,8 +10,10 @@
   filled most-free first (fewest nodes), keeping one task back for every node still needed
   to reach ``nodes_min``. ``spread_tasks`` (``--spread-job``) deals tasks round-robin.
 * **Topology**: nodes are grouped by leaf switch; a job that fits under one switch gets the
-  best-fitting switch (fewest usable nodes that suffice); otherwise switches are used in
-  decreasing capacity, so the job spans as few switches as possible.
+  best-fitting switch (fewest usable nodes that suffice); otherwise, with a switch tree,
+  the lowest upper switch whose subtree holds the job (``tree.subtree_leaves``), and
+  without one (or when no subtree suffices) leaf switches in decreasing capacity, so the
+  job spans as few switches as possible.
 
 Everything here reads counts and masks only; exact cores/GPUs come later (``within``).
 """
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from corral.core.nodes import NodeTable, iter_bits
 from corral.core.placement.order import pack_order, spread_order
+from corral.core.placement.tree import subtree_leaves
 from corral.core.pool import Pool
 from corral.core.shape import TaskSet
 
@@ -360,9 +363,15 @@ class SetPlacer:
         req_sw = {t.switch_of[i] for i in iter_bits(required)}
         switches = sorted(caps, key=lambda s: (s not in req_sw, -value(caps[s]), s))
         single = [s for s in caps if value(caps[s]) >= need and req_sw <= {s}]
+        tree = None
+        if not single and any(t.switch_up[s] for s in caps):
+            tree = subtree_leaves({s: value(caps[s]) for s in caps}, need, req_sw,
+                                  t.switch_up, t.switch_names)
         if single:
             best = min(single, key=lambda s: (value(caps[s]), s))
             chosen = [best]
+        elif tree is not None:
+            chosen = tree
         else:
             chosen = []
             got = 0
