@@ -119,13 +119,17 @@ def clusters(draw: st.DrawFn, max_nodes: int = 6) -> Cluster:
     sockets = draw(st.integers(1, 2))
     cps = draw(st.integers(1, 4))
     mem = draw(st.sampled_from([4000, 8000, 16000]))
+    tree = draw(st.booleans())  # leaves sw0..sw2 under spines sp0/sp1 under top
     nodes = []
     for k in range(n):
         ngpu = draw(st.sampled_from([0, 0, 2]))
         gtype = draw(st.sampled_from(["a100", "h100"]))
         gpus = tuple(GpuSpec(g, gtype, numa=g % sockets) for g in range(ngpu))
+        leaf = k % 3 if tree else k % 2
         nodes.append(Node(NodeSpec(f"n{k:02d}", sockets, cps, 1, mem, gpus,
-                                   switch=f"sw{k % 2}"), NodeState.IDLE))
+                                   switch=f"sw{leaf}",
+                                   uplinks=(f"sp{leaf % 2}", "top") if tree else ()),
+                          NodeState.IDLE))
     from corral.core.model.partition import Partition
 
     return Cluster(nodes, [Partition("batch", tuple(x.spec.name for x in nodes),
