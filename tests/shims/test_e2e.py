@@ -100,8 +100,9 @@ def test_batch_job_lifecycle(shim_cluster: ShimCluster, tmp_path: Path) -> None:
     _, expected, rc = captured("err_scontrol_hold_finished.txt")
     p = c.run("scontrol", "hold", jid)
     assert p.returncode == rc and p.stderr == expected.replace(" 8\n", f" {jid}\n")
-    p = c.run("scancel", jid)  # a finished job: silent, exit 0
-    assert (p.returncode, p.stdout, p.stderr) == (0, "", "")
+    _, expected, rc = captured("err_scancel_finished.txt")  # a finished job: silent, exit 0
+    p = c.run("scancel", jid)
+    assert (p.returncode, p.stdout, p.stderr) == (rc, "", expected) == (0, "", "")
 
 
 def test_hold_release_cancel_pending(shim_cluster: ShimCluster, tmp_path: Path) -> None:
