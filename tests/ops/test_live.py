@@ -98,6 +98,18 @@ def test_usage_utilization_top_and_swf(live: tuple[OpsCluster, Jobs], tmp_path: 
     assert j.burn in ids and j.mem in ids and j.long not in ids  # finished jobs only
     row = tr.data[ids.index(j.burn)]
     assert row[3] > 0 and row[5] >= 1.0  # run time, CPU time per processor
+    # the same through `corral history --swf`, then replayed by the simulator
+    out2 = tmp_path / "history2.swf.gz"
+    h = corral("history", "--all-users", "--swf", str(out2), env=c.env())
+    assert h.returncode == 0 and "finished jobs" in h.stderr, h.stderr
+    assert sorted(read_swf(out2).column("job_id").tolist()) == sorted(ids)
+    metrics = tmp_path / "replay.json"
+    sim = corral("sim", "run", str(out2), "--policy", "fcfs+easy", "--json", str(metrics),
+                 env=c.env())
+    assert sim.returncode == 0, sim.stderr
+    import json
+
+    assert json.loads(metrics.read_text())["jobs"]["completed"] == len(ids)
     fs = {(r["account"], r["user"]): r for r in report(c, "fairshare", "--json")["rows"]}
     assert fs[("physics", "")]["raw_usage"] > 0
     bad = corral("report", "usage", "--since", "yesterday-ish", env=c.env())

@@ -10,6 +10,7 @@ documented in ``corral.cli.output``.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -280,6 +281,11 @@ def history(
     limit: Annotated[
         int | None, typer.Option("--limit", "-n", help="At most this many jobs.")
     ] = None,
+    swf: Annotated[
+        Path | None,
+        typer.Option("--swf", help="Write the finished jobs selected as an SWF trace "
+                     "(.swf or .swf.gz) to replay with `corral sim run`."),
+    ] = None,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Accounting: finished (and other) jobs from the database."""
@@ -302,10 +308,31 @@ def history(
             limit=limit,
             all_users=all_users,
         )
+        nodes = client.nodes() if swf is not None else []
+        cluster = str(client.ping().get("cluster", "corral")) if swf is not None else ""
+    if swf is not None:
+        _write_swf(swf, jobs, nodes, cluster)
+        return
     if as_json:
         print_json({"jobs": jobs})
         return
     print_table(jobs, HISTORY_COLUMNS, empty="No jobs in that window.")
+
+
+def _write_swf(path: Path, jobs: list[dict[str, Any]], nodes: list[dict[str, Any]],
+               cluster: str) -> None:
+    import sys
+
+    from corral.ops.jobs import acct_jobs
+    from corral.ops.swf_export import write_history_swf
+
+    try:
+        n = write_history_swf(path, acct_jobs(jobs), cluster=cluster, total_nodes=len(nodes),
+                              total_cpus=sum(int(x.get("cpus") or 0) for x in nodes))
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror or exc}", EXIT_INPUT)
+    sys.stderr.write(f"wrote {n} finished jobs to {path}; replay them with "
+                     f"`corral sim run {path}`\n")
 
 
 def _when(text: str | None, flag: str) -> float | None:
