@@ -38,6 +38,8 @@ import signal
 import time
 from dataclasses import dataclass, field
 
+from corral.agent.proctree import read_bytes
+
 V1_CONTROLLERS = ("memory", "cpuset", "cpuacct", "pids", "freezer")
 V2_CONTROLLERS = ("memory", "cpuset", "cpu", "pids")
 
@@ -75,9 +77,8 @@ class CgroupUsage:
 
 def _read(path: str) -> str | None:
     try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
+        return read_bytes(path).decode()
+    except (OSError, UnicodeDecodeError):
         return None
 
 
@@ -232,8 +233,24 @@ def job_controllers(layout: CgroupLayout, cpus: tuple[int, ...], max_pids: int) 
     return out
 
 
+_numa_cache: dict[tuple[int, ...], list[int]] = {}
+
+
 def numa_nodes_of(cpus: tuple[int, ...], sys_root: str = "/sys") -> list[int]:
-    """NUMA nodes holding any of ``cpus`` (from /sys/devices/system/node)."""
+    """NUMA nodes holding any of ``cpus`` (from /sys/devices/system/node; the host's
+    answers are remembered per CPU set: the topology does not change while we run)."""
+    if sys_root == "/sys":
+        key = tuple(cpus)
+        hit = _numa_cache.get(key)
+        if hit is None:
+            if len(_numa_cache) > 1024:
+                _numa_cache.clear()
+            hit = _numa_cache[key] = _numa_nodes(cpus, sys_root)
+        return list(hit)
+    return _numa_nodes(cpus, sys_root)
+
+
+def _numa_nodes(cpus: tuple[int, ...], sys_root: str) -> list[int]:
     base = os.path.join(sys_root, "devices/system/node")
     out: list[int] = []
     try:

@@ -61,6 +61,11 @@ class SlotCgroup(JobCgroup):
         self._oom0 = 0
         self._cpu0 = 0.0
         self._peak_fd = -1
+        # the counters read at the end of the last job (``usage``): the next job's
+        # baselines, as nothing runs in the slot in between
+        self._last_raw: CgroupUsage | None = None
+        self._parent_cpuset: tuple[str, str] | None = None  # v1: the parent's cpus, mems
+        self._maybe_frozen = True  # thawed at the first reset, then only after a freeze
 
     @classmethod
     def open(cls, layout: CgroupLayout, rel: str, *, mem_mb: int, cpus: tuple[int, ...],
@@ -81,7 +86,9 @@ class SlotCgroup(JobCgroup):
                 return False
             self._add_missing(cpus, max_pids)
             self._limits(mem_mb, cpus, max_pids)
-            self.thaw()
+            if self._maybe_frozen:
+                self.thaw()
+                self._maybe_frozen = False
             self._baselines()
         except OSError:
             return False
@@ -121,6 +128,7 @@ class SlotCgroup(JobCgroup):
                 except FileExistsError:
                     pass
                 self.dirs[ctl] = path
+                self._last_raw = None  # counters of a new directory: read them afresh
 
     def _limits(self, mem_mb: int, cpus: tuple[int, ...], max_pids: int) -> None:
         limit = mem_mb * 1024 * 1024
@@ -144,9 +152,12 @@ class SlotCgroup(JobCgroup):
                 _write(os.path.join(d, "memory.memsw.limit_in_bytes"), str(limit))
         if "cpuset" in self.dirs:
             d = self.dirs["cpuset"]
-            parent = os.path.dirname(d)
-            all_cpus = (_read(os.path.join(parent, "cpuset.cpus")) or "").strip()
-            all_mems = (_read(os.path.join(parent, "cpuset.mems")) or "").strip()
+            if self._parent_cpuset is None:  # read once: the node's CPUs do not change
+                parent = os.path.dirname(d)
+                self._parent_cpuset = (
+                    (_read(os.path.join(parent, "cpuset.cpus")) or "").strip(),
+                    (_read(os.path.join(parent, "cpuset.mems")) or "").strip())
+            all_cpus, all_mems = self._parent_cpuset
             _write(os.path.join(d, "cpuset.cpus"), cpulist(cpus) if cpus else all_cpus)
             _write(os.path.join(d, "cpuset.mems"), cpulist(mems) if mems else all_mems)
         if "pids" in self.dirs:
@@ -155,7 +166,9 @@ class SlotCgroup(JobCgroup):
 
     def _baselines(self) -> None:
         """Counters as the job starts: its accounting is what they grow by."""
-        raw = super().usage()
+        raw, self._last_raw = self._last_raw, None
+        if raw is None:
+            raw = super().usage()
         self._oom0 = raw.oom_kills
         self._cpu0 = raw.cpu_s or 0.0
         if "v2" in self.dirs:
@@ -176,8 +189,12 @@ class SlotCgroup(JobCgroup):
             _write(os.path.join(self.dirs["memory"], "memory.max_usage_in_bytes"), "0")
 
     # ---- a job's view ---------------------------------------------------------------------
+    def freeze(self) -> bool:
+        self._maybe_frozen = True
+        return super().freeze()
+
     def usage(self) -> CgroupUsage:
-        raw = super().usage()
+        raw = self._last_raw = super().usage()
         peak = raw.peak_bytes
         if "v2" in self.dirs and self._peak_fd >= 0:
             try:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import itertools
 import os
 import shutil
 import signal
@@ -44,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from corral.agent.proctree import is_alive
+from corral.agent.proctree import is_alive, read_bytes
 
 # glibc <spawn.h> flag values (musl uses the same numbers)
 _SETSIGDEF = 0x04
@@ -91,16 +92,17 @@ def _packed(items: list[bytes]) -> tuple[ctypes.Array[ctypes.c_void_p], object, 
     """A NULL-terminated ``char *[]`` over ``items`` (one buffer for all the strings: a
     ctypes object per string costs 10x more). Returns the array, the buffer (keep it
     alive) and the buffer's address."""
-    blob = b"".join(item + b"\0" for item in items)
+    blob = b"\0".join(items) + b"\0"
     buf = ctypes.create_string_buffer(blob, len(blob))
     base = ctypes.addressof(buf)
-    arr = (ctypes.c_void_p * (len(items) + 1))()
-    off = 0
-    for i, item in enumerate(items):
-        arr[i] = base + off
-        off += len(item) + 1
-    arr[len(items)] = None
+    addrs = [base + off for off in itertools.accumulate((len(i) + 1 for i in items[:-1]),
+                                                         initial=0)] if items else []
+    arr = (ctypes.c_void_p * (len(items) + 1))(*addrs)  # the last entry stays NULL
     return arr, buf, base
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")  # os.fsencode on Linux, cheaper
 
 
 class Spawner:
@@ -114,8 +116,17 @@ class Spawner:
         os.mkfifo(self.a, 0o600)
         os.mkfifo(self.b, 0o600)
         self._tid = threading.get_native_id()  # the spawning thread
-        self._go = threading.Semaphore(0)
-        self._done = threading.Semaphore(0)
+        # plain locks as binary semaphores (released by the other thread): a
+        # threading.Semaphore costs a Condition and several Python calls per hand-off
+        self._go = threading.Lock()
+        self._go.acquire()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._attr = ctypes.create_string_buffer(1024)  # posix_spawnattr_t, set up once
+        self._attr_ready = False
+        self._children_path = f"/proc/self/task/{self._tid}/children"
+        self._a_path = os.fsencode(self.a)
+        self._b_path = os.fsencode(self.b)
         self._prepare: Callable[[int], None] = lambda pid: None
         self._pid_at = 0  # address of the digits of SLURM_TASK_PID in the environment
         self._abort = False
@@ -125,6 +136,9 @@ class Spawner:
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self._attr_ready:
+            self._attr_ready = False
+            _lib().posix_spawnattr_destroy(self._attr)
 
     # ---- the helper thread ----------------------------------------------------------------
     def _helper(self) -> None:
@@ -180,8 +194,7 @@ class Spawner:
             time.sleep(0.0001)
 
     def _child(self) -> int:
-        with open(f"/proc/self/task/{self._tid}/children", "rb") as f:
-            kids = f.read().split()
+        kids = read_bytes(self._children_path).split()
         if not kids:
             raise SpawnError(errno.ESRCH, "the spawned process is not among our children")
         return int(kids[-1])  # the newest: children are listed in creation order
@@ -198,44 +211,31 @@ class Spawner:
         if threading.get_native_id() != self._tid:
             raise RuntimeError("Spawner.spawn must be called from the thread that made it")
         lib = _lib()
+        attr = self._spawn_attr()
         fa = ctypes.create_string_buffer(1024)  # posix_spawn_file_actions_t (opaque)
-        attr = ctypes.create_string_buffer(1024)  # posix_spawnattr_t (opaque)
-        mask = ctypes.create_string_buffer(1024)  # sigset_t
-        dflt = ctypes.create_string_buffer(1024)
-        if lib.posix_spawn_file_actions_init(fa) or lib.posix_spawnattr_init(attr):
+        if lib.posix_spawn_file_actions_init(fa):
             raise OSError(errno.ENOMEM, "posix_spawn initialisation failed")
         try:
             # the gate: fds 0 and 1 are replaced by stdin/stdout right after it
-            for fd, fifo, mode in ((0, self.a, os.O_WRONLY), (1, self.b, os.O_RDONLY)):
-                rc = lib.posix_spawn_file_actions_addopen(fa, fd, os.fsencode(fifo), mode, 0)
+            for fd, fifo, mode in ((0, self._a_path, os.O_WRONLY),
+                                   (1, self._b_path, os.O_RDONLY)):
+                rc = lib.posix_spawn_file_actions_addopen(fa, fd, fifo, mode, 0)
                 if rc:
                     raise OSError(rc, os.strerror(rc))
             for src, dst in zip(stdio, (0, 1, 2), strict=True):
                 rc = lib.posix_spawn_file_actions_adddup2(fa, src, dst)
                 if rc:
                     raise OSError(rc, os.strerror(rc))
-            lib.sigemptyset(mask)
-            lib.sigemptyset(dflt)
-            # every signal back to SIG_DFL, the C library's internal ones (32, 33) too:
-            # glibc leaves those ignored in a spawned child otherwise, and exec keeps that.
-            # Written as bits: sigaddset refuses the internal signals.
-            ctypes.memmove(dflt, b"\xff" * 8, 8)
-            lib.posix_spawnattr_setsigmask(attr, mask)
-            lib.posix_spawnattr_setsigdefault(attr, dflt)
-            rc = lib.posix_spawnattr_setflags(attr, ctypes.c_short(_SETSID | _SETSIGMASK
-                                                                   | _SETSIGDEF))
-            if rc:
-                raise OSError(rc, os.strerror(rc))
-            items = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()
+            items = [_encode(f"{k}={v}") for k, v in env.items()
                      if not (pid_env and k == "SLURM_TASK_PID")]
             if pid_env:  # last, with room for the digits (the buffer is zero-filled)
                 items.append(b"SLURM_TASK_PID=" + b"\0" * _PID_DIGITS)
             envp, keep_env, base = _packed(items)
             self._pid_at = 0
             if pid_env:
-                self._pid_at = base + sum(len(i) + 1 for i in items[:-1]) + len(
-                    b"SLURM_TASK_PID=")
-            argvp, keep_argv, _ = _packed([os.fsencode(a) for a in argv])
+                # the digits are the last _PID_DIGITS bytes before the final NUL
+                self._pid_at = base + sum(map(len, items)) + len(items) - _PID_DIGITS - 1
+            argvp, keep_argv, _ = _packed([_encode(a) for a in argv])
             self._prepare = prepare or (lambda pid: None)
             self._abort = False
             pid = ctypes.c_int(0)
@@ -262,7 +262,33 @@ class Spawner:
             return int(pid.value)
         finally:
             lib.posix_spawn_file_actions_destroy(fa)
+
+    def _spawn_attr(self) -> ctypes.Array[ctypes.c_char]:
+        """The spawn attributes, the same for every job: new session, empty signal mask,
+        every signal at its default disposition."""
+        if self._attr_ready:
+            return self._attr
+        lib = _lib()
+        attr = self._attr
+        mask = ctypes.create_string_buffer(1024)  # sigset_t
+        dflt = ctypes.create_string_buffer(1024)
+        if lib.posix_spawnattr_init(attr):
+            raise OSError(errno.ENOMEM, "posix_spawn initialisation failed")
+        lib.sigemptyset(mask)
+        lib.sigemptyset(dflt)
+        # every signal back to SIG_DFL, the C library's internal ones (32, 33) too:
+        # glibc leaves those ignored in a spawned child otherwise, and exec keeps that.
+        # Written as bits: sigaddset refuses the internal signals.
+        ctypes.memmove(dflt, b"\xff" * 8, 8)
+        lib.posix_spawnattr_setsigmask(attr, mask)
+        lib.posix_spawnattr_setsigdefault(attr, dflt)
+        rc = lib.posix_spawnattr_setflags(attr, ctypes.c_short(_SETSID | _SETSIGMASK
+                                                               | _SETSIGDEF))
+        if rc:
             lib.posix_spawnattr_destroy(attr)
+            raise OSError(rc, os.strerror(rc))
+        self._attr_ready = True
+        return attr
 
 
 def which(file: str, env: dict[str, str]) -> str:

@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from corral.agent.proctree import read_bytes
+
 REQUEST = "request.json"
 STATUS = "status.json"
 EXIT = "exit.json"
@@ -198,8 +200,7 @@ def create_json(path: Path | str, data: dict[str, Any]) -> bool:
 def read_json(path: Path | str) -> dict[str, Any] | None:
     """The JSON object in ``path``, or None when it does not exist (or is unreadable)."""
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read())
+        data = json.loads(read_bytes(str(path)))
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError):

@@ -148,6 +148,7 @@ class Supervisor:
         self.stdin_path = "/dev/null"
         # called once the job is over, before its end is recorded (the pool's "idle")
         self.before_exit: Callable[[], None] | None = None
+        self.drained = False  # ``drain`` saw every process of the job gone
         global _own_ticks
         if _own_ticks is None:
             _own_ticks = start_ticks(os.getpid())
@@ -591,6 +592,7 @@ class Supervisor:
             self.reap()
             pids = self.job_pids()
             if not pids:
+                self.drained = True
                 return
             self.signal_job(signal.SIGKILL)
             if time.monotonic() > deadline:
@@ -745,7 +747,7 @@ def supervise(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig,
 
     def before_exit() -> None:
         nonlocal offered
-        if offer is not None and sup_ is not None and not sup_.job_pids():
+        if offer is not None and sup_ is not None and (sup_.drained or not sup_.job_pids()):
             offered = offer()
 
     try:
