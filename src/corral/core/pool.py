@@ -64,26 +64,48 @@ def compile_allocation(table: NodeTable, alloc: Allocation) -> tuple[NodeUse, ..
     return tuple(out)
 
 
-_COMPILED: dict[int, tuple[Allocation, NodeTable, tuple[NodeUse, ...]]] = {}
+_Entry = tuple[Allocation, NodeTable, tuple[NodeUse, ...], int]
+_COMPILED: dict[int, _Entry] = {}
 _COMPILED_MAX = 100_000
 
 
-def compiled(table: NodeTable, alloc: Allocation) -> tuple[NodeUse, ...]:
+def unit_mask_of(table: NodeTable, uses: Sequence[NodeUse]) -> int:
+    """The nodes of ``uses`` when every use takes the single core of a distinct one-core
+    node (``NodeTable.unit_mask``) and nothing else but memory; 0 otherwise. Such uses are
+    taken and given back in one batch (``Pool.take_units``/``give_units``)."""
+    unit = table.unit_mask
+    m = 0
+    for u in uses:
+        bit = 1 << u.i
+        if not unit & bit or u.core_bits != 1 or u.gpu_bits or u.gres or m & bit:
+            return 0
+        m |= bit
+    return m
+
+
+def _entry(table: NodeTable, alloc: Allocation) -> _Entry:
     entry = _COMPILED.get(id(alloc))
     if entry is not None and entry[0] is alloc and entry[1] is table:
-        return entry[2]
+        return entry
     uses = compile_allocation(table, alloc)
     if len(_COMPILED) >= _COMPILED_MAX:
         _COMPILED.clear()
-    _COMPILED[id(alloc)] = (alloc, table, uses)
-    return uses
+    entry = _COMPILED[id(alloc)] = (alloc, table, uses, unit_mask_of(table, uses))
+    return entry
 
 
-def remember(table: NodeTable, alloc: Allocation, uses: tuple[NodeUse, ...]) -> None:
+def compiled(table: NodeTable, alloc: Allocation) -> tuple[NodeUse, ...]:
+    return _entry(table, alloc)[2]
+
+
+def remember(table: NodeTable, alloc: Allocation, uses: tuple[NodeUse, ...],
+             unit_mask: int | None = None) -> None:
     """Record the compiled form of an allocation the placer just made."""
     if len(_COMPILED) >= _COMPILED_MAX:
         _COMPILED.clear()
-    _COMPILED[id(alloc)] = (alloc, table, uses)
+    if unit_mask is None:
+        unit_mask = unit_mask_of(table, uses)
+    _COMPILED[id(alloc)] = (alloc, table, uses, unit_mask)
 
 
 class Pool:
@@ -242,18 +264,64 @@ class Pool:
         ):
             self.idle |= bit
 
+    def take_units(self, uses: Sequence[NodeUse], mask: int) -> None:
+        """``take`` of every use in one batch; ``mask = unit_mask_of(table, uses)`` (non-zero:
+        each use is the one core of a distinct one-core node, plus memory)."""
+        cm, cf, mf = self.core_mask, self.cores_free, self.mem_free
+        for u in uses:
+            i = u.i
+            cm[i] = 0
+            cf[i] = 0
+            mf[i] -= u.mem_mb
+        self.version += len(uses)
+        ge = self.ge_cores
+        self.free_total -= (mask & ge[1]).bit_count()  # ge_cores[1]: up with a free core
+        for c in range(1, len(ge)):
+            ge[c] &= ~mask
+        self.idle &= ~mask
+
+    def give_units(self, uses: Sequence[NodeUse], mask: int) -> None:
+        """The exact inverse of ``take_units`` (same arguments)."""
+        cm, cf, mf = self.core_mask, self.cores_free, self.mem_free
+        t = self.table
+        tmem = t.mem
+        gf = self.gres_free
+        ge = self.ge_cores
+        back = mask & self.up & ~ge[1]  # up nodes whose core comes back
+        idle = 0
+        for u in uses:
+            i = u.i
+            cm[i] = 1
+            cf[i] = 1
+            m = mf[i] + u.mem_mb
+            mf[i] = m
+            if m == tmem[i] and (gf is None or gf[i] == t.gres[i]):
+                idle |= 1 << i
+        self.version += len(uses)
+        self.free_total += back.bit_count()
+        ge[1] |= back
+        self.idle |= idle
+
     def take_job(self, job: Job) -> None:
         if job.allocation is None:
             return
         suspended = job.state == JobState.SUSPENDED
-        for use in compiled(self.table, job.allocation):
+        _, _, uses, unit = _entry(self.table, job.allocation)
+        if unit and not suspended:
+            self.take_units(uses, unit)
+            return
+        for use in uses:
             self.take(use, cores=not suspended)
 
     def give_job(self, job: Job) -> None:
         if job.allocation is None:
             return
         suspended = job.state == JobState.SUSPENDED
-        for use in compiled(self.table, job.allocation):
+        _, _, uses, unit = _entry(self.table, job.allocation)
+        if unit and not suspended:
+            self.give_units(uses, unit)
+            return
+        for use in uses:
             self.give(use, cores=not suspended)
 
     # -- queries ----------------------------------------------------------------------------
@@ -365,3 +433,71 @@ def running_ends(table: NodeTable, config: SchedulerConfig) -> EndIndex:
     if c.ends is None or c.ends.config is not config:
         c.ends = EndIndex(config, table, c.jobs.values())
     return c.ends
+
+
+class PoolKeeper:
+    """The pool of the running set, kept by the *caller* across cycles.
+
+    A shell that knows exactly which jobs start and end (the simulator) reports them with
+    ``add``/``remove`` (``replace`` when a running record changes) and passes the keeper to
+    ``run_cycle(..., keeper=...)``: the cycle then applies those deltas to the kept pool
+    instead of diffing the whole running set (``build_pool``), so it pays for what changed,
+    not for the cluster. The keeper's running set must be the snapshot's ``running``;
+    whenever the nodes change (another ``NodeTable`` or up mask) or an allocation without
+    core ids was taken, it is rebuilt from the snapshot. It is plain data updated by these
+    methods: no clock, no I/O, and the decisions are the same as without it.
+    """
+
+    __slots__ = ("table", "up", "pool", "ends", "_added", "_removed")
+
+    def __init__(self) -> None:
+        self.table: NodeTable | None = None
+        self.up = 0
+        self.pool: Pool | None = None
+        self.ends: EndIndex | None = None
+        self._added: dict[int, Job] = {}  # id(job) -> job, since the last cycle
+        self._removed: list[Job] = []
+
+    def add(self, job: Job) -> None:
+        """``job`` (this record) is now part of the running set."""
+        self._added[id(job)] = job
+
+    def remove(self, job: Job) -> None:
+        """``job`` (the very record that was added, or was running at the first cycle) is
+        no longer running."""
+        if self._added.pop(id(job), None) is None:
+            self._removed.append(job)
+
+    def replace(self, old: Job, new: Job) -> None:
+        """A running job's record changed (e.g. RUNNING -> COMPLETING)."""
+        self.remove(old)
+        self.add(new)
+
+    def pool_for(self, table: NodeTable, up: int, running: Sequence[Job]) -> Pool:
+        """A copy of the kept pool, brought up to date (the caller's to mutate)."""
+        pool = self.pool
+        if pool is None or self.table is not table or self.up != up or pool.approx:
+            pool = Pool(table, up)
+            for j in running:
+                pool.take_job(j)
+            self.table, self.up, self.pool, self.ends = table, up, pool, None
+        elif self._added or self._removed:
+            removed = self._removed
+            added = list(self._added.values())
+            for j in removed:
+                pool.give_job(j)
+            for j in added:
+                pool.take_job(j)
+            if self.ends is not None:
+                self.ends.update(table, removed, added)
+        self._added = {}
+        self._removed = []
+        return pool.copy()
+
+    def running_ends(self, table: NodeTable, config: SchedulerConfig,
+                     running: Sequence[Job]) -> EndIndex:
+        """Planned ends of the running set (kept up to date with the pool)."""
+        assert self.table is table
+        if self.ends is None or self.ends.config is not config:
+            self.ends = EndIndex(config, table, running)
+        return self.ends

@@ -113,8 +113,8 @@ def core_config(policy: str, *, backfill: bool) -> SchedulerConfig:
                           backfill=BackfillMode.EASY if backfill else BackfillMode.NONE)
     field_names = {f.name for f in dataclasses.fields(cfg)}
     if not backfill and "reservation_policy" in field_names:
-        rp = type(cfg.reservation_policy)  # type: ignore[attr-defined]
-        cfg = dataclasses.replace(cfg, reservation_policy=rp("highest"))  # type: ignore[call-arg]
+        rp = type(cfg.reservation_policy)
+        cfg = dataclasses.replace(cfg, reservation_policy=rp("highest"))
     return cfg
 
 

@@ -69,7 +69,7 @@ def parse_policy(text: str, base: SchedulerConfig | None = None) -> Policy:
         elif w == "highest":
             if not any(f.name == "reservation_policy" for f in dataclasses.fields(cfg)):
                 raise PolicyError("this core has no persistent reservations (HIGHEST) yet")
-            field_type = type(cfg.reservation_policy)  # type: ignore[attr-defined]
+            field_type = type(cfg.reservation_policy)
             changes["reservation_policy"] = field_type("highest")
         else:
             known = sorted(set(_ORDER) | set(_PASS) | set(_PLACE) | {"fs", "nofs", "highest"})

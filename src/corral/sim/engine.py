@@ -47,8 +47,9 @@ from corral.core.config import BackfillMode, Ordering, PreemptType
 from corral.core.cycle import clear_caches  # frees the core's memos on long traces
 from corral.core.decisions import Reserve
 from corral.core.model.account import AccountTree
-from corral.core.model.job import Job, JobState
+from corral.core.model.job import Job, JobSpec, JobState
 from corral.core.model.partition import PreemptMode
+from corral.core.pool import PoolKeeper
 from corral.sim.cluster import SimCluster, account_tree_for
 from corral.sim.result import COMPLETED, PREEMPTED, REJECTED, TIMEOUT, UNFINISHED, SimResult
 from corral.sim.workload import ExceedPolicy, Workload
@@ -68,6 +69,9 @@ class EngineOptions:
     record_allocations: bool = False
     label: str = ""
     until_s: float | None = None
+    # keep the core's pool across cycles, updated with the jobs that start and end
+    # (``corral.core.pool.PoolKeeper``); off: the core diffs the running set every cycle
+    keep_pool: bool = True
 
 
 def _config_supports(config: SchedulerConfig, name: str) -> bool:
@@ -151,7 +155,7 @@ class Engine:
         config = opt.config
         if _config_supports(config, "annotate_pending"):
             # the simulator reads no pending reasons: skip computing them
-            config = dataclasses.replace(config, annotate_pending=False)  # type: ignore[call-arg]
+            config = dataclasses.replace(config, annotate_pending=False)
         until = math.inf if opt.until_s is None else opt.until_s
 
         start = np.full(n, np.nan)
@@ -256,8 +260,12 @@ class Engine:
                 elif node_used[ni] == 0:
                     idle_nodes += 1
 
+        keeper = PoolKeeper() if opt.keep_pool else None
+
         def finish(i: int, t: float, st: int) -> None:
             job = running.pop(i)
+            if keeper is not None:
+                keeper.remove(job)
             occupy(i, job, -1)
             end[i] = t
             state[i] = st
@@ -278,7 +286,7 @@ class Engine:
                 generation=cycles, **kwargs,
             )
             t0 = time.perf_counter()
-            res = run_cycle(snap, config, now)
+            res = run_cycle(snap, config, now, keeper=keeper)
             core_s += time.perf_counter() - t0
             if cycles % CLEAR_EVERY == 0:
                 clear_caches()  # bound the core's cross-cycle memos on long traces
@@ -293,7 +301,10 @@ class Engine:
                 if v not in running or v in preempt_mode:
                     continue
                 # being killed: COMPLETING holds its resources but is no victim again
-                running[v] = dataclasses.replace(running[v], state=JobState.COMPLETING)
+                old = running[v]
+                running[v] = dataclasses.replace(old, state=JobState.COMPLETING)
+                if keeper is not None:
+                    keeper.replace(old, running[v])
                 t_stop = now + pr.grace_s
                 seq += 1
                 version[v] = seq
@@ -310,6 +321,8 @@ class Engine:
                               allocation=s.allocation, time_limit_s=int(lim),
                               restarts=job.restarts, partition=s.allocation.partition)
                 running[i] = started
+                if keeper is not None:
+                    keeper.add(started)
                 occupy(i, started, +1)
                 start[i] = now
                 alloc_cpus[i] = held_cpus[i]
@@ -329,9 +342,16 @@ class Engine:
         preempt_mode: dict[int, PreemptMode] = {}
         timeout_flag: dict[int, bool] = {}
 
+        # one JobSpec object per distinct request: the core memoizes plans and shapes by
+        # spec identity, so equal requests share them (a spec is a pure value)
+        specs: dict[tuple[int, int, str, str, int], JobSpec] = {}
+
         def arrive(i: int) -> None:
             nonlocal force, dirty, fresh_need
-            spec = cl.spec_for(procs[i], int(limit[i]), users[i], accts[i], queues[i])
+            key = (procs[i], int(limit[i]), users[i], accts[i], queues[i])
+            spec = specs.get(key)
+            if spec is None:
+                spec = specs[key] = cl.spec_for(*key)
             job = Job(id=i, spec=spec, submit_time=submit[i])
             pending[i] = job
             add_pending(i)
@@ -354,6 +374,8 @@ class Engine:
             timeout_flag.pop(i, None)
             if mode is PreemptMode.REQUEUE:
                 job = running.pop(i)
+                if keeper is not None:
+                    keeper.remove(job)
                 occupy(i, job, -1)
                 requeued = dataclasses.replace(job, state=JobState.PENDING, start_time=None,
                                                allocation=None, restarts=job.restarts + 1)

@@ -97,9 +97,15 @@ class Planner(PassState):
         end = prof.end_of(start, o.time_limit_s)
         if commit:
             prof.reserve(amounts, start, end)
-        nodes = tuple(self.table.names[i] for i, _, _, _ in amounts if i >= 0)
-        self.out.reservations.append(Reserve(job.id, start, nodes, end,
-                                             tuple((c, m, g) for _, c, m, g in amounts)))
+        if isinstance(prof, CountProfile):  # count form: no node names, one entry per node
+            nodes: tuple[str, ...] = ()
+            held = tuple((c, m, g) for _, c, m, g in set(amounts))
+            per_node = held * len(amounts) if len(held) == 1 else tuple(
+                (c, m, g) for _, c, m, g in amounts)
+        else:
+            nodes = tuple(self.table.names[i] for i, _, _, _ in amounts if i >= 0)
+            per_node = tuple((c, m, g) for _, c, m, g in amounts)
+        self.out.reservations.append(Reserve(job.id, start, nodes, end, per_node))
         return start
 
     def earliest(self, job: Job, o: Option, prof: Profile | CountProfile

@@ -204,10 +204,18 @@ class Pass(Planner, Preemptor):
         else:
             usable = opts
         prof = self._profile
+        counted = not strict and isinstance(prof, CountProfile) and prof.reserved_any
         for o in usable:
             view = self.pool
             if not strict and isinstance(prof, Profile) and prof.dirty:
                 view = prof.window_view(o.time_limit_s)
+            if counted:
+                # one-core nodes: the size of the placement decides EASY's test, so a job
+                # that would delay a reservation is refused before it is placed
+                assert isinstance(prof, CountProfile)
+                k = self.placer.unit_count(o.shape, o.partition.name, view)
+                if k is not None and not prof.allows(k, o.time_limit_s):
+                    continue
             sl = self.switch_limit(job, o)
             chosen = self.placer.fits(o.shape, o.partition.name, view, sl)
             if chosen is not None and not strict and isinstance(prof, CountProfile) and (

@@ -21,7 +21,7 @@ from corral.core.feasibility import _placer as cached_placer
 from corral.core.limits import LimitState
 from corral.core.model.job import Job, JobState
 from corral.core.nodes import NodeTable
-from corral.core.pool import Pool, compiled, running_ends
+from corral.core.pool import Pool, PoolKeeper, compiled, running_ends
 from corral.core.profile import Profile, Release
 from corral.core.shape import time_limit_s
 from corral.core.snapshot import ClusterSnapshot
@@ -46,8 +46,9 @@ class PassState:
     """What the parts of one cycle's pass share (see the module docstring)."""
 
     def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
-                 table: NodeTable, pool: Pool) -> None:
+                 table: NodeTable, pool: Pool, keeper: PoolKeeper | None = None) -> None:
         self.snap = snapshot
+        self.keeper = keeper
         self.config = config
         self.now = now
         self.table = table
@@ -90,9 +91,11 @@ class PassState:
                     counts.sort()
                     cp = CountProfile(self.now, res, free_now, counts, self.floor)
                 else:
-                    cp = CountProfile.from_index(self.now, res, free_now,
-                                                 running_ends(self.table, self.config),
-                                                 self.floor)
+                    ends = (self.keeper.running_ends(self.table, self.config,
+                                                     self.snap.running)
+                            if self.keeper is not None
+                            else running_ends(self.table, self.config))
+                    cp = CountProfile.from_index(self.now, res, free_now, ends, self.floor)
                 for end, uses, _ in self._started:  # started this cycle: back at their end
                     cp.add(len(uses), end, INF)
                 self._profile = cp

@@ -83,6 +83,25 @@ class Placer:
         self._cand[key] = (ts, mask, required)
         return mask, required
 
+    def unit_count(self, shape: Shape, partition: str, view: Pool) -> int | None:
+        """How many nodes ``fits`` would choose for ``shape`` when it takes the one-core-node
+        path (``SetPlacer._unit``) and succeeds; ``None`` when it takes another path. Lets
+        the pass reject a placement by its size before building it."""
+        if len(shape.sets) != 1 or shape.grouped or shape.switches is not None:
+            return None
+        ts = shape.sets[0]
+        if (ts.uniform or ts.cpus_per_task != 1 or ts.tasks <= 0
+                or ts.gpus_per_node or ts.gpus_per_task or ts.gpus_total or ts.gres
+                or (self.mode == PlacementMode.TOPOLOGY and ts.nodes_max > 1)):
+            return None
+        cand, required = self.static_candidates(shape, ts, partition)
+        cand &= view.up
+        if cand & ~self.table.unit_mask:
+            return None
+        free = cand & view.ge_cores[1] if len(view.ge_cores) > 1 else 0
+        want = min(ts.tasks, ts.nodes_max)
+        return max(required.bit_count(), min(want, free.bit_count()))
+
     def select(self, shape: Shape, ts: TaskSet, view: Pool, cand: int, required: int,
                switch_limit: int | None) -> list[Pick] | None:
         """Count-level node choice for one task set on ``view``."""
@@ -159,19 +178,26 @@ class Placer:
         nodes: list[NodeAllocation] = []
         uses: list[NodeUse] = []
         unit = t.unit_mask
+        units: list[NodeUse] = []  # whole one-core nodes: taken in one batch at the end
+        umask = 0
         for ts, picks in zip(shape.sets, chosen, strict=True):
+            cache = self._unit_alloc
             for p in picks:
                 if unit >> p.i & 1 and not p.whole:  # a one-core node: same objects every time
                     key = (p.i, p.mem_mb, p.tasks, ts.name)
-                    got = self._unit_alloc.get(key)
+                    got = cache.get(key)
                     if got is None:
                         use = self._use(pool, ts, p)
                         got = (use, _node_allocation(t, use, p, ts))
-                        if len(self._unit_alloc) > 100_000:
-                            self._unit_alloc.clear()
-                        self._unit_alloc[key] = got
+                        if len(cache) > 100_000:
+                            cache.clear()
+                        cache[key] = got
                     use, na = got
-                    pool.take(use)
+                    if use.core_bits == 1 and not use.gpu_bits and not use.gres:
+                        units.append(use)
+                        umask |= 1 << p.i
+                    else:
+                        pool.take(use)
                     uses.append(use)
                     nodes.append(na)
                     continue
@@ -179,9 +205,12 @@ class Placer:
                 pool.take(use)
                 uses.append(use)
                 nodes.append(_node_allocation(t, use, p, ts))
+        if units:
+            pool.take_units(units, umask)
         alloc = Allocation(partition, tuple(nodes))
         placed = tuple(uses)
-        remember(t, alloc, placed)  # the next cycle finds it running: no need to re-compile
+        # the next cycle finds it running: no need to re-compile
+        remember(t, alloc, placed, umask if len(units) == len(placed) else 0)
         return Placement(alloc, placed)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from corral.core.nodes import NodeTable, iter_bits
+from corral.core.nodes import NodeTable, iter_bits, lowest_bits
 from corral.core.placement.order import pack_order, spread_order
 from corral.core.placement.tree import subtree_leaves
 from corral.core.pool import Pool
@@ -66,11 +66,13 @@ def demand(ts: TaskSet, table: NodeTable, cls: int) -> Demand:
 class SetPlacer:
     """Selection of nodes for task sets on a pool-like view (counts and masks)."""
 
-    __slots__ = ("table", "_demands")
+    __slots__ = ("table", "_demands", "_unit_picks")
 
     def __init__(self, table: NodeTable) -> None:
         self.table = table
         self._demands: dict[tuple[int, int], tuple[TaskSet, Demand]] = {}
+        # one-core nodes: the (immutable in use) pick of every node, per (memory, whole)
+        self._unit_picks: dict[tuple[int, bool], list[Pick]] = {}
 
     def demand_of(self, ts: TaskSet, cls: int) -> Demand:
         key = (id(ts), cls)
@@ -267,35 +269,41 @@ class SetPlacer:
     def _unit(self, view: Pool, ts: TaskSet, cand: int, required: int,
               whole: bool) -> list[Pick] | None:
         """One-core nodes: each task takes a whole free node, so ``tasks`` nodes are needed
-        (fewer, down to ``min_tasks``, for gangs); no per-node search at all."""
+        (fewer, down to ``min_tasks``, for gangs); no per-node search at all: the required
+        nodes, then the lowest free ones."""
         t = self.table
         free = cand & view.ge_cores[1] if len(view.ge_cores) > 1 else 0
         if required & ~free:
             return None
         want = min(ts.tasks, ts.nodes_max)
-        if free.bit_count() < max(ts.min_tasks, ts.nodes_min):
+        least = max(ts.min_tasks, ts.nodes_min)
+        if free.bit_count() < least:
             return None
-        picks: list[Pick] = []
-        m = free & ~required
-        chosen = iter_bits(required)
-        while m and len(chosen) < want:
-            low = m & -m
-            chosen.append(low.bit_length() - 1)
-            m ^= low
-        class_of = t.class_of
+        chosen = iter_bits(required) if required else []
+        if len(chosen) < want:
+            chosen += lowest_bits(free & ~required, want - len(chosen))
+        if len(chosen) < least:
+            return None
         mem_free = view.mem_free
-        mems: dict[int, int] = {}
-        for i in chosen:
-            c = class_of[i]
-            mem = mems.get(c)
-            if mem is None:
-                d = self.demand_of(ts, c)
-                mem = mems[c] = d.mem_per_node or d.mem_per_task
-            if mem > mem_free[i]:
+        cache = self._unit_picks
+        if len(t.class_specs) == 1:
+            d = self.demand_of(ts, 0)
+            mem = d.mem_per_node or d.mem_per_task
+            if chosen and min(map(mem_free.__getitem__, chosen)) < mem:
                 return None  # memory held by a suspended job, or a node too small
+            key = (mem, whole)
+            row = cache.get(key)
+            if row is None:
+                row = cache[key] = [Pick(i, 1, 1, mem, 0, whole) for i in range(len(t))]
+            return list(map(row.__getitem__, chosen))
+        class_of = t.class_of
+        picks: list[Pick] = []
+        for i in chosen:
+            d = self.demand_of(ts, class_of[i])
+            mem = d.mem_per_node or d.mem_per_task
+            if mem > mem_free[i]:
+                return None
             picks.append(Pick(i, 1, 1, mem, 0, whole))
-        if len(picks) < max(ts.min_tasks, ts.nodes_min):
-            return None
         return picks
 
     def _gpu_order(self, view: Pool, mask: int) -> Iterator[int]:
