@@ -38,7 +38,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from corral.agent.proctree import read_bytes
+from corral.agent.proctree import forget_dirs, open_in_dir, read_in_dir
 
 V1_CONTROLLERS = ("memory", "cpuset", "cpuacct", "pids", "freezer")
 V2_CONTROLLERS = ("memory", "cpuset", "cpu", "pids")
@@ -77,13 +77,13 @@ class CgroupUsage:
 
 def _read(path: str) -> str | None:
     try:
-        return read_bytes(path).decode()
+        return read_in_dir(path, recheck=True).decode()
     except (OSError, UnicodeDecodeError):
         return None
 
 
 def _write(path: str, value: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    fd = open_in_dir(path, os.O_WRONLY | os.O_CLOEXEC, recheck=True)
     try:
         os.write(fd, value.encode())
     finally:
@@ -437,6 +437,7 @@ class JobCgroup:
         while pending:
             left: list[str] = []
             for path in pending:
+                forget_dirs(path)
                 try:
                     os.rmdir(path)
                 except FileNotFoundError:

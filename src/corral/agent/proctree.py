@@ -12,6 +12,10 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+from collections.abc import Callable
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
@@ -46,6 +50,100 @@ def read_bytes(path: str) -> bytes:
     (``open()`` of a file object costs twice as many: fstat, ioctl, lseeks). Made for the
     small files of /proc, /sys and the job spool read on every job. Raises ``OSError``."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 65536)
+        if not data:
+            return data
+        chunks = [data]
+        while True:
+            more = os.read(fd, 65536)
+            if not more:
+                break
+            chunks.append(more)
+        return data if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+# ---- files in directories opened once -------------------------------------------------------
+# Each open of a long path (/sys/fs/cgroup/memory/corral/<node>/sup_<pid>/memory.limit_in_bytes,
+# /dev/shm/corral-0/agent-<hash>/<job>/status.json) walks every component again: under this
+# machine's virtualisation that path walk was a third of a supervisor's kernel time.
+# Directories used on every job are opened once (O_PATH) and their files reached relative
+# to them. The cache belongs to one process: a forked child starts without it (its copies
+# of the descriptors may be closed or reused). A lookup that fails in a cached directory
+# that was removed since (no links left) is retried once through the full path.
+
+_dir_fds: dict[str, int] = {}
+_DIR_FDS_MAX = 32
+
+
+def _forget_dir_fds_in_child() -> None:
+    _dir_fds.clear()  # the descriptors are the parent's copies: leave them to their owner
+
+
+os.register_at_fork(after_in_child=_forget_dir_fds_in_child)
+
+
+def _dir_fd(path: str) -> int:
+    fd = _dir_fds.get(path)
+    if fd is None:
+        if len(_dir_fds) >= _DIR_FDS_MAX:
+            forget_dirs()
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        _dir_fds[path] = fd
+    return fd
+
+
+def forget_dirs(prefix: str = "") -> None:
+    """Close the cached descriptors of ``prefix`` and the directories below it (all by
+    default)."""
+    for path in [p for p in _dir_fds
+                 if not prefix or p == prefix or p.startswith(prefix + "/")]:
+        try:
+            os.close(_dir_fds.pop(path))
+        except OSError:
+            pass
+
+
+def in_dir(path: str, op: Callable[[str, int | None], _T], *, recheck: bool = False) -> _T:
+    """``op(name, dir_fd)`` for ``path`` through a cached descriptor of its directory, or
+    ``op(path, None)`` where there is none; ``op`` passes ``dir_fd`` to the ``os`` call.
+    ``recheck``: on a missing file, compare the cached directory with the path's (for
+    file systems whose removed directories keep a link count, as cgroupfs)."""
+    head, _, name = path.rpartition("/")
+    if not head or not name:
+        return op(path, None)
+    try:
+        fd = _dir_fd(head)
+    except OSError:
+        return op(path, None)
+    try:
+        return op(name, fd)
+    except FileNotFoundError:
+        try:
+            st = os.fstat(fd)
+            gone = st.st_nlink == 0
+            if not gone and recheck:
+                now = os.stat(head)
+                gone = (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev)
+        except OSError:
+            gone = True
+        if not gone:
+            raise
+        forget_dirs(head)
+        return op(path, None)
+
+
+def open_in_dir(path: str, flags: int, mode: int = 0o777, *, recheck: bool = False) -> int:
+    """``os.open(path, flags, mode)`` through a cached descriptor of its directory."""
+    return in_dir(path, lambda name, fd: os.open(name, flags, mode, dir_fd=fd),
+                  recheck=recheck)
+
+
+def read_in_dir(path: str, *, recheck: bool = False) -> bytes:
+    """``read_bytes`` through a cached descriptor of the file's directory."""
+    fd = open_in_dir(path, os.O_RDONLY | os.O_CLOEXEC, recheck=recheck)
     try:
         data = os.read(fd, 65536)
         if not data:

@@ -50,7 +50,7 @@ from corral.agent.cgroups import CgroupLayout, JobCgroup
 from corral.agent.isolation import node_layout
 from corral.agent.launch import JobExit, LaunchRequest
 from corral.agent.prepare import parse_warning_signal
-from corral.agent.proctree import is_alive, kill_pids
+from corral.agent.proctree import forget_dirs, in_dir, is_alive, kill_pids
 from corral.agent.supervisor import encode_job
 from corral.agent.zygote import ForkServer
 
@@ -404,9 +404,11 @@ class JobRunner:
         try:  # the usual files; anything else (ctl/, a profile) falls back to rmtree
             for name in (spool.EXIT, spool.STATUS, spool.REQUEST):
                 try:
-                    os.unlink(os.path.join(jdir, name))
+                    in_dir(os.path.join(jdir, name),
+                           lambda n, dfd: os.unlink(n, dir_fd=dfd))
                 except FileNotFoundError:
                     pass
+            forget_dirs(jdir)
             os.rmdir(jdir)
         except FileNotFoundError:
             pass

@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from corral.agent.proctree import is_alive, read_bytes
+from corral.agent.proctree import is_alive
 
 # glibc <spawn.h> flag values (musl uses the same numbers)
 _SETSIGDEF = 0x04
@@ -124,7 +124,10 @@ class Spawner:
         self._done.acquire()
         self._attr = ctypes.create_string_buffer(1024)  # posix_spawnattr_t, set up once
         self._attr_ready = False
-        self._children_path = f"/proc/self/task/{self._tid}/children"
+        # descriptors of the directories looked into on every spawn (no path walks)
+        self._task_fd = os.open(f"/proc/self/task/{self._tid}", os.O_PATH | os.O_DIRECTORY
+                                | os.O_CLOEXEC)
+        self._gate_fd = os.open(self.dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self._a_path = os.fsencode(self.a)
         self._b_path = os.fsencode(self.b)
         self._prepare: Callable[[int], None] = lambda pid: None
@@ -136,6 +139,11 @@ class Spawner:
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        for fd in (self._task_fd, self._gate_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         if self._attr_ready:
             self._attr_ready = False
             _lib().posix_spawnattr_destroy(self._attr)
@@ -148,7 +156,8 @@ class Spawner:
             err: BaseException | None = None
             pid = 0
             try:
-                fa = os.open(self.a, os.O_RDONLY)  # returns once the child opened A
+                fa = os.open("a", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._gate_fd)
+                # (returns once the child opened A)
             except OSError as exc:
                 fa, err = -1, exc
             if not self._abort and err is None:
@@ -181,7 +190,8 @@ class Spawner:
         deadline = time.monotonic() + _RELEASE_S
         while True:
             try:
-                os.close(os.open(self.b, os.O_WRONLY | os.O_NONBLOCK))
+                os.close(os.open("b", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC,
+                                 dir_fd=self._gate_fd))
                 return
             except OSError as exc:
                 if exc.errno != errno.ENXIO:  # ENXIO: no reader yet (it is on its way)
@@ -194,7 +204,14 @@ class Spawner:
             time.sleep(0.0001)
 
     def _child(self) -> int:
-        kids = read_bytes(self._children_path).split()
+        fd = os.open("children", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._task_fd)
+        try:
+            chunks = [os.read(fd, 65536)]
+            while chunks[-1]:
+                chunks.append(os.read(fd, 65536))
+        finally:
+            os.close(fd)
+        kids = b"".join(chunks).split()
         if not kids:
             raise SpawnError(errno.ESRCH, "the spawned process is not among our children")
         return int(kids[-1])  # the newest: children are listed in creation order

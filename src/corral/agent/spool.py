@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from corral.agent.proctree import read_bytes
+from corral.agent.proctree import in_dir, read_in_dir
 
 REQUEST = "request.json"
 STATUS = "status.json"
@@ -164,16 +164,23 @@ def job_dir(state_dir: Path, job_id: int) -> Path:
     return state_dir / "jobs" / str(job_id)
 
 
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+
+
 def write_json(path: Path | str, data: dict[str, Any]) -> None:
     """Replace ``path`` atomically with ``data`` as JSON."""
-    path = str(path)
-    tmp = f"{path}.{os.getpid()}.part"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, json.dumps(data, separators=(",", ":")).encode())
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+    blob = json.dumps(data, separators=(",", ":")).encode()
+
+    def op(name: str, dfd: int | None) -> None:
+        tmp = f"{name}.{os.getpid()}.part"
+        fd = os.open(tmp, _NEW_FILE, 0o600, dir_fd=dfd)
+        try:
+            os.write(fd, blob)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+
+    in_dir(str(path), op)
 
 
 def create_json(path: Path | str, data: dict[str, Any]) -> bool:
@@ -181,26 +188,30 @@ def create_json(path: Path | str, data: dict[str, Any]) -> bool:
 
     Written to a temporary file and ``link``ed into place: readers never see a torn file,
     and of two writers exactly one succeeds."""
-    path = str(path)
-    tmp = f"{path}.{os.getpid()}.new"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, json.dumps(data, separators=(",", ":")).encode())
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        os.unlink(tmp)
-    return True
+    blob = json.dumps(data, separators=(",", ":")).encode()
+
+    def op(name: str, dfd: int | None) -> bool:
+        tmp = f"{name}.{os.getpid()}.new"
+        fd = os.open(tmp, _NEW_FILE, 0o600, dir_fd=dfd)
+        try:
+            os.write(fd, blob)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp, dir_fd=dfd)
+        return True
+
+    return in_dir(str(path), op)
 
 
 def read_json(path: Path | str) -> dict[str, Any] | None:
     """The JSON object in ``path``, or None when it does not exist (or is unreadable)."""
     try:
-        data = json.loads(read_bytes(str(path)))
+        data = json.loads(read_in_dir(str(path)))
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError):
@@ -223,9 +234,17 @@ def post_command(jdir: Path, command: dict[str, Any]) -> None:
 def take_commands(jdir: str) -> list[dict[str, Any]]:
     """Read and delete the queued commands of a job, oldest first."""
     ctl = os.path.join(jdir, CTL)
-    try:
-        names = sorted(n for n in os.listdir(ctl) if n.endswith(".json"))
-    except FileNotFoundError:
+
+    def listing(name: str, dfd: int | None) -> list[str]:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dfd)
+        try:
+            return os.listdir(fd)
+        finally:
+            os.close(fd)
+
+    try:  # usually there is no ctl/ at all: one lookup in the (cached) job directory
+        names = sorted(n for n in in_dir(ctl, listing) if n.endswith(".json"))
+    except (FileNotFoundError, NotADirectoryError):
         return []
     out: list[dict[str, Any]] = []
     for name in names:
