@@ -589,14 +589,29 @@ def render_md(res: dict[str, Any]) -> str:
                      f"all runs {', '.join(f'{r:.1f}' for r in runs)} jobs/s; load average "
                      f"at the start of the median run {cs.get('loadavg', '?')}.")
     cpu = cs.get("cpu_ms_per_job")
+    base = res.get("baseline") or {}
+    bcpu: dict[str, float] = base.get("cpu_ms_per_job") or {}
     if cpu:
         ours = sum(v for k, v in cpu.items() if not k.startswith("other"))
         lines += ["", "Where the CPU went in the median sequential drain (ms of CPU per job; "
-                  "2 cores give 2,000 ms per second):", "",
-                  "| process | ms CPU / job |", "|---|---|"]
-        lines += [f"| {k} | {v:.2f} |" for k, v in cpu.items()]
-        lines.append(f"| **Corral + client, total** | **{ours:.2f}** (at most "
-                     f"{2000.0 / ours:.0f} jobs/s on 2 idle cores) |")
+                  "2 cores give 2,000 ms per second):", ""]
+        if bcpu:
+            bours = sum(v for k, v in bcpu.items() if not k.startswith("other"))
+            lines += [f"| process | ms CPU / job | before ({base.get('label', 'baseline')}) |",
+                      "|---|---|---|"]
+            lines += [f"| {k} | {v:.2f} | {bcpu.get(k, float('nan')):.2f} |"
+                      for k, v in cpu.items()]
+            lines.append(f"| **Corral + client, total** | **{ours:.2f}** (at most "
+                         f"{2000.0 / ours:.0f} jobs/s on 2 idle cores) | {bours:.2f} |")
+            if base.get("drain_jobs_per_s"):
+                lines += ["", f"Before ({base.get('label', 'baseline')}): sequential drain "
+                          f"{base['drain_jobs_per_s']:.1f} jobs/s against Slurm's "
+                          f"{base.get('slurm_drain_jobs_per_s', float('nan')):.1f} in that run."]
+        else:
+            lines += ["| process | ms CPU / job |", "|---|---|"]
+            lines += [f"| {k} | {v:.2f} |" for k, v in cpu.items()]
+            lines.append(f"| **Corral + client, total** | **{ours:.2f}** (at most "
+                         f"{2000.0 / ours:.0f} jobs/s on 2 idle cores) |")
         ev = cs.get("per_job_events") or {}
         if ev:
             lines += ["", "Per job: " + ", ".join(f"{v:.2f} {k.replace('_', ' ')}"
@@ -609,6 +624,17 @@ def render_md(res: dict[str, Any]) -> str:
             f"ack {st['ack_s'] / st['launches'] * 1000:.2f} ms, poll total "
             f"{st['poll_s']:.2f} s.")
     return "\n".join(lines) + "\n"
+
+
+def baseline_of(path: Path, label: str) -> dict[str, Any]:
+    """The parts of an earlier run's results shown beside this run's."""
+    old = json.loads(path.read_text())
+    seq = old.get("corral", {}).get("drain", {}).get("sequential", {})
+    sl = (old.get("slurm") or {}).get("drain", {}).get("sequential", {})
+    return {"label": label or f"run of {old.get('when', '?')}",
+            "drain_jobs_per_s": seq.get("drain_jobs_per_s"),
+            "slurm_drain_jobs_per_s": sl.get("drain_jobs_per_s"),
+            "cpu_ms_per_job": seq.get("cpu_ms_per_job") or {}}
 
 
 def main() -> None:
@@ -624,7 +650,23 @@ def main() -> None:
     ap.add_argument("--drain-runs", type=int, default=3,
                     help="Corral sequential drains (the median is reported)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="an earlier daemon_bench.json: its sequential drain and CPU per job "
+                         "are shown beside this run's")
+    ap.add_argument("--baseline-label", default="",
+                    help="what the baseline was (e.g. a commit)")
+    ap.add_argument("--render", type=Path, default=None,
+                    help="only write the results again from this daemon_bench.json")
     args = ap.parse_args()
+    if args.render is not None:
+        res0 = json.loads(args.render.read_text())
+        if args.baseline is not None:
+            res0["baseline"] = baseline_of(args.baseline, args.baseline_label)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "daemon_bench.json").write_text(json.dumps(res0, indent=2) + "\n")
+        (args.out / "daemon_bench.md").write_text(render_md(res0))
+        print(render_md(res0))
+        return
     work = Path(tempfile.mkdtemp(prefix="daemon-bench-"))
     os.chmod(work, 0o755)
     res: dict[str, Any] = {
@@ -662,6 +704,8 @@ def main() -> None:
         if not args.no_slurm:
             slurm_stop()
         shutil.rmtree(work, ignore_errors=True)
+    if args.baseline is not None:
+        res["baseline"] = baseline_of(args.baseline, args.baseline_label)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "daemon_bench.json").write_text(json.dumps(res, indent=2) + "\n")
     md = render_md(res)
