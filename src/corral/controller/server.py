@@ -37,7 +37,7 @@ def _peer_protocol_class() -> type:
 
     from corral.controller.auth import peer_credentials
 
-    class PeerCredProtocol(Base):  # type: ignore[misc,valid-type]
+    class PeerCredProtocol(Base):  # type: ignore[misc,valid-type,unused-ignore]
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             sock = transport.get_extra_info("socket")

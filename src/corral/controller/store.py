@@ -263,7 +263,7 @@ class Store:
                f'({", ".join(self._param(c) for c in cols)})')
 
         def run(conn: Connection) -> None:
-            conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type]
+            conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
         return run
 
     def op_update_jobs(self, rows: list[dict[str, Any]]) -> Op:
@@ -275,7 +275,7 @@ class Store:
                f'WHERE id = {self._param("_id")}')
 
         def run(conn: Connection) -> None:
-            conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type]
+            conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
         return run
 
     @staticmethod
