@@ -26,7 +26,7 @@ waiting job when ``annotate_pending``), ``reserved`` (ids to pass back as
 from __future__ import annotations
 
 from corral.core import priority
-from corral.core.config import PreemptType, ReservationPolicy, SchedulerConfig
+from corral.core.config import Ordering, PreemptType, ReservationPolicy, SchedulerConfig
 from corral.core.decisions import CycleResult, CycleStats
 from corral.core.nodes import node_table
 from corral.core.passes.order import order_jobs
@@ -57,7 +57,8 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
         )
     prio = priority.compute(snapshot, config, now)
     order = order_jobs(snapshot.pending, prio, reserved_ids(snapshot, config),
-                       config.reservation_policy, snapshot.partitions)
+                       config.reservation_policy, snapshot.partitions,
+                       fcfs=config.ordering is Ordering.FCFS)
     out = Pass(snapshot, config, now, table, pool, keeper).run(order, prio)
     stats = CycleStats(
         pending=len(snapshot.pending),

@@ -15,10 +15,14 @@ priorities every cycle. An ``admin_priority`` overrides the computed priority.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 
 from corral.core.config import ReservationPolicy
 from corral.core.model.job import Job
 from corral.core.model.partition import Partition
+
+_ADMIN = attrgetter("admin_priority")
+_SUBMIT_ID = attrgetter("submit_time", "id")
 
 
 def effective_priority(job: Job, prio: Mapping[int, float]) -> float:
@@ -29,11 +33,18 @@ def effective_priority(job: Job, prio: Mapping[int, float]) -> float:
 
 def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
                reserved: Sequence[int], policy: ReservationPolicy,
-               partitions: Sequence[Partition] = ()) -> list[Job]:
-    """Pending jobs in the order the passes consider them."""
+               partitions: Sequence[Partition] = (), fcfs: bool = False) -> list[Job]:
+    """Pending jobs in the order the passes consider them.
+
+    ``fcfs``: ``prio`` is ``-submit_time`` for every job (``Ordering.FCFS``); then, without
+    tiers or admin priorities, the order is by ``(submit_time, id)``, sorted on a C-level
+    key (the same order, since ``-(-s) == s``)."""
     get = prio.get
     tiers = {p.name: p.priority_tier for p in partitions}
-    if len(set(tiers.values())) > 1:
+    if (fcfs and len(set(tiers.values())) <= 1
+            and set(map(_ADMIN, pending)) <= {None}):
+        jobs = sorted(pending, key=_SUBMIT_ID)
+    elif len(set(tiers.values())) > 1:
         default = next((p.name for p in partitions if p.is_default), partitions[0].name)
 
         def tier(j: Job) -> int:

@@ -28,6 +28,10 @@ Preemption (when configured) is tried for a job that cannot start now, before it
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from itertools import compress, repeat
+from operator import attrgetter, is_not, itemgetter, le, or_
+
 from corral.core import reasons as R
 from corral.core.config import BackfillMode, PreemptType, ReservationPolicy, SchedulerConfig
 from corral.core.counts import CountProfile
@@ -47,27 +51,66 @@ from corral.core.profile import Profile
 from corral.core.snapshot import ClusterSnapshot
 
 _RUNNABLE = (PartitionState.UP, PartitionState.DRAIN)
+_SECOND = itemgetter(1)
+_SPEC = attrgetter("spec")
+_TIME_LIMIT = attrgetter("time_limit_s")
 
 
 class Pass(Planner, Preemptor):
     """One cycle's queue pass over a snapshot (see the module docstring)."""
 
     def plan_of(self, job: Job) -> Plan:
-        memo = self.table.memo.setdefault("plans", {})
-        assert isinstance(memo, dict)
-        entry = memo.get(id(job.spec))
+        return self.planned(job)[0]
+
+    def planned(self, job: Job) -> tuple[Plan, list[Option], bool]:
+        """The job's plan and its options in partitions that may start jobs now; memoized
+        per spec on the node table for one planning context (config, QOS, accounts and
+        licenses objects), so a new context starts a fresh memo."""
         snap = self.snap
-        if (entry is not None and entry[0] is job.spec and entry[1] == job.time_limit_s
-                and entry[2] is self.config and entry[3] is snap.qos
-                and entry[4] is snap.accounts and entry[5] is snap.licenses):
-            got: Plan = entry[6]
-            return got
-        got = plan(job.spec, job.time_limit_s, snap, self.table, self.config)
-        if len(memo) > 200_000:
-            memo.clear()
-        memo[id(job.spec)] = (job.spec, job.time_limit_s, self.config, snap.qos,
-                              snap.accounts, snap.licenses, got)
+        memo = self.table.memo.get("plans")
+        if not (isinstance(memo, tuple) and memo[0] is self.config and memo[1] is snap.qos
+                and memo[2] is snap.accounts and memo[3] is snap.licenses):
+            memo = (self.config, snap.qos, snap.accounts, snap.licenses, {}, {})
+            self.table.memo["plans"] = memo
+        plans: dict[int, tuple[object, int | None, Plan, list[Option], bool]] = memo[4]
+        spec = job.spec
+        entry = plans.get(id(spec))
+        if entry is not None and entry[0] is spec and entry[1] == job.time_limit_s:
+            return entry[2], entry[3], entry[4]
+        got = plan(spec, job.time_limit_s, snap, self.table, self.config)
+        needs: dict[int, int] = memo[5]
+        if len(plans) > 200_000:
+            plans.clear()
+            needs.clear()
+        # the options' partitions come from the table, whose partitions (and their states)
+        # are fixed, so the runnable ones are memoized with the plan
+        runnable = [o for o in got.options if o.partition.state in _RUNNABLE]
+        # no begin time, dependency or licenses: only the job record can hold it
+        simple = (spec.begin_time is None and not (spec.dependency and spec.dependency.items)
+                  and not spec.licenses)
+        plans[id(spec)] = (spec, job.time_limit_s, got, runnable, simple)
+        if job.time_limit_s is None:  # the spec alone decides: see ``_fitting``
+            needs[id(spec)] = got.options[0].shape.cpus_min if got.options else 0
+        elif id(spec) in needs:
+            del needs[id(spec)]  # the entry below no longer holds the spec alive
+        return got, runnable, simple
+
+    def _needs(self) -> dict[int, int]:
+        """CPUs at the smallest start per spec id (0: rejected), for specs whose memoized
+        plan (which holds the spec) was made without a job time limit."""
+        self.planned_memo()
+        memo = self.table.memo["plans"]
+        assert isinstance(memo, tuple)
+        got: dict[int, int] = memo[5]
         return got
+
+    def planned_memo(self) -> None:
+        snap = self.snap
+        memo = self.table.memo.get("plans")
+        if not (isinstance(memo, tuple) and memo[0] is self.config and memo[1] is snap.qos
+                and memo[2] is snap.accounts and memo[3] is snap.licenses):
+            self.table.memo["plans"] = (self.config, snap.qos, snap.accounts, snap.licenses,
+                                        {}, {})
 
     def licenses_free(self) -> dict[str, int]:
         if self._lic_free is None:
@@ -102,30 +145,44 @@ class Pass(Planner, Preemptor):
         # without annotations, a job that cannot fit in all free cores is not examined
         prefilter = (not self.annotate and self.mode == BackfillMode.EASY
                      and cfg.preempt_type == PreemptType.NONE)
-        max_tpc = max(self.table.tpc, default=1)
-        for rank, job in enumerate(order, 1):
+        max_tpc = self.table.memo.get("max_tpc")
+        if not isinstance(max_tpc, int):
+            max_tpc = self.table.memo["max_tpc"] = max(self.table.tpc, default=1)
+        limits_on = self.limits.enabled
+        items: Iterator[tuple[int, Job]] = enumerate(order, 1)
+        narrowed = False
+        while True:
+            if prefilter and self.blocked and not narrowed:
+                narrowed = True
+                items = self._fitting(items, self.pool.free_total * max_tpc)
+            nxt = next(items, None)
+            if nxt is None:
+                break
+            rank, job = nxt
             p = job.admin_priority if job.admin_priority is not None else prio.get(job.id, 0.0)
             pr = float(p)
             held = self.release_carried(job) if self.carried else None
-            pl = self.plan_of(job)
+            pl, runnable, simple = self.planned(job)
             if prefilter and self.blocked and pl.options and (
                     pl.options[0].shape.cpus_min > self.pool.free_total * max_tpc):
                 continue  # cannot start now whatever else holds it (nothing to annotate)
             if not pl.options:
                 self.out.rejects.append(Reject(job.id, pl.reason, pl.message))
                 continue
-            why = self.static_reason(job)
+            plain = (simple and job.hold is HoldKind.NONE and job.array_max_running is None
+                     and not limits_on)  # neither static nor dynamic reasons apply
+            why = None if plain else self.static_reason(job)
             if why is not None:
                 self.pend(job, rank, pr, why[0], why[1])
                 continue
-            opts = [o for o in pl.options if o.partition.state in _RUNNABLE]
+            opts = runnable
             if not opts:
                 st = pl.options[0].partition.state
                 code = R.PARTITION_INACTIVE if st == PartitionState.INACTIVE else R.PARTITION_DOWN
                 self.pend(job, rank, pr, code,
                           f"partition {pl.options[0].partition.name} is {st.value}")
                 continue
-            why = self.dynamic_reason(job, opts[0])
+            why = None if plain else self.dynamic_reason(job, opts[0])
             if why is not None:
                 self.pend(job, rank, pr, why[0], why[1])
                 continue
@@ -152,6 +209,25 @@ class Pass(Planner, Preemptor):
             self.out.reservations.append(r)
             self.out.reserved.append(r.job_id)
         return self.out
+
+    def _fitting(self, items: Iterator[tuple[int, Job]],
+                 limit: int) -> Iterator[tuple[int, Job]]:
+        """The rest of the queue without the jobs the prefilter would skip anyway.
+
+        A job is skipped when its smallest start needs more CPUs than ``limit`` (free
+        cores now times threads per core). Free cores only decrease during the pass, so a
+        job over the limit now is over it when visited. Its need is known only for specs
+        already planned without a job time limit (``need_of``); other jobs are kept and
+        checked as usual. All of it runs at C level: a long queue behind a blocked head
+        costs little more than a list copy."""
+        rest = list(items)
+        if not rest:
+            return iter(rest)
+        need = self._needs()
+        jobs = list(map(_SECOND, rest))
+        small = map(le, map(need.get, map(id, map(_SPEC, jobs)), repeat(0)), repeat(limit))
+        own_limit = map(is_not, map(_TIME_LIMIT, jobs), repeat(None))
+        return compress(rest, map(or_, small, own_limit))
 
     def _nothing_more(self) -> bool:
         """No later job can start (simulator fast path; only when nothing is annotated)."""
@@ -213,8 +289,14 @@ class Pass(Planner, Preemptor):
                 # one-core nodes: the size of the placement decides EASY's test, so a job
                 # that would delay a reservation is refused before it is placed
                 assert isinstance(prof, CountProfile)
-                k = self.placer.unit_count(o.shape, o.partition.name, view)
-                if k is not None and not prof.allows(k, o.time_limit_s):
+                got = self.placer.unit_plan(o.shape, o.partition.name, view)
+                if got is not None:
+                    if not prof.allows(got[2], o.time_limit_s):
+                        continue
+                    chosen = self.placer.unit_fits(o.shape, view, got[0], got[1])
+                    if chosen is not None:
+                        self.start(job, o, chosen, backfilled=bool(self.blocked))
+                        return
                     continue
             sl = self.switch_limit(job, o)
             chosen = self.placer.fits(o.shape, o.partition.name, view, sl)

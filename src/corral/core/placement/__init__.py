@@ -39,7 +39,7 @@ class Placement:
 class Placer:
     """Per-cycle placement context (caches keyed by shape identity live one cycle)."""
 
-    __slots__ = ("table", "mode", "sets", "_cand", "gpu_nodes", "_unit_alloc")
+    __slots__ = ("table", "mode", "sets", "_cand", "gpu_nodes", "_unit_alloc", "_unit_static")
 
     def __init__(self, table: NodeTable, mode: PlacementMode) -> None:
         self.table = table
@@ -48,6 +48,8 @@ class Placer:
         self._cand: dict[tuple[int, int, str], tuple[TaskSet, int, int]] = {}
         self._unit_alloc: dict[tuple[int, int, int, str | None],
                                tuple[NodeUse, NodeAllocation]] = {}
+        self._unit_static: dict[tuple[int, str],
+                                tuple[Shape, tuple[int, int, int, int] | None]] = {}
         g = 0
         for i, n in enumerate(table.ngpus):
             if n:
@@ -83,10 +85,30 @@ class Placer:
         self._cand[key] = (ts, mask, required)
         return mask, required
 
-    def unit_count(self, shape: Shape, partition: str, view: Pool) -> int | None:
-        """How many nodes ``fits`` would choose for ``shape`` when it takes the one-core-node
-        path (``SetPlacer._unit``) and succeeds; ``None`` when it takes another path. Lets
-        the pass reject a placement by its size before building it."""
+    def unit_plan(self, shape: Shape, partition: str, view: Pool) -> tuple[int, int, int] | None:
+        """For a shape that ``fits`` places on one-core nodes (``SetPlacer._unit``): its
+        candidates on ``view``, its required nodes, and how many nodes it gets when it is
+        placed; ``None`` for any other shape. Lets the pass refuse a placement by its size
+        before building it, then build it with ``unit_fits``."""
+        key = (id(shape), partition)
+        got = self._unit_static.get(key)
+        if got is None or got[0] is not shape:
+            if len(self._unit_static) > 100_000:
+                self._unit_static.clear()
+            got = self._unit_static[key] = (shape, self._unit_static_of(shape, partition))
+        info = got[1]
+        if info is None:
+            return None
+        cand, required, want, nreq = info
+        cand &= view.up
+        if cand & ~self.table.unit_mask:
+            return None
+        ge = view.ge_cores
+        free = (cand & ge[1]).bit_count() if len(ge) > 1 else 0
+        n = want if want < free else free
+        return cand, required, nreq if nreq > n else n
+
+    def _unit_static_of(self, shape: Shape, partition: str) -> tuple[int, int, int, int] | None:
         if len(shape.sets) != 1 or shape.grouped or shape.switches is not None:
             return None
         ts = shape.sets[0]
@@ -95,12 +117,13 @@ class Placer:
                 or (self.mode == PlacementMode.TOPOLOGY and ts.nodes_max > 1)):
             return None
         cand, required = self.static_candidates(shape, ts, partition)
-        cand &= view.up
-        if cand & ~self.table.unit_mask:
-            return None
-        free = cand & view.ge_cores[1] if len(view.ge_cores) > 1 else 0
-        want = min(ts.tasks, ts.nodes_max)
-        return max(required.bit_count(), min(want, free.bit_count()))
+        return cand, required, min(ts.tasks, ts.nodes_max), required.bit_count()
+
+    def unit_fits(self, shape: Shape, view: Pool, cand: int,
+                  required: int) -> list[list[Pick]] | None:
+        """``fits`` for a shape ``unit_plan`` accepted (its ``cand`` and ``required``)."""
+        picks = self.sets._unit(view, shape.sets[0], cand, required, shape.exclusive)
+        return None if picks is None else [picks]
 
     def select(self, shape: Shape, ts: TaskSet, view: Pool, cand: int, required: int,
                switch_limit: int | None) -> list[Pick] | None:
@@ -180,8 +203,8 @@ class Placer:
         unit = t.unit_mask
         units: list[NodeUse] = []  # whole one-core nodes: taken in one batch at the end
         umask = 0
+        cache = self._unit_alloc
         for ts, picks in zip(shape.sets, chosen, strict=True):
-            cache = self._unit_alloc
             for p in picks:
                 if unit >> p.i & 1 and not p.whole:  # a one-core node: same objects every time
                     key = (p.i, p.mem_mb, p.tasks, ts.name)
