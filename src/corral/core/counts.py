@@ -27,7 +27,7 @@ from corral.core.pool import NodeUse
 class CountProfile:
     """Free-node count over time (see the module docstring)."""
 
-    __slots__ = ("now", "resolution", "times", "free", "reserved_any")
+    __slots__ = ("now", "resolution", "times", "free", "reserved_any", "_mins")
     times: list[float]
     free: list[int]
 
@@ -38,6 +38,7 @@ class CountProfile:
         self.now = now
         self.resolution = resolution
         self.reserved_any = False
+        self._mins: list[int] | None = None  # running minimum of ``free`` (for ``allows``)
         times = [now]
         free = [free_now]
         floor = now if floor is None else floor
@@ -68,6 +69,7 @@ class CountProfile:
         self.now = now
         self.resolution = resolution
         self.reserved_any = False
+        self._mins = None
         ends = index.ends
         get = index.nodes.__getitem__
         k0 = bisect_right(ends, floor)
@@ -97,6 +99,7 @@ class CountProfile:
         start = max(start, self.now)
         if end <= start or n == 0:
             return
+        self._mins = None
         a = self._split(start)
         b = self._split(end) if end != INF else len(self.times)
         free = self.free
@@ -118,14 +121,13 @@ class CountProfile:
     def allows(self, n: int, duration_s: float) -> bool:
         """``n`` nodes may be taken from now for ``duration_s`` without delaying any plan."""
         end = self.end_of(self.now, duration_s)
-        times, free = self.times, self.free
-        k = 0
-        last = len(times)
-        while k < last and times[k] < end:
-            if free[k] < n:
-                return False
-            k += 1
-        return True
+        k = bisect_left(self.times, end)  # steps that start before the end
+        if not k:
+            return True
+        mins = self._mins
+        if mins is None:
+            mins = self._mins = list(accumulate(self.free, min))
+        return mins[k - 1] >= n
 
     def earliest(self, n: int, duration_s: float) -> float | None:
         """First step time from which ``n`` nodes stay free for ``duration_s``."""

@@ -149,6 +149,10 @@ class Pass(Planner, Preemptor):
         if not isinstance(max_tpc, int):
             max_tpc = self.table.memo["max_tpc"] = max(self.table.tpc, default=1)
         limits_on = self.limits.enabled
+        self.planned_memo()
+        memo = self.table.memo["plans"]
+        assert isinstance(memo, tuple)
+        plans_get = memo[4].get  # the memo of ``planned``, read inline (the hot loop)
         items: Iterator[tuple[int, Job]] = enumerate(order, 1)
         narrowed = False
         while True:
@@ -162,7 +166,11 @@ class Pass(Planner, Preemptor):
             p = job.admin_priority if job.admin_priority is not None else prio.get(job.id, 0.0)
             pr = float(p)
             held = self.release_carried(job) if self.carried else None
-            pl, runnable, simple = self.planned(job)
+            entry = plans_get(id(job.spec))
+            if entry is not None and entry[0] is job.spec and entry[1] == job.time_limit_s:
+                pl, runnable, simple = entry[2], entry[3], entry[4]
+            else:
+                pl, runnable, simple = self.planned(job)
             if prefilter and self.blocked and pl.options and (
                     pl.options[0].shape.cpus_min > self.pool.free_total * max_tpc):
                 continue  # cannot start now whatever else holds it (nothing to annotate)
@@ -347,6 +355,22 @@ class Pass(Planner, Preemptor):
     def block(self, job: Job, opts: list[Option], rank: int, pr: float,
               preempting: bool = False) -> None:
         """``job`` cannot start now: reserve if the mode says so, and explain."""
+        if self.mode == BackfillMode.EASY and not self.annotate and not preempting:
+            # nothing to record when its partitions are already blocked, each with its
+            # first blocked job, and hold the EASY reservation (the usual case behind a
+            # blocked head, tested for every backfill candidate)
+            pm = self.table.part_masks
+            blocked, blocker = self.blocked, self.blocker
+            masks = 0
+            for o in opts:
+                name = o.partition.name
+                m = pm[name]
+                if m & ~blocked or name not in blocker:
+                    break
+                masks |= m
+            else:
+                if masks & self.reserved_mask:
+                    return
         masks = 0
         for o in opts:
             masks |= self.table.part_masks[o.partition.name]

@@ -18,10 +18,11 @@ exclusive jobs. ``nodelist`` nodes must all be part of a plain job's allocation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from corral.core.config import PlacementMode
 from corral.core.model.job import Allocation, NodeAllocation
-from corral.core.nodes import NodeTable
+from corral.core.nodes import NodeTable, iter_bits
 from corral.core.placement.select import Pick, SetPlacer
 from corral.core.placement.within import node_use
 from corral.core.pool import NodeUse, Pool, remember
@@ -39,7 +40,8 @@ class Placement:
 class Placer:
     """Per-cycle placement context (caches keyed by shape identity live one cycle)."""
 
-    __slots__ = ("table", "mode", "sets", "_cand", "gpu_nodes", "_unit_alloc", "_unit_static")
+    __slots__ = ("table", "mode", "sets", "_cand", "gpu_nodes", "_unit_alloc", "_unit_static",
+                 "_unit_rows")
 
     def __init__(self, table: NodeTable, mode: PlacementMode) -> None:
         self.table = table
@@ -50,6 +52,9 @@ class Placer:
                                tuple[NodeUse, NodeAllocation]] = {}
         self._unit_static: dict[tuple[int, str],
                                 tuple[Shape, tuple[int, int, int, int] | None]] = {}
+        # per (memory, task group): every one-core node's use and allocation objects
+        self._unit_rows: dict[tuple[int, str | None],
+                              tuple[list[NodeUse | None], list[NodeAllocation | None]]] = {}
         g = 0
         for i, n in enumerate(table.ngpus):
             if n:
@@ -197,6 +202,10 @@ class Placer:
 
     def commit(self, shape: Shape, partition: str, pool: Pool,
                chosen: list[list[Pick]]) -> Placement:
+        if len(chosen) == 1 and chosen[0]:
+            fast = self._commit_units(shape, partition, pool, chosen[0])
+            if fast is not None:
+                return fast
         t = self.table
         nodes: list[NodeAllocation] = []
         uses: list[NodeUse] = []
@@ -235,6 +244,46 @@ class Placer:
         # the next cycle finds it running: no need to re-compile
         remember(t, alloc, placed, umask if len(units) == len(placed) else 0)
         return Placement(alloc, placed)
+
+
+    def _commit_units(self, shape: Shape, partition: str, pool: Pool,
+                      picks: list[Pick]) -> Placement | None:
+        """``commit`` of one task set on whole one-core nodes, one task and the same memory
+        each (what ``SetPlacer._unit`` chooses): the per-node uses and allocations are the
+        same objects every time, looked up and taken in one batch; ``None`` otherwise."""
+        ts = shape.sets[0]
+        if ts.gres or len(set(map(_PICK_KIND, picks))) != 1:
+            return None
+        p0 = picks[0]
+        if p0.tasks != 1 or p0.whole or p0.ncores != 1 or p0.ngpus:
+            return None
+        t = self.table
+        idx = list(map(_PICK_NODE, picks))
+        mask = sum(map((1).__lshift__, idx))
+        if len(set(idx)) != len(idx) or mask & ~t.unit_mask or mask & ~pool.ge_cores[1]:
+            return None  # not distinct free one-core nodes: the general path decides
+        key = (p0.mem_mb, ts.name)
+        row = self._unit_rows.get(key)
+        if row is None:
+            if len(self._unit_rows) > 64:
+                self._unit_rows.clear()
+            uses_row: list[NodeUse | None] = [None] * len(t)
+            nas_row: list[NodeAllocation | None] = [None] * len(t)
+            for i in iter_bits(t.unit_mask):
+                use = NodeUse(i, 1, p0.mem_mb, 0, ())
+                uses_row[i] = use
+                nas_row[i] = _node_allocation(t, use, p0, ts)
+            row = self._unit_rows[key] = (uses_row, nas_row)
+        uses = tuple(map(row[0].__getitem__, idx))
+        nodes = tuple(map(row[1].__getitem__, idx))
+        pool.take_units(uses, mask)  # type: ignore[arg-type]
+        alloc = Allocation(partition, nodes)  # type: ignore[arg-type]
+        remember(t, alloc, uses, mask)  # type: ignore[arg-type]
+        return Placement(alloc, uses)  # type: ignore[arg-type]
+
+
+_PICK_KIND = attrgetter("mem_mb", "tasks", "ncores", "ngpus", "whole")
+_PICK_NODE = attrgetter("i")
 
 
 def _node_allocation(t: NodeTable, use: NodeUse, p: Pick, ts: TaskSet) -> NodeAllocation:
