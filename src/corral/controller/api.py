@@ -288,13 +288,7 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
 
     @app.websocket(PREFIX + "/agent")
     async def agent(ws: WebSocket) -> None:
-        header = ws.headers.get("authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
-        if not token or not auth.is_cluster_key(token):
-            await ws.close(code=4401, reason="bad or missing cluster key")
-            return
-        await ws.accept()
-        await ctl.hub.serve(ws)
+        await serve_agent(ctl, auth, ws)
 
     # Slurm/PBS shim endpoint POST /api/v1/shim/exec (owned by corral.shims; docs/shims.md)
     from corral.shims.inproc import mount as mount_shims
@@ -308,6 +302,17 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     mount_web(app, ctl, identity)
     register_collector(ctl)
     return app
+
+
+async def serve_agent(ctl: Controller, auth: Authenticator, ws: WebSocket) -> None:
+    """The agent WebSocket (``WS /agent``): cluster key, then the hub runs it."""
+    header = ws.headers.get("authorization", "")
+    token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+    if not token or not auth.is_cluster_key(token):
+        await ws.close(code=4401, reason="bad or missing cluster key")
+        return
+    await ws.accept()
+    await ctl.hub.serve(ws)
 
 
 def list_body(ctl: Controller, flt: dict[str, Any]) -> bytes:
@@ -338,19 +343,28 @@ def ping_body(ctl: Controller) -> bytes:
 
 
 def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
-    """An ASGI app that serves the hot routes (submit, query, ping) directly and hands
+    """An ASGI app that serves the hot routes (submit, query, ping, the agent WebSocket)
+    directly and hands
     everything else to FastAPI. The routes stay declared in FastAPI (OpenAPI spec); this
     only skips its middleware and routing layers (about half the controller's CPU per
     submit under load, measured with py-spy)."""
     submit_path = PREFIX + "/jobs"
     query_path = PREFIX + "/jobs/query"
     ping_path = PREFIX + "/ping"
+    agent_path = PREFIX + "/agent"
 
-    async def send_json(send: Any, status: int, body: bytes) -> None:
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+    async def send_json(scope: Any, send: Any, status: int, body: bytes) -> None:
+        corked = scope.get("corral.cork")  # one write for status line, headers and body
+        if corked is not None:
+            corked.cork()
+        try:
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+        finally:
+            if corked is not None:
+                corked.uncork()
 
     async def read_body(receive: Any) -> bytes:
         chunks = []
@@ -371,8 +385,12 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
                                        "send Authorization: Bearer <token> (corral token)")
 
     async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket" and scope["path"] == agent_path:
+            # every agent frame in and out would cross FastAPI's middleware wrappers
+            await serve_agent(ctl, auth, WebSocket(scope, receive, send))
+            return
         if scope["type"] == "http" and scope["path"] == ping_path:
-            await send_json(send, 200, ping_body(ctl))
+            await send_json(scope, send, 200, ping_body(ctl))
             return
         if scope["type"] == "http" and scope["method"] == "POST" and \
                 scope["path"] in (submit_path, query_path):
@@ -393,14 +411,14 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
                         raise ApiError("invalid", "the filter is a JSON object")
                     out = list_body(ctl, body)
             except ApiError as exc:
-                await send_json(send, exc.status, json.dumps(exc.to_json()).encode())
+                await send_json(scope, send, exc.status, json.dumps(exc.to_json()).encode())
                 return
             except Exception as exc:
                 log.exception("internal error on %s", scope["path"])
                 err = ApiError("internal", f"internal error: {exc!r}")
-                await send_json(send, 500, json.dumps(err.to_json()).encode())
+                await send_json(scope, send, 500, json.dumps(err.to_json()).encode())
                 return
-            await send_json(send, 200, out)
+            await send_json(scope, send, 200, out)
             return
         await app(scope, receive, send)
 

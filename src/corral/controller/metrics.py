@@ -38,13 +38,21 @@ class Metrics:
         self.nodes_gauge = Gauge("corral_nodes", "Nodes by state", ["state"], registry=r)
         self.agents_connected = Gauge("corral_agents_connected", "Connected agents",
                                       registry=r)
+        # children of the labels set on every submit and end, looked up once (``labels``
+        # takes a lock and builds a key on each call)
+        self._pending = self.jobs_gauge.labels("PENDING")
+        self._running = self.jobs_gauge.labels("RUNNING")
+        self._ended: dict[str, Any] = {}
 
     def submitted(self, n: int, seconds: float) -> None:
         self.jobs_submitted.inc(n)
         self.submit_seconds.observe(seconds)
 
     def job_ended(self, state: str) -> None:
-        self.jobs_ended.labels(state).inc()
+        child = self._ended.get(state)
+        if child is None:
+            child = self._ended[state] = self.jobs_ended.labels(state)
+        child.inc()
 
     def cycle(self, seconds: float, started: int) -> None:
         self.cycle_seconds.observe(seconds)
@@ -52,8 +60,8 @@ class Metrics:
             self.cycle_jobs_started.inc(started)
 
     def set_jobs(self, pending: int, running: int) -> None:
-        self.jobs_gauge.labels("PENDING").set(pending)
-        self.jobs_gauge.labels("RUNNING").set(running)
+        self._pending.set(pending)
+        self._running.set(running)
 
     def set_nodes(self, nodes: Iterable[Any]) -> None:
         counts: dict[str, int] = {}

@@ -64,6 +64,9 @@ class SchedulerLoop:
         self._accounts = ctl.cfg.account_tree()
         self._qos = ctl.cfg.qos_models()
         self._validate: Callable[..., Any] | None = None
+        self._feasible_key: tuple[Any, ...] | None = None
+        self._feasible_snap: ClusterSnapshot | None = None
+        self._feasible_memo: dict[JobSpec, Any] = {}
         try:
             from corral.core.feasibility import validate
 
@@ -121,13 +124,31 @@ class SchedulerLoop:
         )
 
     def check_feasible(self, spec: JobSpec) -> None:
-        """Reject at submit what can never run (e.g. more CPUs than any node has)."""
+        """Reject at submit what can never run (e.g. more CPUs than any node has).
+
+        The verdict depends only on the spec and the static cluster (node specs, their
+        partitions, partitions, QOS, accounts, scheduler settings): it is memoized per
+        spec value while those are the same objects (a burst of identical submits
+        validates once)."""
         if self._validate is None:
             return
-        snap = ClusterSnapshot(nodes=tuple(n.to_core() for n in self.ctl.nodes.nodes.values()),
-                               partitions=self.ctl.nodes.partitions, qos=self._qos,
-                               accounts=self._accounts)
-        rej = self._validate(spec, snap, self.sched_cfg)
+        table = self.ctl.nodes
+        key = (table.partitions, tuple((n.spec, n.partitions) for n in table.nodes.values()))
+        if key != self._feasible_key:
+            self._feasible_key = key
+            self._feasible_memo.clear()
+            self._feasible_snap = ClusterSnapshot(
+                nodes=tuple(n.to_core() for n in table.nodes.values()),
+                partitions=table.partitions, qos=self._qos, accounts=self._accounts)
+        try:
+            rej = self._feasible_memo[spec]
+        except KeyError:
+            rej = self._validate(spec, self._feasible_snap, self.sched_cfg)
+            if len(self._feasible_memo) >= 4096:
+                self._feasible_memo.clear()
+            self._feasible_memo[spec] = rej
+        except TypeError:  # a spec value that cannot be hashed: no memo
+            rej = self._validate(spec, self._feasible_snap, self.sched_cfg)
         if rej is not None:
             raise ApiError("rejected", rej.message, slurm=_slurm_reject(rej.reason))
 

@@ -27,9 +27,52 @@ from corral.config.schema import ClusterConfig
 log = logging.getLogger("corral.controller")
 
 
+class CorkedTransport:
+    """A transport whose writes can be held back and sent as one (``cork``/``uncork``).
+
+    uvicorn writes a response's status line and headers, then its body, with two
+    ``write`` calls: two system calls and, for a client blocked in ``recv``, two wake-ups.
+    The fast paths (``api.with_fast_paths``) cork around the two ``send`` calls of a small
+    response so it leaves in one write. Everything else is passed to the real transport;
+    ``close`` sends what is held first."""
+
+    __slots__ = ("_t", "_held")
+
+    def __init__(self, transport: Any) -> None:
+        self._t = transport
+        self._held: list[bytes] | None = None
+
+    def cork(self) -> None:
+        if self._held is None:
+            self._held = []
+
+    def uncork(self) -> None:
+        held, self._held = self._held, None
+        if held:
+            self._t.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            self._held.append(bytes(data))
+        else:
+            self._t.write(data)
+
+    def writelines(self, chunks: Any) -> None:
+        for c in chunks:
+            self.write(c)
+
+    def close(self) -> None:
+        self.uncork()
+        self._t.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._t, name)
+
+
 def _peer_protocol_class() -> type:
     """uvicorn's HTTP protocol, extended to put SO_PEERCRED of Unix-socket callers into
-    the ASGI scope as ``scope["corral.peer"] = (pid, uid, gid)``."""
+    the ASGI scope as ``scope["corral.peer"] = (pid, uid, gid)``, and a ``CorkedTransport``
+    as ``scope["corral.cork"]`` (its ``cork``/``uncork`` make a response one write)."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
     except ImportError:  # httptools not installed: the pure-Python parser
@@ -39,20 +82,24 @@ def _peer_protocol_class() -> type:
 
     class PeerCredProtocol(Base):  # type: ignore[misc,valid-type,unused-ignore]
         def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
+            corked = CorkedTransport(transport)
+            super().connection_made(corked)  # type: ignore[arg-type, unused-ignore]
             sock = transport.get_extra_info("socket")
+            creds = None
             if sock is not None and sock.family == socket.AF_UNIX:
                 try:
                     creds = peer_credentials(sock)
                 except OSError:
-                    return
-                inner = self.app
+                    creds = None
+            inner = self.app
 
-                async def app(scope: Any, receive: Any, send: Any) -> None:
+            async def app(scope: Any, receive: Any, send: Any) -> None:
+                if creds is not None:
                     scope["corral.peer"] = creds
-                    await inner(scope, receive, send)
+                scope["corral.cork"] = corked
+                await inner(scope, receive, send)
 
-                self.app = app
+            self.app = app
 
     return PeerCredProtocol
 

@@ -119,7 +119,10 @@ class Store:
         self.commits = 0
         self.ops = 0
         self._closed = False
-        self.inline = url.startswith("sqlite") if inline is None else inline
+        # SQLite: the hot inserts and updates go to the sqlite3 connection itself (inside
+        # the same transaction), skipping SQLAlchemy's execution layers
+        self.sqlite = url.startswith("sqlite")
+        self.inline = self.sqlite if inline is None else inline
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._pending: list[tuple[Op, _Fut]] = []
@@ -255,12 +258,18 @@ class Store:
 
     def op_insert_jobs(self, rows: list[dict[str, Any]]) -> Op:
         """Plain driver-level ``executemany`` (the SQL expression layer costs more than the
-        insert itself at thousands of rows per second)."""
+        insert itself at thousands of rows per second; for SQLite, even SQLAlchemy's
+        ``exec_driver_sql`` did)."""
         if not rows:
             return lambda conn: None
         cols = list(rows[0])
         sql = (f'INSERT INTO jobs ({", ".join(_q(c) for c in cols)}) VALUES '
                f'({", ".join(self._param(c) for c in cols)})')
+
+        if self.sqlite:
+            def run_raw(conn: Connection) -> None:
+                _driver(conn).executemany(sql, rows)
+            return run_raw
 
         def run(conn: Connection) -> None:
             conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
@@ -273,6 +282,10 @@ class Store:
         cols = [c for c in rows[0] if c != "_id"]
         sql = (f'UPDATE jobs SET {", ".join(f"{_q(c)} = {self._param(c)}" for c in cols)} '
                f'WHERE id = {self._param("_id")}')
+        if self.sqlite:
+            def run_raw(conn: Connection) -> None:
+                _driver(conn).executemany(sql, rows)
+            return run_raw
 
         def run(conn: Connection) -> None:
             conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
@@ -395,6 +408,13 @@ class Store:
             q = q.limit(limit)
         with self.engine.connect() as conn:
             return list(conn.execute(q))
+
+
+def _driver(conn: Connection) -> Any:
+    """The DB-API connection under ``conn`` (sqlite3's, for the SQLite store): its
+    statements run in the transaction ``conn`` began (sqlite3 begins one implicitly
+    before the first write and SQLAlchemy's commit commits it)."""
+    return conn.connection.driver_connection
 
 
 def _resolve(fut: _Fut, res: Any = None, exc: BaseException | None = None) -> None:
