@@ -16,10 +16,13 @@ free licenses (a pending reason)? Then the resource phase, by ``config.backfill`
 * **CONSERVATIVE**: like EASY, but *every* tested job that cannot start now gets a
   reservation (within ``bf_window_s``), so no backfilled job delays any earlier one.
 
-Backfill uses time limits only, never run times. At most ``bf_max_job_test`` jobs are tested
-after the first blocked one; the rest wait with reason ``Priority``. The EASY reservation
-of a partition group is made whatever ``bf_window_s`` says (a bounded window would starve
-wide jobs); in conservative mode reservations beyond the window are not made.
+Backfill uses time limits only, never run times. A job with ``--time-min`` that cannot
+start with its full limit starts with the longest limit down to that minimum which fits
+without delaying a reservation (Slurm's TimeMin; not in strict mode). At most
+``bf_max_job_test`` jobs are tested after the first blocked one; the rest wait with reason
+``Priority``. The EASY reservation of a partition group is made whatever ``bf_window_s``
+says (a bounded window would starve wide jobs); in conservative mode reservations beyond
+the window are not made.
 
 Gangs (multi-node and task-group jobs) start all-or-nothing: a placement is taken from the
 pool whole or not at all, and a waiting gang holds nothing, so gangs cannot deadlock.
@@ -316,10 +319,46 @@ class Pass(Planner, Preemptor):
                 self.start(job, o, chosen, backfilled=bool(self.blocked))
                 return
         # cannot start now
+        if not strict and job.spec.time_min_s and self._start_shortened(job, usable):
+            return
         if self.config.preempt_type != PreemptType.NONE and self.try_preempt(job, usable):
             self.block(job, usable, rank, pr, preempting=True)
             return
         self.block(job, usable, rank, pr)
+
+    def _fit_for(self, job: Job, o: Option, limit_s: int) -> list[list[Pick]] | None:
+        """A placement that holds ``o.shape`` for ``limit_s`` without delaying any
+        reservation, or ``None``."""
+        prof = self._profile
+        view = prof.window_view(limit_s) if isinstance(prof, Profile) and prof.dirty \
+            else self.pool
+        chosen = self.placer.fits(o.shape, o.partition.name, view, self.switch_limit(job, o))
+        if chosen is not None and isinstance(prof, CountProfile) and prof.reserved_any and \
+                not prof.allows(sum(len(c) for c in chosen), limit_s):
+            return None
+        return chosen
+
+    def _start_shortened(self, job: Job, opts: list[Option]) -> bool:
+        """``--time-min`` (Slurm's TimeMin): start with the longest time limit between the
+        job's minimum and its limit that fits now without delaying a reservation (found by
+        bisection: a shorter limit never fits worse). The ``Start`` carries that limit."""
+        tmin = job.spec.time_min_s or 0
+        for o in opts:
+            lo, hi = tmin, o.time_limit_s - 1
+            if lo > hi or self._fit_for(job, o, lo) is None:
+                continue
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._fit_for(job, o, mid) is not None:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            chosen = self._fit_for(job, o, lo)
+            assert chosen is not None
+            self.start(job, Option(o.partition, o.shape, lo), chosen,
+                       backfilled=bool(self.blocked))
+            return True
+        return False
 
     def _behind(self, opts: list[Option]) -> str:
         for o in opts:
