@@ -27,12 +27,26 @@ def tasks_per_node_text(counts: list[int]) -> str:
     return ",".join(out)
 
 
+_NODELISTS: dict[tuple[str, ...], str] = {}
+
+
+def _nodelist(names: tuple[str, ...]) -> str:
+    """``compress(names)``, remembered: most jobs land on node sets seen before."""
+    got = _NODELISTS.get(names)
+    if got is None:
+        got = compress(list(names), sort=False)
+        if len(_NODELISTS) >= 4096:
+            _NODELISTS.clear()
+        _NODELISTS[names] = got
+    return got
+
+
 def job_environment(rec: JobRecord, cluster_name: str, controller_host: str) -> dict[str, str]:
     assert rec.allocation is not None
     spec = rec.sub.spec
     alloc = rec.allocation
     names = list(alloc.node_names)
-    nodelist = compress(names, sort=False)
+    nodelist = _nodelist(tuple(names))
     per_node_cpus: dict[str, int] = {}
     per_node_tasks: dict[str, int] = {}
     for na in alloc.nodes:
