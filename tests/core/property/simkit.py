@@ -178,7 +178,8 @@ def specs(draw: st.DrawFn) -> JobSpec:
                        cpus_per_task=draw(st.integers(1, 2)), time_limit_s=wall)
     return JobSpec(nodes_min=nodes, ntasks_per_node=draw(st.integers(1, 3)),
                    cpus_per_task=draw(st.integers(1, 2)), time_limit_s=wall,
-                   mem_per_node_mb=draw(st.sampled_from([None, 1000, 3000])))
+                   mem_per_node_mb=draw(st.sampled_from([None, 1000, 3000])),
+                   time_min_s=draw(st.sampled_from([None, None, 1, max(1, wall // 3)])))
 
 
 @st.composite
