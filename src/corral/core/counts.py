@@ -124,10 +124,14 @@ class CountProfile:
         k = bisect_left(self.times, end)  # steps that start before the end
         if not k:
             return True
+        return self.running_min()[k - 1] >= n
+
+    def running_min(self) -> list[int]:
+        """``min(free[:k + 1])`` for every step ``k`` (``allows`` in O(log steps))."""
         mins = self._mins
         if mins is None:
             mins = self._mins = list(accumulate(self.free, min))
-        return mins[k - 1] >= n
+        return mins
 
     def earliest(self, n: int, duration_s: float) -> float | None:
         """First step time from which ``n`` nodes stay free for ``duration_s``."""

@@ -31,9 +31,26 @@ Preemption (when configured) is tried for a job that cannot start now, before it
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
-from itertools import compress, repeat
-from operator import attrgetter, is_not, itemgetter, le, or_
+from itertools import compress, count, repeat
+from math import ceil
+from operator import (
+    add,
+    and_,
+    attrgetter,
+    contains,
+    gt,
+    is_,
+    is_not,
+    itemgetter,
+    le,
+    mul,
+    not_,
+    or_,
+    truediv,
+)
+from operator import ge as ge_
 
 from corral.core import reasons as R
 from corral.core.config import BackfillMode, PreemptType, ReservationPolicy, SchedulerConfig
@@ -54,6 +71,11 @@ from corral.core.profile import Profile
 from corral.core.snapshot import ClusterSnapshot
 
 _RUNNABLE = (PartitionState.UP, PartitionState.DRAIN)
+_NOT_LEAN = (0, 0, 0, 0, 0, "")
+_LEAN_CHUNK = 256
+_L_FLAG, _L_NEED, _L_WANT, _L_NREQ, _L_DUR, _L_PART = (itemgetter(k) for k in range(6))
+_HOLD = attrgetter("hold")
+_ARRAY_MAX = attrgetter("array_max_running")
 _SECOND = itemgetter(1)
 _SPEC = attrgetter("spec")
 _TIME_LIMIT = attrgetter("time_limit_s")
@@ -73,7 +95,7 @@ class Pass(Planner, Preemptor):
         memo = self.table.memo.get("plans")
         if not (isinstance(memo, tuple) and memo[0] is self.config and memo[1] is snap.qos
                 and memo[2] is snap.accounts and memo[3] is snap.licenses):
-            memo = (self.config, snap.qos, snap.accounts, snap.licenses, {}, {})
+            memo = (self.config, snap.qos, snap.accounts, snap.licenses, {}, {}, {})
             self.table.memo["plans"] = memo
         plans: dict[int, tuple[object, int | None, Plan, list[Option], bool]] = memo[4]
         spec = job.spec
@@ -85,6 +107,7 @@ class Pass(Planner, Preemptor):
         if len(plans) > 200_000:
             plans.clear()
             needs.clear()
+            memo[6].clear()
         # the options' partitions come from the table, whose partitions (and their states)
         # are fixed, so the runnable ones are memoized with the plan
         runnable = [o for o in got.options if o.partition.state in _RUNNABLE]
@@ -92,10 +115,17 @@ class Pass(Planner, Preemptor):
         simple = (spec.begin_time is None and not (spec.dependency and spec.dependency.items)
                   and not spec.licenses)
         plans[id(spec)] = (spec, job.time_limit_s, got, runnable, simple)
+        leans: dict[int, tuple[int, int, int, int, int, str]] = memo[6]
         if job.time_limit_s is None:  # the spec alone decides: see ``_fitting``
             needs[id(spec)] = got.options[0].shape.cpus_min if got.options else 0
-        elif id(spec) in needs:
-            del needs[id(spec)]  # the entry below no longer holds the spec alive
+            info = self._lean_info(got, runnable, simple)
+            if info is not None:
+                leans[id(spec)] = info
+            else:
+                leans.pop(id(spec), None)
+        else:
+            needs.pop(id(spec), None)
+            leans.pop(id(spec), None)
         return got, runnable, simple
 
     def _needs(self) -> dict[int, int]:
@@ -107,13 +137,38 @@ class Pass(Planner, Preemptor):
         got: dict[int, int] = memo[5]
         return got
 
+    def _leans(self) -> dict[int, tuple[int, int, int, int, int, str]]:
+        self.planned_memo()
+        memo = self.table.memo["plans"]
+        assert isinstance(memo, tuple)
+        got: dict[int, tuple[int, int, int, int, int, str]] = memo[6]
+        return got
+
+    def _lean_info(self, pl: Plan, runnable: list[Option],
+                   simple: bool) -> tuple[int, int, int, int, int, str] | None:
+        """(1, CPUs at the smallest start, nodes wanted, required nodes, time limit,
+        partition) of a spec ``_lean_run`` may count: plain, one runnable option whose
+        shape ``SetPlacer._unit`` places on any of the cluster's one-core nodes."""
+        t = self.table
+        if not simple or len(pl.options) != 1 or len(runnable) != 1 or (
+                t.unit_mask != t.all_mask):
+            return None
+        o = runnable[0]
+        got = self.placer.unit_static(o.shape, o.partition.name)
+        if got is None:
+            return None
+        cand, required, want, nreq = got
+        if cand != t.all_mask or required:
+            return None
+        return 1, o.shape.cpus_min, want, nreq, o.time_limit_s, o.partition.name
+
     def planned_memo(self) -> None:
         snap = self.snap
         memo = self.table.memo.get("plans")
         if not (isinstance(memo, tuple) and memo[0] is self.config and memo[1] is snap.qos
                 and memo[2] is snap.accounts and memo[3] is snap.licenses):
             self.table.memo["plans"] = (self.config, snap.qos, snap.accounts, snap.licenses,
-                                        {}, {})
+                                        {}, {}, {})
 
     def licenses_free(self) -> dict[str, int]:
         if self._lic_free is None:
@@ -157,15 +212,29 @@ class Pass(Planner, Preemptor):
         assert isinstance(memo, tuple)
         plans_get = memo[4].get  # the memo of ``planned``, read inline (the hot loop)
         items: Iterator[tuple[int, Job]] = enumerate(order, 1)
-        narrowed = False
+        rest: list[tuple[int, Job]] | None = None  # the narrowed queue behind the head
+        pos = 0
+        lean = prefilter and max_cycle is None and not limits_on
         while True:
-            if prefilter and self.blocked and not narrowed:
-                narrowed = True
-                items = self._fitting(items, self.pool.free_total * max_tpc)
-            nxt = next(items, None)
-            if nxt is None:
-                break
-            rank, job = nxt
+            if prefilter and self.blocked and rest is None:
+                rest = self._fitting(items, self.pool.free_total * max_tpc)
+            if rest is not None:
+                if lean and pos < len(rest):
+                    used, tested, stop = self._lean_run(rest, pos, max_test,
+                                                        self.pool.free_total * max_tpc)
+                    pos += used
+                    attempts += tested
+                    if stop:
+                        break
+                if pos >= len(rest):
+                    break
+                rank, job = rest[pos]
+                pos += 1
+            else:
+                nxt = next(items, None)
+                if nxt is None:
+                    break
+                rank, job = nxt
             p = job.admin_priority if job.admin_priority is not None else prio.get(job.id, 0.0)
             pr = float(p)
             held = self.release_carried(job) if self.carried else None
@@ -222,7 +291,7 @@ class Pass(Planner, Preemptor):
         return self.out
 
     def _fitting(self, items: Iterator[tuple[int, Job]],
-                 limit: int) -> Iterator[tuple[int, Job]]:
+                 limit: int) -> list[tuple[int, Job]]:
         """The rest of the queue without the jobs the prefilter would skip anyway.
 
         A job is skipped when its smallest start needs more CPUs than ``limit`` (free
@@ -233,12 +302,78 @@ class Pass(Planner, Preemptor):
         costs little more than a list copy."""
         rest = list(items)
         if not rest:
-            return iter(rest)
+            return rest
         need = self._needs()
         jobs = list(map(_SECOND, rest))
         small = map(le, map(need.get, map(id, map(_SPEC, jobs)), repeat(0)), repeat(limit))
         own_limit = map(is_not, map(_TIME_LIMIT, jobs), repeat(None))
-        return compress(rest, map(or_, small, own_limit))
+        return list(compress(rest, map(or_, small, own_limit)))
+
+    def _lean_run(self, rest: list[tuple[int, Job]], pos: int, max_test: int,
+                  limit: int) -> tuple[int, int, bool]:
+        """EASY on one-core nodes behind a reserved head: the jobs from ``rest[pos]`` on
+        that the loop would only count, worked out at C level.
+
+        A *lean* job (``_leans``: a plain job of a plain spec, one runnable option on
+        every node, placed by ``SetPlacer._unit``) either is skipped by the prefilter
+        (wider than ``limit``) or is tested: its placement size ``k`` is refused by
+        ``CountProfile.allows`` and ``block`` has nothing to record (its partition is
+        blocked, has its first blocked job and holds the reservation). Neither changes
+        the pool or the profile, so the run of such jobs is computed at once from the
+        profile's running minimum. Returns (jobs consumed, jobs tested, stop the loop:
+        ``bf_max_job_test`` reached). Exactly what the loop would do job by job."""
+        prof = self._profile
+        if not (isinstance(prof, CountProfile) and prof.reserved_any) or self._nothing_more():
+            return 0, 0, False
+        pm = self.table.part_masks
+        blocked, reserved = self.blocked, self.reserved_mask
+        noop = {name for name in self.blocker
+                if not pm.get(name, 0) & ~blocked and pm.get(name, 0) & reserved}
+        if not noop:
+            return 0, 0, False
+        leans = self._leans()
+        pool = self.pool
+        ge = pool.ge_cores
+        free = (pool.up & ge[1]).bit_count() if len(ge) > 1 else 0
+        now, res = prof.now, prof.resolution
+        mins = [1 << 62, *prof.running_min()]  # no step before the end: always allowed
+        used = tested = 0
+        while pos + used < len(rest):
+            start = pos + used
+            got, t = self._lean_chunk(rest[start:start + _LEAN_CHUNK], leans, noop, limit,
+                                      free, now, res, mins, prof.times)
+            used += got
+            tested += t
+            if self.out.tested + tested > max_test:  # the loop stops at the job over it
+                done = max(0, max_test - self.out.tested)
+                self.out.tested += done
+                return used, done, True
+            if got < _LEAN_CHUNK:
+                break
+        self.out.tested += tested
+        return used, tested, False
+
+    def _lean_chunk(self, part: list[tuple[int, Job]],
+                    leans: dict[int, tuple[int, int, int, int, int, str]], noop: set[str],
+                    limit: int, free: int, now: float, res: int, mins: list[int],
+                    times: list[float]) -> tuple[int, int]:
+        """``_lean_run`` on a slice of the queue: (jobs in the run, jobs tested)."""
+        jobs = list(map(_SECOND, part))
+        infos = list(map(leans.get, map(id, map(_SPEC, jobs)), repeat(_NOT_LEAN)))
+        ok = map(all, zip(map(_L_FLAG, infos),
+                          map(is_, map(_TIME_LIMIT, jobs), repeat(None)),
+                          map(is_, map(_HOLD, jobs), repeat(HoldKind.NONE)),
+                          map(is_, map(_ARRAY_MAX, jobs), repeat(None)),
+                          map(contains, repeat(noop), map(_L_PART, infos)), strict=True))
+        skipped = list(map(gt, map(_L_NEED, infos), repeat(limit)))
+        ks = map(max, map(_L_NREQ, infos), map(min, map(_L_WANT, infos), repeat(free)))
+        ends: Iterator[float] = map(add, repeat(now), map(_L_DUR, infos))
+        if res > 1:
+            ends = map(mul, map(ceil, map(truediv, ends, repeat(res))), repeat(res))
+        allowed = map(ge_, map(mins.__getitem__, map(bisect_left, repeat(times), ends)), ks)
+        in_run = map(and_, ok, map(or_, skipped, map(not_, allowed)))
+        stop = next(compress(count(), map(not_, in_run)), len(jobs))
+        return stop, stop - sum(skipped[:stop])
 
     def _nothing_more(self) -> bool:
         """No later job can start (simulator fast path; only when nothing is annotated)."""

@@ -95,13 +95,7 @@ class Placer:
         candidates on ``view``, its required nodes, and how many nodes it gets when it is
         placed; ``None`` for any other shape. Lets the pass refuse a placement by its size
         before building it, then build it with ``unit_fits``."""
-        key = (id(shape), partition)
-        got = self._unit_static.get(key)
-        if got is None or got[0] is not shape:
-            if len(self._unit_static) > 100_000:
-                self._unit_static.clear()
-            got = self._unit_static[key] = (shape, self._unit_static_of(shape, partition))
-        info = got[1]
+        info = self.unit_static(shape, partition)
         if info is None:
             return None
         cand, required, want, nreq = info
@@ -112,6 +106,17 @@ class Placer:
         free = (cand & ge[1]).bit_count() if len(ge) > 1 else 0
         n = want if want < free else free
         return cand, required, nreq if nreq > n else n
+
+    def unit_static(self, shape: Shape, partition: str) -> tuple[int, int, int, int] | None:
+        """What ``unit_plan`` knows before the pool: (static candidates, required nodes,
+        nodes wanted, required count), memoized per shape; ``None``: not a unit shape."""
+        key = (id(shape), partition)
+        got = self._unit_static.get(key)
+        if got is None or got[0] is not shape:
+            if len(self._unit_static) > 100_000:
+                self._unit_static.clear()
+            got = self._unit_static[key] = (shape, self._unit_static_of(shape, partition))
+        return got[1]
 
     def _unit_static_of(self, shape: Shape, partition: str) -> tuple[int, int, int, int] | None:
         if len(shape.sets) != 1 or shape.grouped or shape.switches is not None:
