@@ -111,9 +111,10 @@ class Pass(Planner, Preemptor):
         # the options' partitions come from the table, whose partitions (and their states)
         # are fixed, so the runnable ones are memoized with the plan
         runnable = [o for o in got.options if o.partition.state in _RUNNABLE]
-        # no begin time, dependency or licenses: only the job record can hold it
+        # no begin time, dependency or licenses: only the job record can hold it; and no
+        # --time-min (a refused job may still start shortened): see ``_lean_info``
         simple = (spec.begin_time is None and not (spec.dependency and spec.dependency.items)
-                  and not spec.licenses)
+                  and not spec.licenses and not spec.time_min_s)
         plans[id(spec)] = (spec, job.time_limit_s, got, runnable, simple)
         leans: dict[int, tuple[int, int, int, int, int, str]] = memo[6]
         if job.time_limit_s is None:  # the spec alone decides: see ``_fitting``
