@@ -68,8 +68,31 @@ def apply_identity(sub: JobSubmission, who: Identity, cfg: ClusterConfig,
     changes: dict[str, Any] = {"user": user, "uid": uid, "gid": gid, "account": account}
     if spec.qos is None and cfg.qos:
         changes["qos"] = None  # the core applies the partition/association default
-    new_spec = dataclasses.replace(spec, **changes)
-    return dataclasses.replace(sub, spec=new_spec)
+    out: JobSubmission = _replace(sub, spec=_replace(spec, **changes))
+    return out
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _replace(obj: Any, **changes: Any) -> Any:
+    """``dataclasses.replace`` for the frozen submission types, without the generic
+    machinery (several times faster; every submit calls it twice). Classes with a
+    ``__post_init__`` or changes naming no field go through ``dataclasses.replace``."""
+    cls = type(obj)
+    names = _NAMES.get(cls)
+    if names is None:
+        if hasattr(cls, "__post_init__") or any(
+                not f.init for f in dataclasses.fields(obj)):
+            return dataclasses.replace(obj, **changes)
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(obj))
+    if not changes.keys() <= set(names):
+        return dataclasses.replace(obj, **changes)  # raises the precise TypeError
+    new = object.__new__(cls)
+    setter = object.__setattr__
+    for name in names:
+        setter(new, name, changes[name] if name in changes else getattr(obj, name))
+    return new
 
 
 def check_names(sub: JobSubmission, cfg: ClusterConfig) -> None:
