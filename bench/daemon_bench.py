@@ -623,6 +623,8 @@ def render_md(res: dict[str, Any]) -> str:
             f"job on average in the sequential drain ({st['launches']} launches), "
             f"ack {st['ack_s'] / st['launches'] * 1000:.2f} ms, poll total "
             f"{st['poll_s']:.2f} s.")
+    if res.get("notes"):
+        lines += ["", str(res["notes"]).strip()]
     return "\n".join(lines) + "\n"
 
 
@@ -657,9 +659,14 @@ def main() -> None:
                     help="what the baseline was (e.g. a commit)")
     ap.add_argument("--render", type=Path, default=None,
                     help="only write the results again from this daemon_bench.json")
+    ap.add_argument("--notes", type=Path, default=None,
+                    help="a Markdown file: its text is kept in the json and ends the results "
+                         "(what changed since the baseline, how to read the run)")
     args = ap.parse_args()
     if args.render is not None:
         res0 = json.loads(args.render.read_text())
+        if args.notes is not None:
+            res0["notes"] = args.notes.read_text()
         if args.baseline is not None:
             res0["baseline"] = baseline_of(args.baseline, args.baseline_label)
         args.out.mkdir(parents=True, exist_ok=True)
@@ -706,6 +713,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     if args.baseline is not None:
         res["baseline"] = baseline_of(args.baseline, args.baseline_label)
+    if args.notes is not None:
+        res["notes"] = args.notes.read_text()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "daemon_bench.json").write_text(json.dumps(res, indent=2) + "\n")
     md = render_md(res)
