@@ -55,11 +55,12 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
             stats=CycleStats(pending=len(snapshot.pending), running=len(snapshot.running)),
             reserved=snapshot.reserved if highest else (),
         )
-    prio = priority.compute(snapshot, config, now)
+    fcfs = config.ordering is Ordering.FCFS
+    # FCFS: every priority is -submit_time; the pass reads it off the job (no O(queue) map)
+    prio = {} if fcfs else priority.compute(snapshot, config, now)
     order = order_jobs(snapshot.pending, prio, reserved_ids(snapshot, config),
-                       config.reservation_policy, snapshot.partitions,
-                       fcfs=config.ordering is Ordering.FCFS)
-    out = Pass(snapshot, config, now, table, pool, keeper).run(order, prio)
+                       config.reservation_policy, snapshot.partitions, fcfs=fcfs)
+    out = Pass(snapshot, config, now, table, pool, keeper).run(order, None if fcfs else prio)
     stats = CycleStats(
         pending=len(snapshot.pending),
         running=len(snapshot.running),

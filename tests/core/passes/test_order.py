@@ -46,3 +46,23 @@ def test_higher_partition_tier_comes_first_whatever_the_priority() -> None:
     same = (Partition("a", ("n1",), is_default=True), Partition("b", ("n1",)))
     got = order_jobs(jobs, prio, (), ReservationPolicy.CURRENT_HIGHEST, same)
     assert [j.id for j in got] == [1, 3, 2, 4]
+
+
+def test_fcfs_shortcut_gives_the_order_of_the_fcfs_priorities() -> None:
+    """``fcfs=True`` reads ``-submit_time`` off the jobs (``prio`` unused): the same order
+    as the FCFS priorities, with ties, admin priorities, tiers and HIGHEST."""
+    from corral.core.model.partition import Partition
+
+    parts = (Partition("low", ("n1",), priority_tier=1, is_default=True),
+             Partition("high", ("n1",), priority_tier=2))
+    jobs = [job(5).submit(3).build(), job(2).submit(3).build(), job(7).submit(1.5).build(),
+            job(1).submit(9).partition("high").build(), job(3).submit(2).build()]
+    with_admin = [*jobs, job(9).submit(8).priority(1).build()]
+    for pending in (jobs, with_admin):
+        prio = {j.id: -j.submit_time for j in pending}
+        for partitions in ((), parts):
+            for policy, reserved in ((ReservationPolicy.CURRENT_HIGHEST, ()),
+                                     (ReservationPolicy.HIGHEST, (3, 1))):
+                want = order_jobs(pending, prio, reserved, policy, partitions)
+                got = order_jobs(pending, {}, reserved, policy, partitions, fcfs=True)
+                assert [j.id for j in got] == [j.id for j in want]

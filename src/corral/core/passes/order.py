@@ -36,29 +36,40 @@ def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
                partitions: Sequence[Partition] = (), fcfs: bool = False) -> list[Job]:
     """Pending jobs in the order the passes consider them.
 
-    ``fcfs``: ``prio`` is ``-submit_time`` for every job (``Ordering.FCFS``); then, without
-    tiers or admin priorities, the order is by ``(submit_time, id)``, sorted on a C-level
-    key (the same order, since ``-(-s) == s``)."""
+    ``fcfs``: every job's priority is ``-submit_time`` (``Ordering.FCFS``) and ``prio`` is
+    not read; without tiers or admin priorities the order is then ``(submit_time, id)``,
+    sorted on a C-level key (the same order, since ``-(-s) == s``)."""
     get = prio.get
     tiers = {p.name: p.priority_tier for p in partitions}
-    if (fcfs and len(set(tiers.values())) <= 1
-            and set(map(_ADMIN, pending)) <= {None}):
-        jobs = sorted(pending, key=_SUBMIT_ID)
-    elif len(set(tiers.values())) > 1:
+    one_tier = len(set(tiers.values())) <= 1
+    if fcfs and one_tier and set(map(_ADMIN, pending)) <= {None}:
+        return _highest_first(sorted(pending, key=_SUBMIT_ID), reserved, policy)
+
+    def prio_of(j: Job) -> float:
+        if j.admin_priority is not None:
+            return float(j.admin_priority)
+        return -j.submit_time if fcfs else prio.get(j.id, 0.0)
+
+    if not one_tier:
         default = next((p.name for p in partitions if p.is_default), partitions[0].name)
 
         def tier(j: Job) -> int:
             names = j.spec.partitions or (default,)
             return max((tiers.get(n, 0) for n in names), default=0)
 
-        jobs = sorted(pending, key=lambda j: (
-            -tier(j),
-            -(get(j.id, 0.0) if j.admin_priority is None else j.admin_priority),
-            j.submit_time, j.id))
+        jobs = sorted(pending, key=lambda j: (-tier(j), -prio_of(j), j.submit_time, j.id))
+    elif fcfs:
+        jobs = sorted(pending, key=lambda j: (-prio_of(j), j.submit_time, j.id))
     else:
         jobs = sorted(pending, key=lambda j: (
             -(get(j.id, 0.0) if j.admin_priority is None else j.admin_priority),
             j.submit_time, j.id))
+    return _highest_first(jobs, reserved, policy)
+
+
+def _highest_first(jobs: list[Job], reserved: Sequence[int],
+                   policy: ReservationPolicy) -> list[Job]:
+    """``ReservationPolicy.HIGHEST``: jobs holding a reservation first, in that order."""
     if policy == ReservationPolicy.HIGHEST and reserved:
         pos = {jid: k for k, jid in enumerate(reserved)}
         head = sorted((j for j in jobs if j.id in pos), key=lambda j: pos[j.id])

@@ -32,7 +32,7 @@ Preemption (when configured) is tried for a job that cannot start now, before it
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from itertools import compress, count, repeat
 from math import ceil
 from operator import (
@@ -76,7 +76,6 @@ _LEAN_CHUNK = 256
 _L_FLAG, _L_NEED, _L_WANT, _L_NREQ, _L_DUR, _L_PART = (itemgetter(k) for k in range(6))
 _HOLD = attrgetter("hold")
 _ARRAY_MAX = attrgetter("array_max_running")
-_SECOND = itemgetter(1)
 _SPEC = attrgetter("spec")
 _TIME_LIMIT = attrgetter("time_limit_s")
 
@@ -194,7 +193,9 @@ class Pass(Planner, Preemptor):
         if self.annotate:
             self.out.pending[job.id] = PendingInfo(job.id, reason, prio, est, detail, rank)
 
-    def run(self, order: list[Job], prio: dict[int, float]) -> Outcome:
+    def run(self, order: list[Job], prio: Mapping[int, float] | None) -> Outcome:
+        """One pass over ``order``; ``prio`` as ``priority.compute`` gives it, or ``None``
+        under FCFS (every job's priority is then ``-submit_time``)."""
         cfg = self.config
         max_test = max(0, cfg.bf_max_job_test)
         max_cycle = cfg.max_jobs_per_cycle
@@ -213,12 +214,13 @@ class Pass(Planner, Preemptor):
         assert isinstance(memo, tuple)
         plans_get = memo[4].get  # the memo of ``planned``, read inline (the hot loop)
         items: Iterator[tuple[int, Job]] = enumerate(order, 1)
-        rest: list[tuple[int, Job]] | None = None  # the narrowed queue behind the head
-        pos = 0
+        # the narrowed queue behind the head (only without annotations: ranks are not kept)
+        rest: list[Job] | None = None
+        pos = rank = 0
         lean = prefilter and max_cycle is None and not limits_on
         while True:
             if prefilter and self.blocked and rest is None:
-                rest = self._fitting(items, self.pool.free_total * max_tpc)
+                rest = self._fitting(order[rank:], self.pool.free_total * max_tpc)
             if rest is not None:
                 if lean and pos < len(rest):
                     used, tested, stop = self._lean_run(rest, pos, max_test,
@@ -229,15 +231,17 @@ class Pass(Planner, Preemptor):
                         break
                 if pos >= len(rest):
                     break
-                rank, job = rest[pos]
+                job = rest[pos]
                 pos += 1
             else:
                 nxt = next(items, None)
                 if nxt is None:
                     break
                 rank, job = nxt
-            p = job.admin_priority if job.admin_priority is not None else prio.get(job.id, 0.0)
-            pr = float(p)
+            if job.admin_priority is not None:
+                pr = float(job.admin_priority)
+            else:  # FCFS (``prio`` is None): -submit time, what ``priority.compute`` gives
+                pr = float(prio.get(job.id, 0.0) if prio is not None else -job.submit_time)
             held = self.release_carried(job) if self.carried else None
             entry = plans_get(id(job.spec))
             if entry is not None and entry[0] is job.spec and entry[1] == job.time_limit_s:
@@ -291,8 +295,7 @@ class Pass(Planner, Preemptor):
             self.out.reserved.append(r.job_id)
         return self.out
 
-    def _fitting(self, items: Iterator[tuple[int, Job]],
-                 limit: int) -> list[tuple[int, Job]]:
+    def _fitting(self, jobs: list[Job], limit: int) -> list[Job]:
         """The rest of the queue without the jobs the prefilter would skip anyway.
 
         A job is skipped when its smallest start needs more CPUs than ``limit`` (free
@@ -301,16 +304,14 @@ class Pass(Planner, Preemptor):
         already planned without a job time limit (``need_of``); other jobs are kept and
         checked as usual. All of it runs at C level: a long queue behind a blocked head
         costs little more than a list copy."""
-        rest = list(items)
-        if not rest:
-            return rest
+        if not jobs:
+            return jobs
         need = self._needs()
-        jobs = list(map(_SECOND, rest))
         small = map(le, map(need.get, map(id, map(_SPEC, jobs)), repeat(0)), repeat(limit))
         own_limit = map(is_not, map(_TIME_LIMIT, jobs), repeat(None))
-        return list(compress(rest, map(or_, small, own_limit)))
+        return list(compress(jobs, map(or_, small, own_limit)))
 
-    def _lean_run(self, rest: list[tuple[int, Job]], pos: int, max_test: int,
+    def _lean_run(self, rest: list[Job], pos: int, max_test: int,
                   limit: int) -> tuple[int, int, bool]:
         """EASY on one-core nodes behind a reserved head: the jobs from ``rest[pos]`` on
         that the loop would only count, worked out at C level.
@@ -354,12 +355,11 @@ class Pass(Planner, Preemptor):
         self.out.tested += tested
         return used, tested, False
 
-    def _lean_chunk(self, part: list[tuple[int, Job]],
+    def _lean_chunk(self, jobs: list[Job],
                     leans: dict[int, tuple[int, int, int, int, int, str]], noop: set[str],
                     limit: int, free: int, now: float, res: int, mins: list[int],
                     times: list[float]) -> tuple[int, int]:
         """``_lean_run`` on a slice of the queue: (jobs in the run, jobs tested)."""
-        jobs = list(map(_SECOND, part))
         infos = list(map(leans.get, map(id, map(_SPEC, jobs)), repeat(_NOT_LEAN)))
         ok = map(all, zip(map(_L_FLAG, infos),
                           map(is_, map(_TIME_LIMIT, jobs), repeat(None)),
