@@ -23,6 +23,8 @@ from itertools import accumulate, chain
 from corral.core.ends import INF, EndIndex, round_up
 from corral.core.pool import NodeUse
 
+_HUGE = 1 << 62
+
 
 class CountProfile:
     """Free-node count over time (see the module docstring)."""
@@ -121,16 +123,15 @@ class CountProfile:
     def allows(self, n: int, duration_s: float) -> bool:
         """``n`` nodes may be taken from now for ``duration_s`` without delaying any plan."""
         end = self.end_of(self.now, duration_s)
-        k = bisect_left(self.times, end)  # steps that start before the end
-        if not k:
-            return True
-        return self.running_min()[k - 1] >= n
+        # the steps that start before the end must all have n free nodes
+        return self.running_min()[bisect_left(self.times, end)] >= n
 
     def running_min(self) -> list[int]:
-        """``min(free[:k + 1])`` for every step ``k`` (``allows`` in O(log steps))."""
+        """Element ``k``: the fewest free nodes over the first ``k`` steps (element 0, no
+        step, is a huge number), so ``allows`` is a bisection; kept until a change."""
         mins = self._mins
         if mins is None:
-            mins = self._mins = list(accumulate(self.free, min))
+            mins = self._mins = list(accumulate(chain((_HUGE,), self.free), min))
         return mins
 
     def earliest(self, n: int, duration_s: float) -> float | None:

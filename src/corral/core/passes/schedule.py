@@ -72,7 +72,7 @@ from corral.core.snapshot import ClusterSnapshot
 
 _RUNNABLE = (PartitionState.UP, PartitionState.DRAIN)
 _NOT_LEAN = (0, 0, 0, 0, 0, "")
-_LEAN_CHUNK = 256
+_LEAN_CHUNK = 2048
 _L_FLAG, _L_NEED, _L_WANT, _L_NREQ, _L_DUR, _L_PART = (itemgetter(k) for k in range(6))
 _HOLD = attrgetter("hold")
 _ARRAY_MAX = attrgetter("array_max_running")
@@ -338,11 +338,12 @@ class Pass(Planner, Preemptor):
         ge = pool.ge_cores
         free = (pool.up & ge[1]).bit_count() if len(ge) > 1 else 0
         now, res = prof.now, prof.resolution
-        mins = [1 << 62, *prof.running_min()]  # no step before the end: always allowed
+        mins = prof.running_min()
         used = tested = 0
-        while pos + used < len(rest):
+        size = 8  # slices grow while whole slices are counted: a run that stops at once
+        while pos + used < len(rest):  # (a job to place, or not lean) costs little
             start = pos + used
-            got, t = self._lean_chunk(rest[start:start + _LEAN_CHUNK], leans, noop, limit,
+            got, t = self._lean_chunk(rest[start:start + size], leans, noop, limit,
                                       free, now, res, mins, prof.times)
             used += got
             tested += t
@@ -350,8 +351,9 @@ class Pass(Planner, Preemptor):
                 done = max(0, max_test - self.out.tested)
                 self.out.tested += done
                 return used, done, True
-            if got < _LEAN_CHUNK:
+            if got < size:
                 break
+            size = min(size * 4, _LEAN_CHUNK)
         self.out.tested += tested
         return used, tested, False
 
