@@ -406,7 +406,9 @@ def run_agent(controller: str, key: str, state_dir: Path, **kwargs: Any) -> None
         except (asyncio.CancelledError, Exception):
             pass
 
+    from corral.agent.loop import run as run_loop
+
     try:
-        asyncio.run(main())
+        run_loop(main)  # uvloop where installed
     finally:
         daemon.runner.close()
