@@ -406,9 +406,7 @@ def run_agent(controller: str, key: str, state_dir: Path, **kwargs: Any) -> None
         except (asyncio.CancelledError, Exception):
             pass
 
-    from corral.agent.loop import run as run_loop
-
     try:
-        run_loop(main)  # uvloop where installed
+        asyncio.run(main())
     finally:
         daemon.runner.close()

@@ -9,6 +9,7 @@ submit; 0600 otherwise), ``cluster.key`` / ``jwt.key`` (0600 secrets),
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import logging
@@ -153,7 +154,6 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
     """Run a controller until SIGINT/SIGTERM (blocking)."""
     import uvicorn
 
-    from corral.agent.loop import run as run_loop
     from corral.agent.proctree import set_process_name
     from corral.controller.api import create_app, with_fast_paths
     from corral.controller.auth import Authenticator, read_or_create_key
@@ -187,7 +187,6 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
         shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
         http_url = f"http://{shown}:{port}"
     uv_cfg = uvicorn.Config(with_fast_paths(app, ctl, auth), http=_peer_protocol_class(),
-                            loop="none",  # the loop is ours (``corral.agent.loop``)
                             ws="websockets-sansio",
                             lifespan="off", log_level="warning", access_log=False,
                             ws_max_size=64 * 1024 * 1024, ws_ping_interval=None,
@@ -226,7 +225,6 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
                 pass
 
     try:
-        run_loop(main)  # uvloop where installed (corral.agent.loop)
+        asyncio.run(main())
     finally:
         os.close(lock_fd)
-
