@@ -217,3 +217,28 @@ def test_script_on_stdin_and_client_shapes(shim_cluster: ShimCluster, tmp_path: 
     import json
 
     assert [v["job_state"] for v in json.loads(p.stdout)["Jobs"].values()] == ["F"]
+
+
+def test_time_min_backfills_with_a_shorter_limit(shim_cluster: ShimCluster,
+                                                 tmp_path: Path) -> None:
+    """sbatch --time-min: a job that would delay the head job's reservation with its full
+    limit starts at once with a limit cut to fit the hole (Slurm's TimeMin)."""
+    c = shim_cluster
+    busy = submit(c, "-c", "4", "-t", "3", "--wrap=sleep 300", cwd=tmp_path)
+    c.wait_job(busy, lambda r: r["state"] == "RUNNING")
+    head = submit(c, "-c", "8", "-t", "10", "--wrap=true", cwd=tmp_path)  # whole node
+    plain = submit(c, "-c", "4", "-t", "60", "--wrap=sleep 300", cwd=tmp_path)
+    short = submit(c, "-c", "4", "-t", "60", "--time-min", "1", "--wrap=sleep 300",
+                   cwd=tmp_path)
+    try:
+        rec = c.wait_job(short, lambda r: r["state"] == "RUNNING")
+        assert 60 <= rec["time_limit_s"] <= 240, rec["time_limit_s"]  # cut from 60 min
+        assert c.client().job(plain)["state"] == "PENDING"  # 60 min would delay the head
+        head_rec = c.client().job(head)
+        assert head_rec["state"] == "PENDING" and head_rec["est_start"] is not None
+        # the shortened job ends by the time the head job is reserved to start
+        assert rec["start_time"] + rec["time_limit_s"] <= head_rec["est_start"] + 1
+        p = c.run("scontrol", "show", "job", short)
+        assert "TimeMin=00:01:00" in p.stdout, p.stdout
+    finally:
+        c.run("scancel", busy, head, plain, short)

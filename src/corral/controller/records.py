@@ -233,6 +233,7 @@ class JobRecord:
             "end_time": self.end_time,
             "begin_time": spec.begin_time,
             "time_limit_s": self.time_limit_s,
+            "time_min_s": spec.time_min_s,
             "time_used_s": max(0.0, used),
             "nodes": nodes,
             "nodelist": compress(nodes) if nodes else "",

@@ -235,7 +235,9 @@ class SchedulerLoop:
                 rec.eligible_time = now
             rec.allocation = st.allocation
             rec.partition = st.allocation.partition
-            if not rec.time_limit_set:
+            if not rec.time_limit_set or (  # --time-min shortened an explicit limit
+                    st.time_limit_s is not None and rec.time_limit_s is not None
+                    and st.time_limit_s < rec.time_limit_s):
                 rec.time_limit_s = st.time_limit_s
             rec.reason = "None"
             rec.reason_detail = ""

@@ -28,6 +28,11 @@ def _null(v: Any) -> str:
     return "(null)" if v is None or v == "" else str(v)
 
 
+def _time_min(rec: Record) -> str:
+    v = rec.get("time_min_s")
+    return "N/A" if not v else format_time_s(int(v))
+
+
 def _default_out(rec: Record) -> str:
     wd = str(rec.get("workdir") or "/")
     if sf.is_array(rec):
@@ -78,7 +83,8 @@ def job_lines(rec: Record, now: float) -> list[str]:
         f" BatchFlag={0 if rec.get('interactive') else 1} Reboot=0 "
         f"ExitCode={sf.exit_code_text(rec)}",
         f"RunTime={format_time_s(sf.elapsed_s(rec, now))} "
-        f"TimeLimit={format_time_s(None if limit is None else int(limit))} TimeMin=N/A",
+        f"TimeLimit={format_time_s(None if limit is None else int(limit))} "
+        f"TimeMin={_time_min(rec)}",
         f"SubmitTime={sf.iso(rec.get('submit_time'))} EligibleTime={sf.iso(elig)}",
         f"AccrueTime={sf.iso(elig)}",
         f"StartTime={sf.iso(start)} EndTime={sf.iso(end)} Deadline=N/A",
