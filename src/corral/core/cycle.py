@@ -86,8 +86,10 @@ def clear_caches() -> None:
     """Drop every cross-cycle memo (node tables, pools, shapes). Results never depend on
     them; tests use this to prove it, and long-lived shells may call it to free memory."""
     from corral.core import nodes, pool, shape
+    from corral.core.passes import order
 
     nodes._CACHE.clear()
+    order._TIERS.clear()
     pool._LAST.clear()
     pool._COMPILED.clear()
     shape._SHAPES.clear()

@@ -38,6 +38,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,7 @@ from corral.sim.workload import ExceedPolicy, Workload
 
 ProgressFn = Callable[[int, int], None]
 LN2 = math.log(2.0)
+_NODE_CPUS = attrgetter("cpus")
 CLEAR_EVERY = 5_000  # cycles between clearing the core's memos (they hold every spec seen)
 
 
@@ -236,7 +238,7 @@ class Engine:
             if sign > 0:
                 alloc = job.allocation
                 assert alloc is not None
-                cpus = held_cpus[i] = alloc.cpus
+                cpus = held_cpus[i] = sum(map(_NODE_CPUS, alloc.nodes))  # alloc.cpus
             else:
                 cpus = held_cpus.pop(i)
             free_cpus -= sign * cpus

@@ -15,13 +15,27 @@ priorities every cycle. An ``admin_priority`` overrides the computed priority.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_not
 
 from corral.core.config import ReservationPolicy
 from corral.core.model.job import Job
 from corral.core.model.partition import Partition
 
 _ADMIN = attrgetter("admin_priority")
+# the last partitions tuple seen and its tiers (partitions are frozen records)
+_TIERS: list[tuple[Sequence[Partition], dict[str, int], bool]] = []
+
+
+def _tiers(partitions: Sequence[Partition]) -> tuple[dict[str, int], bool]:
+    """Tier per partition name, and whether there is at most one tier."""
+    if _TIERS and _TIERS[0][0] is partitions:
+        return _TIERS[0][1], _TIERS[0][2]
+    tiers = {p.name: p.priority_tier for p in partitions}
+    one_tier = len(set(tiers.values())) <= 1
+    if isinstance(partitions, tuple):  # immutable: safe to remember by identity
+        _TIERS[:] = [(partitions, tiers, one_tier)]
+    return tiers, one_tier
 _SUBMIT_ID = attrgetter("submit_time", "id")
 
 
@@ -40,9 +54,8 @@ def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
     not read; without tiers or admin priorities the order is then ``(submit_time, id)``,
     sorted on a C-level key (the same order, since ``-(-s) == s``)."""
     get = prio.get
-    tiers = {p.name: p.priority_tier for p in partitions}
-    one_tier = len(set(tiers.values())) <= 1
-    if fcfs and one_tier and set(map(_ADMIN, pending)) <= {None}:
+    tiers, one_tier = _tiers(partitions)
+    if fcfs and one_tier and not any(map(is_not, map(_ADMIN, pending), repeat(None))):
         return _highest_first(sorted(pending, key=_SUBMIT_ID), reserved, policy)
 
     def prio_of(j: Job) -> float:

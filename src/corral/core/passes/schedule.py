@@ -66,6 +66,7 @@ from corral.core.nodes import iter_bits
 from corral.core.passes.plan import Planner
 from corral.core.passes.preemption import Preemptor
 from corral.core.passes.state import Outcome, is_unit_cluster
+from corral.core.placement import Placement
 from corral.core.placement.select import Pick
 from corral.core.profile import Profile
 from corral.core.snapshot import ClusterSnapshot
@@ -442,6 +443,30 @@ class Pass(Planner, Preemptor):
                 if got is not None:
                     if not prof.allows(got[2], o.time_limit_s):
                         continue
+                    if view is self.pool:
+                        placed = self.placer.unit_take(o.shape, o.partition.name, view,
+                                                       got[0], got[1])
+                        if placed is not None:
+                            self.record_start(job, o, placed, backfilled=bool(self.blocked))
+                            return
+                        continue
+                    chosen = self.placer.unit_fits(o.shape, view, got[0], got[1])
+                    if chosen is not None:
+                        self.start(job, o, chosen, backfilled=bool(self.blocked))
+                        return
+                    continue
+            else:
+                # a shape ``SetPlacer._unit`` places (no switch limit, one task set): the
+                # same choice as ``fits`` without its general dispatch
+                got = self.placer.unit_plan(o.shape, o.partition.name, view)
+                if got is not None:
+                    if view is self.pool:
+                        placed = self.placer.unit_take(o.shape, o.partition.name, view,
+                                                       got[0], got[1])
+                        if placed is not None:
+                            self.record_start(job, o, placed, backfilled=bool(self.blocked))
+                            return
+                        continue
                     chosen = self.placer.unit_fits(o.shape, view, got[0], got[1])
                     if chosen is not None:
                         self.start(job, o, chosen, backfilled=bool(self.blocked))
@@ -506,10 +531,16 @@ class Pass(Planner, Preemptor):
         return "waits for higher-priority jobs"
 
     def start(self, job: Job, o: Option, chosen: list[list[Pick]], backfilled: bool) -> None:
-        placement = self.placer.commit(o.shape, o.partition.name, self.pool, chosen)
+        self.record_start(job, o, self.placer.commit(o.shape, o.partition.name, self.pool,
+                                                     chosen), backfilled)
+
+    def record_start(self, job: Job, o: Option, placement: Placement,
+                     backfilled: bool) -> None:
+        """``job`` starts with ``placement`` (already taken from the pool)."""
         tl = o.time_limit_s
-        end = max(round_up(self.now + tl, self.config.bf_resolution_s),
-                  round_up(self.now + 1, self.config.bf_resolution_s))
+        end = round_up(self.now + tl, self.config.bf_resolution_s)
+        if end < self.floor:  # ``floor``: now + 1 s, rounded up
+            end = self.floor
         if self._profile is not None:
             self._profile.started(placement.uses, end)
         else:

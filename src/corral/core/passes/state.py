@@ -20,7 +20,9 @@ from corral.core.feasibility import Option
 from corral.core.feasibility import _placer as cached_placer
 from corral.core.limits import LimitState
 from corral.core.model.job import Job, JobState
+from corral.core.model.partition import Qos
 from corral.core.nodes import NodeTable
+from corral.core.placement import Placer
 from corral.core.pool import Pool, PoolKeeper, compiled, running_ends
 from corral.core.profile import Profile, Release
 from corral.core.shape import time_limit_s
@@ -53,15 +55,27 @@ class PassState:
         self.now = now
         self.table = table
         self.pool = pool
-        self.placer = cached_placer(table, config)
         self.annotate = config.annotate_pending
         self.mode = config.backfill
         self.out = Outcome()
         self.deps = DependencyIndex(snapshot.pending, snapshot.running, snapshot.finished)
-        self.limits = LimitState(snapshot.qos, snapshot.accounts, snapshot.running)
-        self.qos = {q.name: q for q in snapshot.qos}
+        # what depends only on the table, the config and the frozen QOS/account records is
+        # kept on the table across cycles (a disabled LimitState is never written to)
+        memo = table.memo.get("pass")
+        if not (isinstance(memo, tuple) and memo[0] is config and memo[1] is snapshot.qos
+                and memo[2] is snapshot.accounts):
+            off = LimitState(snapshot.qos, snapshot.accounts, ())
+            memo = (config, snapshot.qos, snapshot.accounts, cached_placer(table, config),
+                    None if off.enabled else off, {q.name: q for q in snapshot.qos},
+                    is_unit_cluster(table))
+            table.memo["pass"] = memo
+        self.placer: Placer = memo[3]
+        limits: LimitState | None = memo[4]
+        self.limits = limits if limits is not None else LimitState(
+            snapshot.qos, snapshot.accounts, snapshot.running)
+        self.qos: dict[str, Qos] = memo[5]
         self._profile: Profile | CountProfile | None = None
-        self.unit = is_unit_cluster(table)  # every node one core: count-only planning
+        self.unit: bool = memo[6]  # every node one core: count-only planning
         self.any_down = pool.up != table.all_mask
         res = config.bf_resolution_s
         self.floor = round_up(now + 1, res)  # overdue jobs end no sooner than this

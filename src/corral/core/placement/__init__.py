@@ -22,7 +22,7 @@ from operator import attrgetter
 
 from corral.core.config import PlacementMode
 from corral.core.model.job import Allocation, NodeAllocation
-from corral.core.nodes import NodeTable, iter_bits
+from corral.core.nodes import NodeTable, iter_bits, lowest_bits
 from corral.core.placement.select import Pick, SetPlacer
 from corral.core.placement.within import node_use
 from corral.core.pool import NodeUse, Pool, remember
@@ -267,6 +267,19 @@ class Placer:
         mask = sum(map((1).__lshift__, idx))
         if len(set(idx)) != len(idx) or mask & ~t.unit_mask or mask & ~pool.ge_cores[1]:
             return None  # not distinct free one-core nodes: the general path decides
+        row = self._unit_row(p0, ts)
+        uses = tuple(map(row[0].__getitem__, idx))
+        nodes = tuple(map(row[1].__getitem__, idx))
+        pool.take_units(uses, mask)  # type: ignore[arg-type]
+        alloc = Allocation(partition, nodes)  # type: ignore[arg-type]
+        remember(t, alloc, uses, mask)  # type: ignore[arg-type]
+        return Placement(alloc, uses)  # type: ignore[arg-type]
+
+    def _unit_row(self, p0: Pick, ts: TaskSet) -> tuple[list[NodeUse | None],
+                                                        list[NodeAllocation | None]]:
+        """Per node index: the use and the allocation of one task of ``ts`` on that
+        one-core node (``p0``'s memory), the same objects every time."""
+        t = self.table
         key = (p0.mem_mb, ts.name)
         row = self._unit_rows.get(key)
         if row is None:
@@ -279,6 +292,40 @@ class Placer:
                 uses_row[i] = use
                 nas_row[i] = _node_allocation(t, use, p0, ts)
             row = self._unit_rows[key] = (uses_row, nas_row)
+        return row
+
+    def unit_take(self, shape: Shape, partition: str, pool: Pool, cand: int,
+                  required: int) -> Placement | None:
+        """``unit_fits`` on ``pool`` then ``commit`` to it (``cand``/``required`` from
+        ``unit_plan``), in one step on a one-class cluster: the nodes ``SetPlacer._unit``
+        chooses (required first, then the lowest free) are taken from the per-node rows of
+        ``_commit_units`` without building picks. The same placement either way."""
+        t = self.table
+        ts = shape.sets[0]
+        ge = pool.ge_cores
+        if shape.exclusive or len(t.class_specs) != 1 or len(ge) < 2:
+            chosen = self.unit_fits(shape, pool, cand, required)
+            return None if chosen is None else self.commit(shape, partition, pool, chosen)
+        free = cand & ge[1]
+        if required & ~free:
+            return None
+        want = min(ts.tasks, ts.nodes_max)
+        least = max(ts.min_tasks, ts.nodes_min)
+        if free.bit_count() < least:
+            return None
+        idx = iter_bits(required) if required else []
+        if len(idx) < want:
+            idx += lowest_bits(free & ~required, want - len(idx))
+        if len(idx) < least:
+            return None
+        if not idx:
+            return self.commit(shape, partition, pool, [[]])
+        d = self.sets.demand_of(ts, 0)
+        mem = d.mem_per_node or d.mem_per_task
+        if min(map(pool.mem_free.__getitem__, idx)) < mem:
+            return None  # memory held by a suspended job, or a node too small
+        row = self._unit_row(Pick(idx[0], 1, 1, mem, 0, False), ts)
+        mask = sum(map((1).__lshift__, idx))
         uses = tuple(map(row[0].__getitem__, idx))
         nodes = tuple(map(row[1].__getitem__, idx))
         pool.take_units(uses, mask)  # type: ignore[arg-type]
