@@ -267,7 +267,7 @@ class Placer:
         mask = sum(map((1).__lshift__, idx))
         if len(set(idx)) != len(idx) or mask & ~t.unit_mask or mask & ~pool.ge_cores[1]:
             return None  # not distinct free one-core nodes: the general path decides
-        row = self._unit_row(p0, ts)
+        row = self._unit_rows.get((p0.mem_mb, ts.name)) or self._unit_row(p0, ts)
         uses = tuple(map(row[0].__getitem__, idx))
         nodes = tuple(map(row[1].__getitem__, idx))
         pool.take_units(uses, mask)  # type: ignore[arg-type]
@@ -324,7 +324,8 @@ class Placer:
         mem = d.mem_per_node or d.mem_per_task
         if min(map(pool.mem_free.__getitem__, idx)) < mem:
             return None  # memory held by a suspended job, or a node too small
-        row = self._unit_row(Pick(idx[0], 1, 1, mem, 0, False), ts)
+        row = self._unit_rows.get((mem, ts.name)) or self._unit_row(
+            Pick(idx[0], 1, 1, mem, 0, False), ts)
         mask = sum(map((1).__lshift__, idx))
         uses = tuple(map(row[0].__getitem__, idx))
         nodes = tuple(map(row[1].__getitem__, idx))
