@@ -49,7 +49,11 @@ def read_bytes(path: str) -> bytes:
     """The whole content of ``path`` with plain ``open``/``read``/``close`` system calls
     (``open()`` of a file object costs twice as many: fstat, ioctl, lseeks). Made for the
     small files of /proc, /sys and the job spool read on every job. Raises ``OSError``."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    return _read_and_close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+
+
+def _read_and_close(fd: int) -> bytes:
+    """Everything left in ``fd`` (one ``read`` for a small file), then close it."""
     try:
         data = os.read(fd, 65536)
         if not data:
@@ -143,20 +147,7 @@ def open_in_dir(path: str, flags: int, mode: int = 0o777, *, recheck: bool = Fal
 
 def read_in_dir(path: str, *, recheck: bool = False) -> bytes:
     """``read_bytes`` through a cached descriptor of the file's directory."""
-    fd = open_in_dir(path, os.O_RDONLY | os.O_CLOEXEC, recheck=recheck)
-    try:
-        data = os.read(fd, 65536)
-        if not data:
-            return data
-        chunks = [data]
-        while True:
-            more = os.read(fd, 65536)
-            if not more:
-                break
-            chunks.append(more)
-        return data if len(chunks) == 1 else b"".join(chunks)
-    finally:
-        os.close(fd)
+    return _read_and_close(open_in_dir(path, os.O_RDONLY | os.O_CLOEXEC, recheck=recheck))
 
 
 def _stat_fields(pid: int) -> list[str] | None:

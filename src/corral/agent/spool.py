@@ -167,17 +167,21 @@ def job_dir(state_dir: Path, job_id: int) -> Path:
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 
 
+def _write_file(name: str, blob: bytes, dfd: int | None) -> None:
+    fd = os.open(name, _NEW_FILE, 0o600, dir_fd=dfd)
+    try:
+        os.write(fd, blob)
+    finally:
+        os.close(fd)
+
+
 def write_json(path: Path | str, data: dict[str, Any]) -> None:
     """Replace ``path`` atomically with ``data`` as JSON."""
     blob = json.dumps(data, separators=(",", ":")).encode()
 
     def op(name: str, dfd: int | None) -> None:
         tmp = f"{name}.{os.getpid()}.part"
-        fd = os.open(tmp, _NEW_FILE, 0o600, dir_fd=dfd)
-        try:
-            os.write(fd, blob)
-        finally:
-            os.close(fd)
+        _write_file(tmp, blob, dfd)
         os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
 
     in_dir(str(path), op)
@@ -192,11 +196,7 @@ def create_json(path: Path | str, data: dict[str, Any]) -> bool:
 
     def op(name: str, dfd: int | None) -> bool:
         tmp = f"{name}.{os.getpid()}.new"
-        fd = os.open(tmp, _NEW_FILE, 0o600, dir_fd=dfd)
-        try:
-            os.write(fd, blob)
-        finally:
-            os.close(fd)
+        _write_file(tmp, blob, dfd)
         try:
             os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except FileExistsError:

@@ -177,17 +177,19 @@ def build(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
     return cls(**kwargs)
 
 
+def _unique(kind: str, names: list[str]) -> None:
+    """Names of ``[[kind]]`` entries: present and distinct."""
+    seen: set[str] = set()
+    for i, n in enumerate(names):
+        if not n:
+            raise ConfigError(f"{kind}[{i}].name", "must not be empty")
+        if n in seen:
+            raise ConfigError(f"{kind}[{i}].name", f"duplicate name {n!r}")
+        seen.add(n)
+
+
 def validate(cfg: ClusterConfig) -> None:
     """Cross-field checks: unique names, references that resolve, sane numbers."""
-    def unique(kind: str, names: list[str]) -> None:
-        seen: set[str] = set()
-        for i, n in enumerate(names):
-            if not n:
-                raise ConfigError(f"{kind}[{i}].name", "must not be empty")
-            if n in seen:
-                raise ConfigError(f"{kind}[{i}].name", f"duplicate name {n!r}")
-            seen.add(n)
-
     from corral.core.parse.errors import ParseError
     from corral.core.parse.hostlist import expand
 
@@ -201,10 +203,10 @@ def validate(cfg: ClusterConfig) -> None:
             if nm in node_names:
                 raise ConfigError(f"nodes[{i}].name", f"duplicate node {nm!r}")
             node_names.add(nm)
-    unique("partitions", [p.name for p in cfg.partitions])
-    unique("qos", [q.name for q in cfg.qos])
-    unique("accounts", [a.name for a in cfg.accounts])
-    unique("users", [u.name for u in cfg.users])
+    _unique("partitions", [p.name for p in cfg.partitions])
+    _unique("qos", [q.name for q in cfg.qos])
+    _unique("accounts", [a.name for a in cfg.accounts])
+    _unique("users", [u.name for u in cfg.users])
     if not cfg.partitions:
         raise ConfigError("partitions", "at least one partition is needed")
     defaults = [p.name for p in cfg.partitions if p.default]
@@ -274,14 +276,8 @@ def _check_switches(cfg: ClusterConfig, node_names: set[str]) -> None:
     from corral.core.parse.errors import ParseError
     from corral.core.parse.hostlist import expand
 
-    names = [s.name for s in cfg.switches]
-    seen: set[str] = set()
-    for i, nm in enumerate(names):
-        if not nm:
-            raise ConfigError(f"switches[{i}].name", "must not be empty")
-        if nm in seen:
-            raise ConfigError(f"switches[{i}].name", f"duplicate switch {nm!r}")
-        seen.add(nm)
+    _unique("switches", [s.name for s in cfg.switches])
+    seen = {s.name for s in cfg.switches}
     leaves = {n.switch for n in cfg.nodes if n.switch is not None}
     parent: dict[str, str] = {}
     leaf_of: dict[str, str] = {}

@@ -394,6 +394,17 @@ class _Cache:
 _LAST: list[_Cache] = []
 
 
+def _apply_deltas(pool: Pool, ends: EndIndex | None, table: NodeTable, removed: list[Job],
+                  added: list[Job]) -> None:
+    """Give back the ``removed`` jobs' resources, take the ``added`` ones'."""
+    for j in removed:
+        pool.give_job(j)
+    for j in added:
+        pool.take_job(j)
+    if ends is not None:
+        ends.update(table, removed, added)
+
+
 def build_pool(table: NodeTable, up: int, running: Sequence[Job]) -> Pool:
     """The pool for ``running`` jobs on ``table``; reuses the previous one by diffing.
 
@@ -409,14 +420,8 @@ def build_pool(table: NodeTable, up: int, running: Sequence[Job]) -> Pool:
         new = cur.keys() - old.keys()
         if gone or new:
             pool = c.pool
-            removed = [old[k] for k in gone]
-            added = [cur[k] for k in new]
-            for j in removed:
-                pool.give_job(j)
-            for j in added:
-                pool.take_job(j)
-            if c.ends is not None:
-                c.ends.update(table, removed, added)
+            _apply_deltas(pool, c.ends, table, [old[k] for k in gone],
+                          [cur[k] for k in new])
             c.jobs = cur
         return c.pool.copy()
     pool = Pool(table, up)
@@ -482,14 +487,8 @@ class PoolKeeper:
                 pool.take_job(j)
             self.table, self.up, self.pool, self.ends = table, up, pool, None
         elif self._added or self._removed:
-            removed = self._removed
-            added = list(self._added.values())
-            for j in removed:
-                pool.give_job(j)
-            for j in added:
-                pool.take_job(j)
-            if self.ends is not None:
-                self.ends.update(table, removed, added)
+            _apply_deltas(pool, self.ends, table, self._removed,
+                          list(self._added.values()))
         self._added = {}
         self._removed = []
         return pool.copy()

@@ -242,8 +242,8 @@ def config_lines(cfg: Record, ping: Record, now: float) -> list[str]:
     sched = cfg.get("scheduler") or {}
     cluster = str(cfg.get("cluster_name") or cfg.get("name") or ping.get("cluster") or "corral")
     ctl = cfg.get("controller") or {}
-    min_job_age = int(float(ctl.get("min_job_age_s") or cfg.get("min_job_age_s") or 300))
-    kill_wait = int(float(ctl.get("kill_grace_s") or cfg.get("kill_wait_s") or 30))
+    min_job_age = int(float(ctl.get("min_job_age_s") or 300))
+    kill_wait = int(float(ctl.get("kill_grace_s") or 30))
     first_job_id = int(ctl.get("first_job_id") or 1)
     max_array = int(sched.get("max_array_size") or cfg.get("max_array_size") or 4001)
     pairs = [

@@ -430,48 +430,32 @@ class Pass(Planner, Preemptor):
         else:
             usable = opts
         prof = self._profile
-        counted = not strict and isinstance(prof, CountProfile) and prof.reserved_any
+        counted = prof if (not strict and isinstance(prof, CountProfile)
+                            and prof.reserved_any) else None
         for o in usable:
             view = self.pool
             if not strict and isinstance(prof, Profile) and prof.dirty:
                 view = prof.window_view(o.time_limit_s)
-            if counted:
-                # one-core nodes: the size of the placement decides EASY's test, so a job
-                # that would delay a reservation is refused before it is placed
-                assert isinstance(prof, CountProfile)
-                got = self.placer.unit_plan(o.shape, o.partition.name, view)
-                if got is not None:
-                    if not prof.allows(got[2], o.time_limit_s):
-                        continue
-                    if view is self.pool:
-                        placed = self.placer.unit_take(o.shape, o.partition.name, view,
-                                                       got[0], got[1])
-                        if placed is not None:
-                            self.record_start(job, o, placed, backfilled=bool(self.blocked))
-                            return
-                        continue
-                    chosen = self.placer.unit_fits(o.shape, view, got[0], got[1])
-                    if chosen is not None:
-                        self.start(job, o, chosen, backfilled=bool(self.blocked))
+            # a shape ``SetPlacer._unit`` places (one-core nodes, no switch limit, one task
+            # set): the same choice as ``fits`` without its general dispatch
+            got = self.placer.unit_plan(o.shape, o.partition.name, view)
+            if got is not None:
+                # counted: the size of the placement decides EASY's test, so a job that
+                # would delay a reservation is refused before it is placed
+                if counted is not None and not counted.allows(got[2], o.time_limit_s):
+                    continue
+                if view is self.pool:
+                    placed = self.placer.unit_take(o.shape, o.partition.name, view,
+                                                   got[0], got[1])
+                    if placed is not None:
+                        self.record_start(job, o, placed, backfilled=bool(self.blocked))
                         return
                     continue
-            else:
-                # a shape ``SetPlacer._unit`` places (no switch limit, one task set): the
-                # same choice as ``fits`` without its general dispatch
-                got = self.placer.unit_plan(o.shape, o.partition.name, view)
-                if got is not None:
-                    if view is self.pool:
-                        placed = self.placer.unit_take(o.shape, o.partition.name, view,
-                                                       got[0], got[1])
-                        if placed is not None:
-                            self.record_start(job, o, placed, backfilled=bool(self.blocked))
-                            return
-                        continue
-                    chosen = self.placer.unit_fits(o.shape, view, got[0], got[1])
-                    if chosen is not None:
-                        self.start(job, o, chosen, backfilled=bool(self.blocked))
-                        return
-                    continue
+                chosen = self.placer.unit_fits(o.shape, view, got[0], got[1])
+                if chosen is not None:
+                    self.start(job, o, chosen, backfilled=bool(self.blocked))
+                    return
+                continue
             sl = self.switch_limit(job, o)
             chosen = self.placer.fits(o.shape, o.partition.name, view, sl)
             if chosen is not None and not strict and isinstance(prof, CountProfile) and (
@@ -508,16 +492,16 @@ class Pass(Planner, Preemptor):
         tmin = job.spec.time_min_s or 0
         for o in opts:
             lo, hi = tmin, o.time_limit_s - 1
-            if lo > hi or self._fit_for(job, o, lo) is None:
+            chosen = self._fit_for(job, o, lo) if lo <= hi else None
+            if chosen is None:
                 continue
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if self._fit_for(job, o, mid) is not None:
-                    lo = mid
+                got = self._fit_for(job, o, mid)
+                if got is not None:
+                    lo, chosen = mid, got
                 else:
                     hi = mid - 1
-            chosen = self._fit_for(job, o, lo)
-            assert chosen is not None
             self.start(job, Option(o.partition, o.shape, lo), chosen,
                        backfilled=bool(self.blocked))
             return True

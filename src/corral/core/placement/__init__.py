@@ -22,8 +22,8 @@ from operator import attrgetter
 
 from corral.core.config import PlacementMode
 from corral.core.model.job import Allocation, NodeAllocation
-from corral.core.nodes import NodeTable, iter_bits, lowest_bits
-from corral.core.placement.select import Pick, SetPlacer
+from corral.core.nodes import NodeTable, iter_bits
+from corral.core.placement.select import Pick, SetPlacer, unit_nodes
 from corral.core.placement.within import node_use
 from corral.core.pool import NodeUse, Pool, remember
 from corral.core.shape import Shape, TaskSet
@@ -268,11 +268,17 @@ class Placer:
         if len(set(idx)) != len(idx) or mask & ~t.unit_mask or mask & ~pool.ge_cores[1]:
             return None  # not distinct free one-core nodes: the general path decides
         row = self._unit_rows.get((p0.mem_mb, ts.name)) or self._unit_row(p0, ts)
+        return self._take_row(partition, pool, row, idx, mask)
+
+    def _take_row(self, partition: str, pool: Pool,
+                  row: tuple[list[NodeUse | None], list[NodeAllocation | None]],
+                  idx: list[int], mask: int) -> Placement:
+        """Take nodes ``idx`` (``mask``) with the row's per-node uses and allocations."""
         uses = tuple(map(row[0].__getitem__, idx))
         nodes = tuple(map(row[1].__getitem__, idx))
         pool.take_units(uses, mask)  # type: ignore[arg-type]
         alloc = Allocation(partition, nodes)  # type: ignore[arg-type]
-        remember(t, alloc, uses, mask)  # type: ignore[arg-type]
+        remember(self.table, alloc, uses, mask)  # type: ignore[arg-type]
         return Placement(alloc, uses)  # type: ignore[arg-type]
 
     def _unit_row(self, p0: Pick, ts: TaskSet) -> tuple[list[NodeUse | None],
@@ -306,17 +312,8 @@ class Placer:
         if shape.exclusive or len(t.class_specs) != 1 or len(ge) < 2:
             chosen = self.unit_fits(shape, pool, cand, required)
             return None if chosen is None else self.commit(shape, partition, pool, chosen)
-        free = cand & ge[1]
-        if required & ~free:
-            return None
-        want = min(ts.tasks, ts.nodes_max)
-        least = max(ts.min_tasks, ts.nodes_min)
-        if free.bit_count() < least:
-            return None
-        idx = iter_bits(required) if required else []
-        if len(idx) < want:
-            idx += lowest_bits(free & ~required, want - len(idx))
-        if len(idx) < least:
+        idx = unit_nodes(ts, cand & ge[1], required)
+        if idx is None:
             return None
         if not idx:
             return self.commit(shape, partition, pool, [[]])
@@ -327,12 +324,7 @@ class Placer:
         row = self._unit_rows.get((mem, ts.name)) or self._unit_row(
             Pick(idx[0], 1, 1, mem, 0, False), ts)
         mask = sum(map((1).__lshift__, idx))
-        uses = tuple(map(row[0].__getitem__, idx))
-        nodes = tuple(map(row[1].__getitem__, idx))
-        pool.take_units(uses, mask)  # type: ignore[arg-type]
-        alloc = Allocation(partition, nodes)  # type: ignore[arg-type]
-        remember(t, alloc, uses, mask)  # type: ignore[arg-type]
-        return Placement(alloc, uses)  # type: ignore[arg-type]
+        return self._take_row(partition, pool, row, idx, mask)
 
 
 _PICK_KIND = attrgetter("mem_mb", "tasks", "ncores", "ngpus", "whole")

@@ -63,6 +63,22 @@ def demand(ts: TaskSet, table: NodeTable, cls: int) -> Demand:
     return Demand(cptc, share * ts.cpus_per_task, 0)
 
 
+def unit_nodes(ts: TaskSet, free: int, required: int) -> list[int] | None:
+    """One-core nodes for ``ts`` (a task per node) among the ``free`` ones: the
+    ``required`` nodes, then the lowest free, ``tasks`` of them (down to ``min_tasks`` for
+    gangs); ``None`` when too few are free."""
+    if required & ~free:
+        return None
+    want = min(ts.tasks, ts.nodes_max)
+    least = max(ts.min_tasks, ts.nodes_min)
+    if free.bit_count() < least:
+        return None
+    chosen = iter_bits(required) if required else []
+    if len(chosen) < want:
+        chosen += lowest_bits(free & ~required, want - len(chosen))
+    return None if len(chosen) < least else chosen
+
+
 class SetPlacer:
     """Selection of nodes for task sets on a pool-like view (counts and masks)."""
 
@@ -272,17 +288,9 @@ class SetPlacer:
         (fewer, down to ``min_tasks``, for gangs); no per-node search at all: the required
         nodes, then the lowest free ones."""
         t = self.table
-        free = cand & view.ge_cores[1] if len(view.ge_cores) > 1 else 0
-        if required & ~free:
-            return None
-        want = min(ts.tasks, ts.nodes_max)
-        least = max(ts.min_tasks, ts.nodes_min)
-        if free.bit_count() < least:
-            return None
-        chosen = iter_bits(required) if required else []
-        if len(chosen) < want:
-            chosen += lowest_bits(free & ~required, want - len(chosen))
-        if len(chosen) < least:
+        chosen = unit_nodes(ts, cand & view.ge_cores[1] if len(view.ge_cores) > 1 else 0,
+                            required)
+        if chosen is None:
             return None
         mem_free = view.mem_free
         cache = self._unit_picks
