@@ -205,3 +205,41 @@ def test_cgroups_of_vanished_supervisors_are_removed(tmp_path: Path) -> None:
         for d in made:
             if os.path.exists(d):
                 os.rmdir(d)
+
+
+def test_slot_reset_rewrites_a_limit_changed_behind_its_back() -> None:
+    """The slot keeps its control files open and skips limits it already set; a value
+    someone else wrote in between is seen and set again, a new job's limit applied."""
+    layout = cgroups_writable()
+    from corral.agent.cgslot import SlotCgroup
+
+    slot = SlotCgroup.open(layout, f"{CGROUP_ROOT}/sup_slottest", mem_mb=64, cpus=(),
+                           max_pids=0)
+    try:
+        if "v2" in slot.dirs:
+            mem_file = os.path.join(slot.dirs["v2"], "memory.max")
+        elif "memory" in slot.dirs:
+            mem_file = os.path.join(slot.dirs["memory"], "memory.limit_in_bytes")
+        else:
+            pytest.skip("no memory controller for job cgroups here")
+
+        def limit() -> int:
+            return int(Path(mem_file).read_text())
+
+        assert slot.reset(64, (), 0)
+        assert limit() == 64 << 20
+        assert slot.reset(64, (), 0)  # the same limits again: nothing to write
+        assert limit() == 64 << 20
+        if "memory" in slot.dirs and os.path.exists(
+                os.path.join(slot.dirs["memory"], "memory.memsw.limit_in_bytes")):
+            Path(slot.dirs["memory"], "memory.memsw.limit_in_bytes").write_text("-1")
+        Path(mem_file).write_text(str(128 << 20))  # behind the slot's back
+        assert slot.reset(64, (), 0)
+        assert limit() == 64 << 20
+        assert slot.reset(32, (), 0)
+        assert limit() == 32 << 20
+        assert slot.procs() == set()
+        assert slot.usage().oom_kills == 0
+    finally:
+        slot.discard()
+    assert all(not os.path.exists(d) for d in slot.dirs.values())

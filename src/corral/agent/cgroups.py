@@ -273,6 +273,13 @@ class JobCgroup:
         self.layout = layout
         self.dirs = dirs  # controller (or "v2" / "tracking") -> directory
 
+    # the control-file access of a job's own directories (``cgslot`` keeps them open)
+    def _get(self, path: str) -> str | None:
+        return _read(path)
+
+    def _put(self, path: str, value: str) -> None:
+        _write(path, value)
+
     @classmethod
     def create(cls, layout: CgroupLayout, rel: str, *, mem_mb: int = 0,
                cpus: tuple[int, ...] = (), max_pids: int = 0) -> JobCgroup:
@@ -335,13 +342,13 @@ class JobCgroup:
     @property
     def controllers(self) -> set[str]:
         if "v2" in self.dirs:
-            ctls = (_read(os.path.join(self.dirs["v2"], "cgroup.controllers")) or "").split()
+            ctls = (self._get(os.path.join(self.dirs["v2"], "cgroup.controllers")) or "").split()
             return set(ctls)
         return {c for c in self.dirs if c != "tracking"}
 
     def attach(self, pid: int) -> None:
         for path in self.dirs.values():
-            _write(os.path.join(path, "cgroup.procs"), str(pid))
+            self._put(os.path.join(path, "cgroup.procs"), str(pid))
 
     def procs(self) -> set[int]:
         """Every process of the job: every directory holds all of them (they are attached
@@ -349,7 +356,8 @@ class JobCgroup:
         out: set[int] = set()
         one = self.dirs.get("v2") or self.dirs.get("tracking")
         for path in [one] if one else self.dirs.values():
-            out.update(int(x) for x in (_read(os.path.join(path, "cgroup.procs")) or "").split())
+            text = self._get(os.path.join(path, "cgroup.procs")) or ""
+            out.update(int(x) for x in text.split())
         return out
 
     def _killer(self) -> str | None:
@@ -364,7 +372,7 @@ class JobCgroup:
         killer = self._killer()
         if killer is not None:
             try:
-                _write(killer, "1")
+                self._put(killer, "1")
                 return
             except OSError:
                 pass
@@ -393,7 +401,7 @@ class JobCgroup:
             return False
         path, value, _thaw = how
         try:
-            _write(path, value)
+            self._put(path, value)
             return True
         except OSError:
             return False
@@ -401,30 +409,30 @@ class JobCgroup:
     def thaw(self) -> None:
         how = self._freezer()
         if how is not None:
-            _write(how[0], how[2])
+            self._put(how[0], how[2])
 
     def usage(self) -> CgroupUsage:
         if "v2" in self.dirs:
             d = self.dirs["v2"]
-            usec = _kv(_read(os.path.join(d, "cpu.stat")), "usage_usec")
-            peak_text = _read(os.path.join(d, "memory.peak"))
-            oom = _kv(_read(os.path.join(d, "memory.events")), "oom_kill") or 0
+            usec = _kv(self._get(os.path.join(d, "cpu.stat")), "usage_usec")
+            peak_text = self._get(os.path.join(d, "memory.peak"))
+            oom = _kv(self._get(os.path.join(d, "memory.events")), "oom_kill") or 0
             peak_v2 = int(peak_text) if peak_text and peak_text.strip().isdigit() else None
             return CgroupUsage(None if usec is None else usec / 1e6, peak_v2, oom)
         cpu_s: float | None = None
         peak: int | None = None
         oom = 0
         if "cpuacct" in self.dirs:
-            ns = _read(os.path.join(self.dirs["cpuacct"], "cpuacct.usage"))
+            ns = self._get(os.path.join(self.dirs["cpuacct"], "cpuacct.usage"))
             cpu_s = int(ns) / 1e9 if ns and ns.strip().isdigit() else None
         elif "tracking" in self.dirs:
-            usec = _kv(_read(os.path.join(self.dirs["tracking"], "cpu.stat")), "usage_usec")
+            usec = _kv(self._get(os.path.join(self.dirs["tracking"], "cpu.stat")), "usage_usec")
             cpu_s = None if usec is None else usec / 1e6
         if "memory" in self.dirs:
             d = self.dirs["memory"]
-            text = _read(os.path.join(d, "memory.max_usage_in_bytes"))
+            text = self._get(os.path.join(d, "memory.max_usage_in_bytes"))
             peak = int(text) if text and text.strip().isdigit() else None
-            oom = _kv(_read(os.path.join(d, "memory.oom_control")), "oom_kill") or 0
+            oom = _kv(self._get(os.path.join(d, "memory.oom_control")), "oom_kill") or 0
         return CgroupUsage(cpu_s, peak, oom)
 
     def populated(self) -> bool:

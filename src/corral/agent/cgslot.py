@@ -23,6 +23,12 @@ Invariants, so that a job sees exactly what a fresh cgroup would give it:
   otherwise the slot is not reused), OOM kills and CPU time counted from baselines
   taken at the job's start; the freezer thawed.
 
+Cost: the slot keeps its control files open (one descriptor per file and direction, read
+with ``pread``, written with ``pwrite``: no path walk, no kernfs open per access), and a
+limit is only written when the file does not show what our last write of the same value
+left there (read back after writing), so a job with the limits of the last one costs a
+read per file; a value changed by anyone else is seen and written again.
+
 A supervisor killed before it could remove its slot leaves an empty directory: the next
 agent start removes it (``remove_stale``), and the runner's NODE_FAIL path kills what is
 in it and removes it.
@@ -40,7 +46,6 @@ from corral.agent.cgroups import (
     JobCgroup,
     _has_memsw,
     _read,
-    _write,
     cpulist,
     job_controllers,
     numa_nodes_of,
@@ -66,6 +71,9 @@ class SlotCgroup(JobCgroup):
         self._last_raw: CgroupUsage | None = None
         self._parent_cpuset: tuple[str, str] | None = None  # v1: the parent's cpus, mems
         self._maybe_frozen = True  # thawed at the first reset, then only after a freeze
+        self._fds: dict[tuple[str, int], int] = {}  # (control file, O_RDONLY/O_WRONLY) -> fd
+        self._shown: dict[tuple[str, str], bytes] = {}  # (file, value written) -> read back
+        self._present: dict[str, bool] = {}  # optional control files (v2 cpuset, pids)
 
     @classmethod
     def open(cls, layout: CgroupLayout, rel: str, *, mem_mb: int, cpus: tuple[int, ...],
@@ -74,6 +82,54 @@ class SlotCgroup(JobCgroup):
         slot = cls(layout, cg.dirs, rel)
         slot._baselines()
         return slot
+
+    # ---- control files, kept open ---------------------------------------------------------
+    def _fd(self, path: str, mode: int) -> int:
+        fd = self._fds.get((path, mode))
+        if fd is None:
+            fd = self._fds[(path, mode)] = os.open(path, mode | os.O_CLOEXEC)
+        return fd
+
+    def _get(self, path: str) -> str | None:
+        try:
+            return _pread_all(self._fd(path, os.O_RDONLY)).decode()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def _put(self, path: str, value: str) -> None:
+        os.pwrite(self._fd(path, os.O_WRONLY), value.encode(), 0)
+
+    def _is_set(self, path: str, value: str) -> bool:
+        """``path`` shows what it showed right after our last write of ``value``."""
+        shown = self._shown.get((path, value))
+        if shown is None:
+            return False
+        try:
+            return _pread_all(self._fd(path, os.O_RDONLY)) == shown
+        except OSError:
+            return False
+
+    def _set(self, path: str, value: str) -> None:
+        """Write ``value`` and remember what the file shows afterwards (``_is_set``)."""
+        self._put(path, value)
+        try:
+            self._shown[(path, value)] = _pread_all(self._fd(path, os.O_RDONLY))
+        except OSError:
+            self._shown.pop((path, value), None)
+        if len(self._shown) > 64:  # a few values per file in practice
+            self._shown.clear()
+
+    def _ensure(self, path: str, value: str) -> None:
+        if not self._is_set(path, value):
+            self._set(path, value)
+
+    def _close_fds(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
 
     # ---- between jobs ---------------------------------------------------------------------
     def reset(self, mem_mb: int, cpus: tuple[int, ...], max_pids: int) -> bool:
@@ -97,24 +153,24 @@ class SlotCgroup(JobCgroup):
     def _reclaim(self) -> bool:
         if "v2" in self.dirs:
             d = self.dirs["v2"]
-            used = int((_read(os.path.join(d, "memory.current")) or "0").strip() or 0)
+            used = int((self._get(os.path.join(d, "memory.current")) or "0").strip() or 0)
             if used > LEFTOVER_MAX:
                 try:
-                    _write(os.path.join(d, "memory.reclaim"), str(used))
+                    self._put(os.path.join(d, "memory.reclaim"), str(used))
                 except OSError:
                     pass  # EAGAIN: could not reclaim all of it; the check below decides
-                used = int((_read(os.path.join(d, "memory.current")) or "0").strip() or 0)
+                used = int((self._get(os.path.join(d, "memory.current")) or "0").strip() or 0)
             return used <= LEFTOVER_MAX
         if "memory" not in self.dirs:
             return True
         d = self.dirs["memory"]
-        used = int((_read(os.path.join(d, "memory.usage_in_bytes")) or "0").strip() or 0)
+        used = int((self._get(os.path.join(d, "memory.usage_in_bytes")) or "0").strip() or 0)
         if used > LEFTOVER_MAX:
             try:
-                _write(os.path.join(d, "memory.force_empty"), "0")
+                self._put(os.path.join(d, "memory.force_empty"), "0")
             except OSError:
                 pass
-            used = int((_read(os.path.join(d, "memory.usage_in_bytes")) or "0").strip() or 0)
+            used = int((self._get(os.path.join(d, "memory.usage_in_bytes")) or "0").strip() or 0)
         return used <= LEFTOVER_MAX
 
     def _add_missing(self, cpus: tuple[int, ...], max_pids: int) -> None:
@@ -135,21 +191,27 @@ class SlotCgroup(JobCgroup):
         mems = numa_nodes_of(cpus) if cpus else []
         if "v2" in self.dirs:
             d = self.dirs["v2"]
-            _write(os.path.join(d, "memory.max"), str(limit) if limit else "max")
-            if os.path.exists(os.path.join(d, "cpuset.cpus")):
-                _write(os.path.join(d, "cpuset.cpus"), cpulist(cpus) if cpus else "")
-                _write(os.path.join(d, "cpuset.mems"), cpulist(mems) if mems else "")
-            if os.path.exists(os.path.join(d, "pids.max")):
-                _write(os.path.join(d, "pids.max"), str(max_pids) if max_pids else "max")
+            self._ensure(os.path.join(d, "memory.max"), str(limit) if limit else "max")
+            if self._exists(os.path.join(d, "cpuset.cpus")):
+                self._ensure(os.path.join(d, "cpuset.cpus"), cpulist(cpus) if cpus else "")
+                self._ensure(os.path.join(d, "cpuset.mems"), cpulist(mems) if mems else "")
+            if self._exists(os.path.join(d, "pids.max")):
+                self._ensure(os.path.join(d, "pids.max"), str(max_pids) if max_pids else "max")
             return
         if "memory" in self.dirs:
             d = self.dirs["memory"]
-            memsw = _has_memsw(d)
-            if memsw:
-                _write(os.path.join(d, "memory.memsw.limit_in_bytes"), "-1")
-            _write(os.path.join(d, "memory.limit_in_bytes"), str(limit) if limit else "-1")
-            if memsw and limit:
-                _write(os.path.join(d, "memory.memsw.limit_in_bytes"), str(limit))
+            mem_path = os.path.join(d, "memory.limit_in_bytes")
+            mem_value = str(limit) if limit else "-1"
+            if _has_memsw(d):
+                sw_path = os.path.join(d, "memory.memsw.limit_in_bytes")
+                sw_value = str(limit) if limit else "-1"
+                if not (self._is_set(mem_path, mem_value) and self._is_set(sw_path, sw_value)):
+                    self._set(sw_path, "-1")
+                    self._set(mem_path, mem_value)
+                    if limit:
+                        self._set(sw_path, sw_value)
+            else:
+                self._ensure(mem_path, mem_value)
         if "cpuset" in self.dirs:
             d = self.dirs["cpuset"]
             if self._parent_cpuset is None:  # read once: the node's CPUs do not change
@@ -158,11 +220,17 @@ class SlotCgroup(JobCgroup):
                     (_read(os.path.join(parent, "cpuset.cpus")) or "").strip(),
                     (_read(os.path.join(parent, "cpuset.mems")) or "").strip())
             all_cpus, all_mems = self._parent_cpuset
-            _write(os.path.join(d, "cpuset.cpus"), cpulist(cpus) if cpus else all_cpus)
-            _write(os.path.join(d, "cpuset.mems"), cpulist(mems) if mems else all_mems)
+            self._ensure(os.path.join(d, "cpuset.cpus"), cpulist(cpus) if cpus else all_cpus)
+            self._ensure(os.path.join(d, "cpuset.mems"), cpulist(mems) if mems else all_mems)
         if "pids" in self.dirs:
-            _write(os.path.join(self.dirs["pids"], "pids.max"),
-                   str(max_pids) if max_pids else "max")
+            self._ensure(os.path.join(self.dirs["pids"], "pids.max"),
+                         str(max_pids) if max_pids else "max")
+
+    def _exists(self, path: str) -> bool:
+        hit = self._present.get(path)
+        if hit is None:
+            hit = self._present[path] = os.path.exists(path)
+        return hit
 
     def _baselines(self) -> None:
         """Counters as the job starts: its accounting is what they grow by."""
@@ -186,7 +254,7 @@ class SlotCgroup(JobCgroup):
                     raise
                 self.reusable = False  # the peak of a later job would include this one's
         elif "memory" in self.dirs:
-            _write(os.path.join(self.dirs["memory"], "memory.max_usage_in_bytes"), "0")
+            self._put(os.path.join(self.dirs["memory"], "memory.max_usage_in_bytes"), "0")
 
     # ---- a job's view ---------------------------------------------------------------------
     def freeze(self) -> bool:
@@ -209,10 +277,25 @@ class SlotCgroup(JobCgroup):
         """Kept for the next job (``discard`` removes it)."""
 
     def discard(self, wait_s: float = 2.0) -> None:
+        self._close_fds()
         if self._peak_fd >= 0:
             os.close(self._peak_fd)
             self._peak_fd = -1
         JobCgroup.remove(self, wait_s)
+
+
+def _pread_all(fd: int) -> bytes:
+    """The whole content of a control file through its open descriptor (a short read is
+    the end: the kernel fills the buffer as far as the file goes)."""
+    data = os.pread(fd, 65536, 0)
+    if len(data) < 65536:
+        return data
+    chunks = [data]
+    while True:
+        more = os.pread(fd, 65536, sum(map(len, chunks)))
+        if not more:
+            return b"".join(chunks)
+        chunks.append(more)
 
 
 def remove_stale(layout: CgroupLayout, parent: str) -> int:

@@ -97,6 +97,16 @@ def input_path(req: LaunchRequest, node_name: str) -> str:
     return os.path.normpath(os.path.join(req.workdir, expand_pattern(req.stdin, req, node_name)))
 
 
+_cpus_online: list[str] = []
+
+
+def _cpu_count() -> str:
+    """``os.cpu_count()`` as text, read once per process (it reads a /sys file)."""
+    if not _cpus_online:
+        _cpus_online.append(str(os.cpu_count() or 1))
+    return _cpus_online[0]
+
+
 def job_environment(req: LaunchRequest, node_name: str) -> dict[str, str]:
     """The environment of the batch script (``SLURM_TASK_PID`` is added in the job itself)."""
     env = dict(req.env)
@@ -132,7 +142,7 @@ def job_environment(req: LaunchRequest, node_name: str) -> dict[str, str]:
     if req.cpus:
         env["SLURM_CPUS_ON_NODE"] = str(len(req.cpus))
     else:
-        env.setdefault("SLURM_CPUS_ON_NODE", str(os.cpu_count() or 1))
+        env.setdefault("SLURM_CPUS_ON_NODE", _cpu_count())
     if req.gpus:
         ids = ",".join(str(g) for g in req.gpus)
         env["CUDA_VISIBLE_DEVICES"] = ids

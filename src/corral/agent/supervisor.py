@@ -38,7 +38,8 @@ never starts.
 (commands received, failures, tracebacks). Debugging aids (read from the agent's
 environment): ``CORRAL_SUPERVISOR_TIMES=1`` logs the supervisor's own and the job's CPU
 time to ``supervisor.log``; ``CORRAL_SUPERVISOR_PROFILE=1`` writes a cProfile of the
-supervisor to ``<job dir>/prof``; ``CORRAL_JOB_START=fork`` starts every job with ``fork``
+supervisor to ``<job dir>/prof`` (``=<absolute directory>``: to ``<directory>/prof-<job id>``,
+which outlives the job directory); ``CORRAL_JOB_START=fork`` starts every job with ``fork``
 instead of the gated ``posix_spawn`` (the tests run both); ``CORRAL_CGROUP_REUSE=0`` gives
 every job a cgroup of its own (``job_<id>``) instead of its supervisor's (``cgslot.py``).
 """
@@ -573,17 +574,25 @@ class Supervisor:
             self.run.kill_at = time.monotonic() + 1.0
 
     def loop(self) -> None:
+        """Until the batch process exits. ``ctl/`` is read when SIGUSR1 came (or a wait
+        timed out): the runner signals every command it queues once the run is claimed,
+        and ``start`` read what was queued before the claim; the signal stays pending
+        (blocked) until ``sigtimedwait`` takes it."""
         mask = set(WAKE_SIGNALS)
+        commands = False
         while True:
             self.reap()
-            self.handle_commands()
+            if commands:
+                self.handle_commands()
             now = time.monotonic()
             nxt = self.deadlines(now)
             if self.run.main_status is not None:
                 return
             timeout = max(0.0, min(nxt - time.monotonic(), 30.0))
+            commands = True
             if timeout > 0:
-                signal.sigtimedwait(mask, timeout)
+                got = signal.sigtimedwait(mask, timeout)
+                commands = got is None or got.si_signo == signal.SIGUSR1
 
     def drain(self) -> None:
         """After the batch process exited: SIGKILL the rest of the job and reap it."""
@@ -755,12 +764,14 @@ def supervise(jdir: str, job_id: int, restarts: int, cfg: SupervisorConfig,
         if sup_ is None:
             return offer() if offer is not None else False
         sup_.before_exit = before_exit
-        if os.environ.get("CORRAL_SUPERVISOR_PROFILE"):
+        prof_to = os.environ.get("CORRAL_SUPERVISOR_PROFILE")
+        if prof_to:
             import cProfile
 
             prof = cProfile.Profile(time.process_time)
             prof.runcall(sup_.main)
-            prof.dump_stats(os.path.join(jdir, "prof"))
+            prof.dump_stats(os.path.join(prof_to, f"prof-{job_id}") if os.path.isabs(prof_to)
+                            else os.path.join(jdir, "prof"))
         else:
             sup_.main()
         if os.environ.get("CORRAL_SUPERVISOR_TIMES"):
