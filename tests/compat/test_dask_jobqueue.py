@@ -11,6 +11,16 @@ pass (upstream's own ``xfail_env`` marks still apply); nothing may fail.
 ``test_slurm_runner`` needs ``/shared_space`` (its scheduler file) and 4 idle CPUs as
 ``sinfo -o %C`` reports them: the harness creates the directory when it can, and the test
 cluster declares 8 CPUs (see ``tests/shims/harness.py``).
+
+That test has a race of its own: its client (rank 1 of ``srun -n 4``) submits a task pinned
+to worker ``2`` right after its first result, without waiting for worker 2 to register;
+on a loaded machine worker 2 is sometimes still starting, the scheduler raises ``TypeError:
+addresses should be strings or tuples, got 2`` and the client loses its scheduler. The same
+happens on a real Slurm (the tasks start together either way). When that test fails with
+exactly this message and nothing else failed, it is run again (up to three more times);
+any other failure, or the race every time, fails this test. A hung upstream test fails
+on its own limit with every thread's stack, and any failure prints the cluster's jobs
+and the daemons' log tails.
 """
 
 from __future__ import annotations
@@ -31,6 +41,12 @@ dask_jobqueue = pytest.importorskip("dask_jobqueue")
 pytest.importorskip("pytest_asyncio")
 
 HERE = Path(__file__).resolve().parent
+INNER_TEST_LIMIT_S = 120
+SUITE_LIMIT_S = 540
+RUNNER_TEST = "test_slurm.py::test_slurm_runner"
+# What the scheduler raises when the client pins a task to worker 2 before it registered.
+RUNNER_RACE = "addresses should be strings or tuples, got 2"
+RUNNER_RETRIES = 3
 SLURM_TESTS = {
     "test_slurm.py::test_basic", "test_slurm.py::test_adaptive",
     "test_slurm.py::test_worker_name_uses_cluster_name", "test_slurm.py::test_slurm_runner",
@@ -131,28 +147,76 @@ def _outcomes(xml_path: Path) -> dict[str, str]:
     return out
 
 
+def _pytest(root: Path, env: dict[str, str], cluster: ShimCluster, xml_path: Path,
+            *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    # Each upstream test gets its own limit (pytest-timeout, thread method: a hung test
+    # fails with every thread's stack), well inside this test's own limit, so a hang
+    # names the upstream test and what it waited on instead of timing out silently.
+    argv = [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "-v", "-rfE",
+            f"--junitxml={xml_path}", "-W", "ignore::DeprecationWarning",
+            f"--timeout={INNER_TEST_LIMIT_S}", "--timeout-method=thread"]
+    try:
+        proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
+                              timeout=SUITE_LIMIT_S)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(args)} ran past {SUITE_LIMIT_S} s\n"
+                    f"{_text(exc.stdout)[-8000:]}\n{_text(exc.stderr)[-3000:]}\n"
+                    f"{_cluster_state(cluster)}")
+    return proc, (_outcomes(xml_path) if xml_path.exists() else {})
+
+
 def _run_suite(env_name: str, root: Path, cluster: ShimCluster) -> dict[str, str]:
     try:
         os.makedirs("/shared_space", exist_ok=True)
     except OSError:
         pass
-    xml_path = root / f"results-{env_name}.xml"
     env = dict(cluster.env)
     env["PYTHONPATH"] = str(root)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "dask_jobqueue", "-E", env_name, "-p",
-         "no:cacheprovider", "-q", "-rfE", f"--junitxml={xml_path}", "-W",
-         "ignore::DeprecationWarning"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=900)
-    outcomes = _outcomes(xml_path) if xml_path.exists() else {}
+    proc, outcomes = _pytest(root, env, cluster, root / f"results-{env_name}.xml",
+                             "dask_jobqueue", "-E", env_name)
     failed = sorted(k for k, v in outcomes.items() if v == "failed")
+    if failed == [RUNNER_TEST] and RUNNER_RACE in proc.stdout:
+        # Upstream's own race (see the module docstring), not ours: run that test again.
+        for attempt in range(RUNNER_RETRIES):
+            again, rerun = _pytest(root, env, cluster, root / f"rerun-{attempt}.xml",
+                                   f"dask_jobqueue/tests/{RUNNER_TEST}", "-E", env_name)
+            if rerun.get(RUNNER_TEST) == "passed" and again.returncode == 0:
+                print(f"{RUNNER_TEST}: upstream's worker-registration race on the first run;"
+                      f" passed on rerun {attempt + 1}")
+                outcomes[RUNNER_TEST] = "passed"
+                return outcomes
+            if RUNNER_RACE not in again.stdout:
+                proc = again
+                break
     assert proc.returncode == 0 and not failed, (
-        f"dask-jobqueue -E {env_name}: failed {failed}\n{proc.stdout[-6000:]}\n"
-        f"{proc.stderr[-3000:]}")
+        f"dask-jobqueue -E {env_name}: failed {failed}\n{proc.stdout[-8000:]}\n"
+        f"{proc.stderr[-3000:]}\n{_cluster_state(cluster)}")
     return outcomes
 
 
+def _text(data: str | bytes | None) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
+
+
+def _cluster_state(cluster: ShimCluster) -> str:
+    """What the cluster held when the suite failed: every job, and the daemons' log tails."""
+    parts = []
+    try:
+        q = cluster.run("squeue", "--states=all", "-o", "%i %j %T %r %M %l %C %S %e",
+                        timeout=30)
+        parts.append(f"squeue --states=all:\n{q.stdout}{q.stderr}")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        parts.append(f"squeue failed: {exc}")
+    for log in sorted((cluster.state_dir / "log").glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()[-60:]
+        parts.append(f"--- {log.name} (last {len(lines)} lines)\n" + "\n".join(lines))
+    return "\n".join(parts)
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(SUITE_LIMIT_S + 60)
 def test_dask_jobqueue_slurm(dj_root: Path, shim_cluster: ShimCluster) -> None:
     outcomes = _run_suite("slurm", dj_root, shim_cluster)
     not_passed = {t: outcomes.get(t) for t in SLURM_TESTS if outcomes.get(t) != "passed"}
@@ -162,6 +226,7 @@ def test_dask_jobqueue_slurm(dj_root: Path, shim_cluster: ShimCluster) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(SUITE_LIMIT_S + 60)
 def test_dask_jobqueue_pbs(dj_root: Path, shim_cluster: ShimCluster) -> None:
     outcomes = _run_suite("pbs", dj_root, shim_cluster)
     not_passed = {t: outcomes.get(t) for t in PBS_TESTS if outcomes.get(t) != "passed"}
