@@ -140,6 +140,40 @@ def test_srun_steps_in_a_batch_job(shim_cluster: ShimCluster, tmp_path: Path) ->
         assert (tmp_path / f"task-{jid}-1-{t}.out").read_text() == f"rank {t}\n"
 
 
+def test_squeue_steps_lists_running_steps(shim_cluster: ShimCluster, tmp_path: Path) -> None:
+    c = shim_cluster
+    (tmp_path / "gate").mkdir()
+    (tmp_path / "st.sh").write_text(
+        "#!/bin/bash\n#SBATCH -n 2\n#SBATCH -J stepper\n"
+        "srun -n1 true\n"  # step 0: ends at once
+        "srun -n2 -J worker bash -c 'echo up > gate/up.$SLURM_PROCID; "
+        "while [ ! -e gate/stop ]; do sleep 0.05; done'\n")
+    jid = submit(c, "st.sh", cwd=tmp_path)
+    c.wait_file(tmp_path / "gate" / "up.1")
+    c.wait_file(tmp_path / "gate" / "up.0")
+    try:
+        p = c.run("squeue", "-s")
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        assert lines[0] == "         STEPID     NAME PARTITION     USER      TIME NODELIST"
+        ids = [line.split()[0] for line in lines[1:]]
+        assert f"{jid}.batch" in ids and f"{jid}.1" in ids and f"{jid}.0" not in ids
+        row = next(line.split() for line in lines[1:] if line.split()[0] == f"{jid}.1")
+        assert row[1] == "worker" and row[2] == "debug" and row[-1] == c.node
+        p = c.run("squeue", f"--steps={jid}.1", "-h", "-o", "%i|%j|%A|%T")
+        assert p.stdout == f"{jid}.1|worker|2|RUNNING\n", p.stdout
+        p = c.run("squeue", f"-s{jid}.batch", "-h", "-o", "%i %j")
+        assert p.stdout == f"{jid}.batch batch\n"
+        p = c.run("squeue", "--steps=12.x")
+        assert p.returncode == 1 and "Invalid job step id: 12.x" in p.stderr
+        p = c.run("squeue", "-s", f"{jid}.1")  # an optional argument must be attached
+        assert p.returncode == 1 and f"Unrecognized option: {jid}.1" in p.stderr
+    finally:
+        (tmp_path / "gate" / "stop").touch()
+    assert done(c, jid)["state"] == "COMPLETED"
+    assert c.run("squeue", "-s", "-h", "-j", jid).stdout == ""
+
+
 def test_srun_and_salloc_outside_a_job(shim_cluster: ShimCluster, tmp_path: Path) -> None:
     c = shim_cluster
     p = c.run("srun", "-n", "2", "-l", "bash", "-c",

@@ -32,7 +32,7 @@ def make_context(cmd: str, argv: list[str]) -> Context:
 def make_client() -> Client:
     from corral.client import Client as RestClient
 
-    client: Client = RestClient()  # type: ignore[assignment]
+    client: Client = RestClient()
     return client
 
 

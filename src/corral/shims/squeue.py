@@ -15,6 +15,7 @@ Behaviour clients depend on (``shared/compat/clients.md`` §8.9, §11.5):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_long
@@ -229,6 +230,9 @@ def run(ctx: Context, client: Client) -> None:
         sort_spec = sort_spec or "S"
     rows = _sorted(rows, sort_spec, now)
 
+    if "steps" in opts:
+        _print_steps(ctx, client, rows, values, "noheader" not in opts)
+        return
     fmt = values("format")[-1] if "format" in opts else None
     long_fmt = values("Format")[-1] if "Format" in opts else None
     try:
@@ -249,6 +253,27 @@ def run(ctx: Context, client: Client) -> None:
     if "long" in opts and "noheader" not in opts:
         ctx.print(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
     for line in qf.render(items, rows, now, header="noheader" not in opts):
+        ctx.print(line)
+
+
+def _print_steps(ctx: Context, client: Client, rows: list[dict[str, Any]],
+                 values: Callable[[str], list[str]], header: bool) -> None:
+    """``-s``/``--steps[=LIST]``: the running steps of the jobs left after the job filters."""
+    from corral.shims import squeue_steps as ss
+
+    try:
+        wanted = ss.parse_step_list(_split_list(values("steps"))) or None
+    except IdError as exc:
+        raise ctx.fail(f"squeue: error: Invalid job step id: {exc.word}") from None
+    running = [r for r in rows if sf.job_state(r) in ("RUNNING", "COMPLETING")]
+    if wanted is not None:
+        running = [r for r in running if any(ref_matches(ref, r) for ref in wanted)]
+    ids = {int(r["id"]) for r in running}
+    records = [rec for rec in client.history(ids=sorted(ids), all_users=True)
+               if int(rec["id"]) in ids] if ids else []
+    fmt = values("format")[-1] if values("format") else ss.STEP_FORMAT
+    items = qf.parse_format(fmt, ss.STEP_FIELDS)
+    for line in qf.render(items, ss.step_rows(records, wanted), ctx.now, header=header):
         ctx.print(line)
 
 

@@ -20,7 +20,6 @@ Getter = Callable[[Record, float], str]
 
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
-STEP_FORMAT = "%.15i %.8j %.9P %.8u %.9M %N"
 
 
 class FormatError(ValueError):
@@ -223,8 +222,10 @@ class Item:
     right: bool = False
 
 
-def parse_format(fmt: str) -> list[Item]:
-    """Parse an ``-o`` format string."""
+def parse_format(fmt: str, fields: dict[str, tuple[str, Getter]] | None = None
+                 ) -> list[Item]:
+    """Parse an ``-o`` format string (job letters, or ``fields``: the step letters)."""
+    table = JOB_FIELDS if fields is None else fields
     items: list[Item] = []
     lit: list[str] = []
     i, n = 0, len(fmt)
@@ -251,7 +252,7 @@ def parse_format(fmt: str) -> list[Item]:
             break  # a trailing '%' prints nothing, as in squeue
         letter = fmt[i]
         i += 1
-        field = JOB_FIELDS.get(letter)
+        field = table.get(letter)
         if field is None:
             lit.append(f"%{letter}")  # squeue prints unknown specifiers literally
             continue

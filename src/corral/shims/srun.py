@@ -94,8 +94,9 @@ def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: l
     cpus = opts.cpus_per_task or (int(env["SLURM_CPUS_PER_TASK"])
                                   if env.get("SLURM_CPUS_PER_TASK", "").isdigit() else None)
     recorder = StepRecorder(client, job_id, env.get("SLURM_RESTART_COUNT", "0"), env)
-    step_id = recorder.start(os.path.basename(command[0]), command, ntasks, nodes,
-                             ntasks * (cpus or 1))
+    # a step is named by -J/--job-name, else after its program (Slurm's step name)
+    step_id = recorder.start(opts.job_name or os.path.basename(command[0]), command, ntasks,
+                             nodes, ntasks * (cpus or 1))
     open_mode = opts.open_mode or {"a": "append", "t": "truncate"}.get(
         env.get("SLURM_OPEN_MODE", ""), "append")
     mpi = (opts.extra.get("mpi") or env.get("SLURM_MPI_TYPE") or "none").lower()
