@@ -218,7 +218,7 @@ class Supervisor:
 
     # ---- job processes --------------------------------------------------------------------
     def job_pids(self) -> set[int]:
-        pids = set(descendants(os.getpid()))
+        pids = set(descendants(os.getpid())) if _has_children() else set()
         if self.iso is not None:
             pids |= self.iso.procs()
         pids.discard(os.getpid())
@@ -688,6 +688,19 @@ _spawn_ok: bool | None = None
 _spawner: spawn.Spawner | None = None
 _notify_sock: socket.socket | None = None
 _own_ticks: int | None = None
+
+
+def _has_children() -> bool:
+    """This process has a child (live or a zombie). A child subreaper without one has no
+    descendants at all: every orphan below it would have become its child. One system
+    call, where ``descendants`` lists the threads and reads their ``children``."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def open_log(jdir: str) -> None:
