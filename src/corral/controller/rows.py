@@ -50,20 +50,25 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 
 def _plain(obj: Any) -> Any:
     """``dataclasses.asdict`` for the immutable values of a submission, without its deep
-    copies (several times faster: the submit path calls it once per job)."""
+    copies (several times faster: the submit path calls it once per job). Leaves are
+    taken as they are without a call (most values: the environment's strings)."""
     cls = type(obj)
     if cls in _LEAVES:
         return obj
     names = _FIELDS.get(cls)
     if names is None:
         if not dataclasses.is_dataclass(obj):
+            if cls is dict or isinstance(obj, dict):
+                return {k: v if type(v) in _LEAVES else _plain(v) for k, v in obj.items()}
             if isinstance(obj, (list, tuple)):
-                return cls(_plain(v) for v in obj)
-            if isinstance(obj, dict):
-                return {k: _plain(v) for k, v in obj.items()}
+                return cls(v if type(v) in _LEAVES else _plain(v) for v in obj)
             return obj
         names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(obj))
-    return {n: _plain(getattr(obj, n)) for n in names}
+    out = {}
+    for n in names:
+        v = getattr(obj, n)
+        out[n] = v if type(v) in _LEAVES else _plain(v)
+    return out
 
 
 _last_sub: list[Any] = [None, ""]  # (submission, its JSON): the tasks of an array share one

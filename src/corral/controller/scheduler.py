@@ -98,7 +98,11 @@ class SchedulerLoop:
 
     # ---- snapshot ---------------------------------------------------------------------
 
-    def snapshot(self) -> ClusterSnapshot:
+    def snapshot(self, *, shared: bool = False) -> ClusterSnapshot:
+        """The cluster as the core sees it. ``shared``: for a cycle that runs now, on the
+        loop, the finished-jobs map is passed as it is (nothing changes it during the
+        cycle; the core keeps nothing of it); otherwise it is copied (a cycle in the worker
+        thread runs while the loop goes on)."""
         ctl = self.ctl
         self.generation += 1
         nodes = []
@@ -118,7 +122,7 @@ class SchedulerLoop:
             accounts=self._accounts,
             pending=tuple(r.to_core() for r in ctl.pending.values()),
             running=tuple(r.to_core() for r in ctl.running.values()),
-            finished=dict(ctl.finished),
+            finished=ctl.finished if shared else dict(ctl.finished),
             usage=ctl.ledger.view(time.time(), ctl.running.values()),
             generation=self.generation,
             reserved=self.reserved,
@@ -169,9 +173,10 @@ class SchedulerLoop:
             return
         now = time.time()
         t0 = time.perf_counter()
-        snap = self.snapshot()
+        inline = self.last_cycle_cpu_s < INLINE_CYCLE_S
+        snap = self.snapshot(shared=inline)
         result: CycleResult
-        if self.last_cycle_cpu_s < INLINE_CYCLE_S:
+        if inline:
             # a short cycle runs on the event loop: a hop to the worker thread (and back,
             # with GIL handoffs) costs more than the cycle itself
             result, self.last_cycle_cpu_s = self._timed_cycle(snap, now)

@@ -92,6 +92,8 @@ def _peer_protocol_class() -> type:
                 except OSError:
                     creds = None
             inner = self.app
+            if creds is not None:
+                inner = _without_proxy_headers(inner)
 
             async def app(scope: Any, receive: Any, send: Any) -> None:
                 if creds is not None:
@@ -102,6 +104,19 @@ def _peer_protocol_class() -> type:
             self.app = app
 
     return PeerCredProtocol
+
+
+def _without_proxy_headers(app: Any) -> Any:
+    """``app`` without uvicorn's proxy-headers middleware where it would do nothing: a
+    Unix-socket caller has no client address (``scope["client"]`` is None), so unless
+    every host is trusted the middleware only adds a call layer to each request."""
+    try:
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+    except ImportError:
+        return app
+    if isinstance(app, ProxyHeadersMiddleware) and None not in app.trusted_hosts:
+        return app.app
+    return app
 
 
 def _bind_unix(path: Path, world: bool) -> socket.socket:
