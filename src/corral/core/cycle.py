@@ -5,7 +5,8 @@ snapshot, config and ``now`` always give the same decisions. The controller daem
 simulator both call this function. A caller that tracks exactly which jobs start and end
 may pass a ``PoolKeeper`` (``keeper=``, see ``corral.core.pool``): the pool of free
 resources is then kept across cycles and updated with those deltas instead of being
-rebuilt or diffed against the running set; the decisions are the same.
+rebuilt or diffed against the running set, and the pass takes its starts from the kept
+pool itself (no copy per cycle); the decisions are the same.
 
 Steps: index the nodes (cached across cycles), build the pool of free resources (diffed
 against the previous call when the nodes are unchanged), compute priorities
@@ -39,7 +40,7 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
               keeper: PoolKeeper | None = None) -> CycleResult:
     table, up = node_table(snapshot.nodes, snapshot.partitions)
     if keeper is not None:
-        pool = keeper.pool_for(table, up, snapshot.running)
+        pool = keeper.lend(table, up, snapshot.running)  # the pass takes from it directly
     else:
         pool = build_pool(table, up, snapshot.running)
     if not snapshot.pending:
@@ -60,7 +61,16 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
     prio = {} if fcfs else priority.compute(snapshot, config, now)
     order = order_jobs(snapshot.pending, prio, reserved_ids(snapshot, config),
                        config.reservation_policy, snapshot.partitions, fcfs=fcfs)
-    out = Pass(snapshot, config, now, table, pool, keeper).run(order, None if fcfs else prio)
+    if keeper is None:
+        out = Pass(snapshot, config, now, table, pool).run(order, None if fcfs else prio)
+    else:
+        try:
+            out = Pass(snapshot, config, now, table, pool, keeper).run(
+                order, None if fcfs else prio)
+        except BaseException:
+            keeper.invalidate()  # the lent pool may hold part of a pass
+            raise
+        keeper.lent([s.allocation for s in out.starts])
     stats = CycleStats(
         pending=len(snapshot.pending),
         running=len(snapshot.running),

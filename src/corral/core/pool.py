@@ -313,6 +313,15 @@ class Pool:
         for use in uses:
             self.take(use, cores=not suspended)
 
+    def give_allocation(self, alloc: Allocation) -> None:
+        """``give_job`` of a RUNNING job holding ``alloc``."""
+        _, _, uses, unit = _entry(self.table, alloc)
+        if unit:
+            self.give_units(uses, unit)
+            return
+        for use in uses:
+            self.give(use)
+
     def give_job(self, job: Job) -> None:
         if job.allocation is None:
             return
@@ -451,9 +460,17 @@ class PoolKeeper:
     whenever the nodes change (another ``NodeTable`` or up mask) or an allocation without
     core ids was taken, it is rebuilt from the snapshot. It is plain data updated by these
     methods: no clock, no I/O, and the decisions are the same as without it.
+
+    Lending (``lend``/``lent``): ``run_cycle`` lets its pass work on the kept pool itself,
+    not on a copy, and then reports the allocations of the cycle's starts, which the pass
+    has already taken from it. A job ``add``-ed with one of those very allocation objects
+    (RUNNING or COMPLETING) is then already in the pool; a lent allocation no job was added
+    with by the next cycle is given back. A pass that fails part-way leaves the pool
+    unknown: ``invalidate`` makes the next cycle rebuild it from the snapshot.
     """
 
-    __slots__ = ("table", "up", "pool", "ends", "_added", "_removed")
+    __slots__ = ("table", "up", "pool", "ends", "_added", "_removed", "_lent", "_held",
+                 "_dropped")
 
     def __init__(self) -> None:
         self.table: NodeTable | None = None
@@ -462,36 +479,77 @@ class PoolKeeper:
         self.ends: EndIndex | None = None
         self._added: dict[int, Job] = {}  # id(job) -> job, since the last cycle
         self._removed: list[Job] = []
+        # id(allocation) -> allocation: taken by the last cycle's pass, no job added yet
+        self._lent: dict[int, Allocation] = {}
+        # id(job) -> job: added with a lent allocation (in the pool, not in ``ends`` yet)
+        self._held: dict[int, Job] = {}
+        self._dropped: list[Job] = []  # such jobs removed again: in the pool only
 
     def add(self, job: Job) -> None:
         """``job`` (this record) is now part of the running set."""
+        a = job.allocation
+        if (self._lent and a is not None and job.state != JobState.SUSPENDED
+                and self._lent.pop(id(a), None) is a):
+            self._held[id(job)] = job
+            return
         self._added[id(job)] = job
 
     def remove(self, job: Job) -> None:
         """``job`` (the very record that was added, or was running at the first cycle) is
         no longer running."""
-        if self._added.pop(id(job), None) is None:
-            self._removed.append(job)
+        if self._added.pop(id(job), None) is not None:
+            return
+        if self._held.pop(id(job), None) is not None:
+            self._dropped.append(job)
+            return
+        self._removed.append(job)
 
     def replace(self, old: Job, new: Job) -> None:
         """A running job's record changed (e.g. RUNNING -> COMPLETING)."""
         self.remove(old)
         self.add(new)
 
-    def pool_for(self, table: NodeTable, up: int, running: Sequence[Job]) -> Pool:
-        """A copy of the kept pool, brought up to date (the caller's to mutate)."""
+    def invalidate(self) -> None:
+        """Forget the kept pool: the next cycle rebuilds it from the snapshot."""
+        self.pool = None
+
+    def _current(self, table: NodeTable, up: int, running: Sequence[Job]) -> Pool:
+        """The kept pool brought up to date with the reported changes."""
         pool = self.pool
         if pool is None or self.table is not table or self.up != up or pool.approx:
             pool = Pool(table, up)
             for j in running:
                 pool.take_job(j)
             self.table, self.up, self.pool, self.ends = table, up, pool, None
-        elif self._added or self._removed:
-            _apply_deltas(pool, self.ends, table, self._removed,
-                          list(self._added.values()))
+        else:
+            for a in self._lent.values():  # taken by the pass, never started
+                pool.give_allocation(a)
+            for j in self._dropped:
+                pool.give_job(j)
+            if self._added or self._removed:
+                _apply_deltas(pool, self.ends, table, self._removed,
+                              list(self._added.values()))
+            if self._held and self.ends is not None:
+                self.ends.update(table, (), self._held.values())
         self._added = {}
         self._removed = []
-        return pool.copy()
+        self._lent = {}
+        self._held = {}
+        self._dropped = []
+        return pool
+
+    def pool_for(self, table: NodeTable, up: int, running: Sequence[Job]) -> Pool:
+        """A copy of the kept pool, brought up to date (the caller's to mutate)."""
+        return self._current(table, up, running).copy()
+
+    def lend(self, table: NodeTable, up: int, running: Sequence[Job]) -> Pool:
+        """The kept pool itself, brought up to date, for one pass to take its starts from;
+        the caller reports them with ``lent`` (or calls ``invalidate``)."""
+        return self._current(table, up, running)
+
+    def lent(self, allocations: Iterable[Allocation]) -> None:
+        """The allocations the pass on the lent pool took (its starts)."""
+        self._lent = {id(a): a for a in allocations}
 
     def running_ends(self, table: NodeTable, config: SchedulerConfig,
                      running: Sequence[Job]) -> EndIndex:
