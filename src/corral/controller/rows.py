@@ -23,6 +23,9 @@ _DATA_FIELDS = (
 )
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators) makes one per call
+
+
 def mutable_columns(rec: JobRecord) -> dict[str, Any]:
     data: dict[str, Any] = {k: getattr(rec, k) for k in _DATA_FIELDS}
     data["hold"] = rec.hold.value
@@ -38,48 +41,38 @@ def mutable_columns(rec: JobRecord) -> dict[str, Any]:
         "exit_code": rec.exit_code,
         "restarts": rec.restarts,
         "nodes": ",".join(rec.allocation.node_names) if rec.allocation else "",
-        "data": json.dumps(data, separators=(",", ":")),
+        "data": _COMPACT.encode(data),
     }
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-_LEAVES = frozenset({str, int, float, bool, type(None)})
+_last_sub: list[Any] = [None, ""]  # (submission, its JSON): the tasks of an array share one
 
 
-def _plain(obj: Any) -> Any:
-    """``dataclasses.asdict`` for the immutable values of a submission, without its deep
-    copies (several times faster: the submit path calls it once per job). Leaves are
-    taken as they are without a call (most values: the environment's strings)."""
+def _fields_of(obj: Any) -> dict[str, Any]:
+    """``json`` calls this for what it cannot encode itself: a dataclass becomes the dict
+    of its fields (their values are encoded, and come back here, in turn)."""
     cls = type(obj)
-    if cls in _LEAVES:
-        return obj
     names = _FIELDS.get(cls)
     if names is None:
         if not dataclasses.is_dataclass(obj):
-            if cls is dict or isinstance(obj, dict):
-                return {k: v if type(v) in _LEAVES else _plain(v) for k, v in obj.items()}
-            if isinstance(obj, (list, tuple)):
-                return cls(v if type(v) in _LEAVES else _plain(v) for v in obj)
-            return obj
+            raise TypeError(f"Object of type {cls.__name__} is not JSON serializable")
         names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(obj))
-    out = {}
-    for n in names:
-        v = getattr(obj, n)
-        out[n] = v if type(v) in _LEAVES else _plain(v)
-    return out
+    return {n: getattr(obj, n) for n in names}
 
 
-_last_sub: list[Any] = [None, ""]  # (submission, its JSON): the tasks of an array share one
+_SUB_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_fields_of)
 
 
 def submission_json(sub: JobSubmission) -> str:
     """The stored JSON of a submission (``JobSubmission.to_json``), computed once per
-    submission object: every task of an array shares it."""
+    submission object: every task of an array shares it. Encoded by ``json`` in one
+    pass, dataclasses through ``_fields_of`` (the text of ``dataclasses.asdict`` + ``dumps``)."""
     if _last_sub[0] is sub:
         return str(_last_sub[1])
-    text = json.dumps(_plain(sub), separators=(",", ":"))
+    text = _SUB_ENCODER.encode(sub)
     _last_sub[0], _last_sub[1] = sub, text
     return text
 
