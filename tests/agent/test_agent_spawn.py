@@ -25,6 +25,7 @@ cat /proc/self/cgroup | sed 's/^/cg=/'
 ls /proc/self/fd | tr '\\n' ' ' | sed 's/^/fds=/'
 echo
 echo "odd=$(tr '\\0' '\\n' < /proc/$$/environ | grep -c '^ODD-NAME=')"
+echo "uni=$UNI"
 echo "args=$*"
 """
 
@@ -47,13 +48,15 @@ def test_job_process_is_the_same_either_way(mode_runner: JobRunner, tmp_path: Pa
     work = tmp_path / "w"
     work.mkdir()
     mode_runner.launch(make_request(61, work, PROBE, argv=("a1", "a 2"), mem_mb=64,
-                                    env={"ODD-NAME": "kept", "PATH": os.environ["PATH"]}))
+                                    env={"ODD-NAME": "kept", "PATH": os.environ["PATH"],
+                                         "UNI": "h\u00e9-\u2603"}))
     ex = wait_exits(mode_runner)[61]
     text = (work / "slurm-61.out").read_text()
     assert ex.state == "COMPLETED", (ex, text)
     lines = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln)
     pid, task = lines["pid"].split(" task")
     assert task == "=" + pid  # SLURM_TASK_PID is the batch process itself
+    assert lines["uni"] == "h\u00e9-\u2603"  # a non-ASCII environment keeps its offsets
     assert lines["cwd"] == str(work)
     blk = next(ln for ln in text.splitlines() if ln.startswith("SigBlk"))
     ign = next(ln for ln in text.splitlines() if ln.startswith("SigIgn"))

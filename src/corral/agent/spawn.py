@@ -101,6 +101,24 @@ def _packed(items: list[bytes]) -> tuple[ctypes.Array[ctypes.c_void_p], object, 
     return arr, buf, base
 
 
+def _packed_texts(texts: list[str]) -> tuple[ctypes.Array[ctypes.c_void_p], object, int, int]:
+    """``_packed`` over the encoded ``texts``, encoding them as one string (a call per
+    string costs more than the rest of the spawn's environment). Also returns the
+    buffer's size (the final NUL included)."""
+    joined = "\0".join(texts) + "\0"
+    blob = _encode(joined)
+    if len(blob) != len(joined):  # not ASCII: the byte offsets differ, one by one
+        items = [_encode(t) for t in texts]
+        arr, buf, base = _packed(items)
+        return arr, buf, base, sum(map(len, items)) + len(items) + 1
+    buf = ctypes.create_string_buffer(blob, len(blob))
+    base = ctypes.addressof(buf)
+    addrs = [base + off for off in itertools.accumulate((len(t) + 1 for t in texts[:-1]),
+                                                         initial=0)] if texts else []
+    arr = (ctypes.c_void_p * (len(texts) + 1))(*addrs)  # the last entry stays NULL
+    return arr, buf, base, len(blob) + 1
+
+
 def _encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")  # os.fsencode on Linux, cheaper
 
@@ -243,15 +261,15 @@ class Spawner:
                 rc = lib.posix_spawn_file_actions_adddup2(fa, src, dst)
                 if rc:
                     raise OSError(rc, os.strerror(rc))
-            items = [_encode(f"{k}={v}") for k, v in env.items()
+            texts = [f"{k}={v}" for k, v in env.items()
                      if not (pid_env and k == "SLURM_TASK_PID")]
             if pid_env:  # last, with room for the digits (the buffer is zero-filled)
-                items.append(b"SLURM_TASK_PID=" + b"\0" * _PID_DIGITS)
-            envp, keep_env, base = _packed(items)
+                texts.append("SLURM_TASK_PID=" + "\0" * _PID_DIGITS)
+            envp, keep_env, base, size = _packed_texts(texts)
             self._pid_at = 0
             if pid_env:
                 # the digits are the last _PID_DIGITS bytes before the final NUL
-                self._pid_at = base + sum(map(len, items)) + len(items) - _PID_DIGITS - 1
+                self._pid_at = base + size - _PID_DIGITS - 2
             argvp, keep_argv, _ = _packed([_encode(a) for a in argv])
             self._prepare = prepare or (lambda pid: None)
             self._abort = False
