@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from corral.core.config import PlacementMode, SchedulerConfig
-from corral.core.nodes import node_table
+from corral.core.nodes import iter_bits, lowest_bits, node_table
 from corral.core.placement import Placer
 from corral.core.pool import NodeUse, Pool
 from corral.core.shape import shape_of
@@ -48,3 +48,49 @@ def test_unit_take_equals_unit_fits_then_commit() -> None:
             compared += 1
     assert compared == 600 and 0 < placed < compared  # both outcomes were exercised
 
+
+
+def test_unit_take_with_memory_held_without_cores() -> None:
+    """Suspended jobs keep their memory but give their core back (``Pool.loose_mem``):
+    ``unit_take`` must still refuse nodes whose free memory is too small, like
+    ``unit_fits``."""
+    rng = random.Random(11)
+    config = SchedulerConfig()
+    cl = from_header(16, 32, machine="cores")
+    table, up = node_table(cl.nodes, cl.partitions)
+    part = cl.partitions[0]
+    a_placer, b_placer = Placer(table, PlacementMode.PACK), Placer(table, PlacementMode.PACK)
+    refused = placed = 0
+    for _ in range(300):
+        base = Pool(table, up)
+        for i in rng.sample(range(32), rng.randrange(0, 8)):  # suspended: memory only
+            base.take(NodeUse(i, 1, base.mem_free[i] - rng.randrange(0, 2), 0, ()),
+                      cores=False)
+        assert base.loose_mem or base.mem_free == list(table.mem)
+        procs = rng.choice([1, 2, 4, 8, 16, 32])
+        shape = shape_of(cl.spec_for(procs, 3600, "u", "g"), part, config)
+        a, b = base.copy(), base.copy()
+        plan_a = a_placer.unit_plan(shape, part.name, a)
+        assert plan_a is not None
+        chosen = a_placer.unit_fits(shape, a, plan_a[0], plan_a[1])
+        want = None if chosen is None else a_placer.commit(shape, part.name, a, chosen)
+        got = b_placer.unit_take(shape, part.name, b, plan_a[0], plan_a[1])
+        assert (want is None) == (got is None)
+        if want is not None and got is not None:
+            assert want.allocation == got.allocation
+            placed += 1
+        else:
+            refused += 1
+        assert _pool_state(a) == _pool_state(b)
+    assert placed and refused
+
+
+def test_lowest_bits_equals_the_bit_walk() -> None:
+    rng = random.Random(5)
+    for _ in range(3000):
+        n = rng.choice([1, 8, 64, 240, 257, 600, 8192])
+        m = rng.getrandbits(n)
+        if rng.random() < 0.3:
+            m &= rng.getrandbits(n) & rng.getrandbits(n)
+        k = rng.randrange(0, 300)
+        assert lowest_bits(m, k) == iter_bits(m)[:k]

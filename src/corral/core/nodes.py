@@ -18,6 +18,8 @@ and builds a new one otherwise. The cache is a bounded memo: results never depen
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import compress, islice
+from itertools import count as itertools_count
 
 from corral.core.model.node import Node, NodeSpec, NodeState
 from corral.core.model.partition import Partition
@@ -52,13 +54,34 @@ def bits_of(mask: int) -> tuple[int, ...]:
 
 
 def lowest_bits(mask: int, count: int) -> list[int]:
-    """The ``count`` lowest set bits of ``mask`` (fewer when it has fewer)."""
-    out: list[int] = []
-    while mask and len(out) < count:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
+    """The ``count`` lowest set bits of ``mask`` (fewer when it has fewer). A few bits are
+    peeled off one by one; more are read from the binary digits of 256-bit slices at C
+    level (``compress`` over the reversed digits), the same list either way."""
+    if count <= 8:
+        out: list[int] = []
+        while mask and count:
+            low = mask & -mask
+            out.append(low.bit_length() - 1)
+            mask ^= low
+            count -= 1
+        return out
+    out = []
+    base = 0
+    while mask and count > 0:
+        chunk = mask & _SLICE_MASK
+        if chunk:
+            got = list(islice(compress(itertools_count(base),
+                                       bin(chunk)[:1:-1].encode().translate(_DIGITS)), count))
+            out += got
+            count -= len(got)
+        mask >>= _SLICE
+        base += _SLICE
     return out
+
+
+_SLICE = 256
+_SLICE_MASK = (1 << _SLICE) - 1
+_DIGITS = bytes.maketrans(b"01", b"\x00\x01")  # binary digits as false/true bytes
 
 
 def mask_of(bits: Sequence[int]) -> int:

@@ -114,6 +114,7 @@ class Pool:
     __slots__ = (
         "table", "up", "core_mask", "cores_free", "mem_free", "gpu_mask", "gpus_free",
         "gres_free", "ge_cores", "ge_gpus", "idle", "version", "approx", "free_total",
+        "loose_mem",
     )
 
     def __init__(self, table: NodeTable, up: int) -> None:
@@ -133,6 +134,9 @@ class Pool:
         self.version = 0
         self.approx = False  # took an allocation without core ids (cannot be diffed)
         self.free_total = 0  # free cores on up nodes
+        # some memory was taken without a core (a suspended job, or a use without core
+        # ids): a node with a free core may then lack memory
+        self.loose_mem = False
         self._rebuild_masks()
 
     def _rebuild_masks(self) -> None:
@@ -171,6 +175,7 @@ class Pool:
         p.version = self.version
         p.approx = self.approx
         p.free_total = self.free_total
+        p.loose_mem = self.loose_mem
         return p
 
     # -- mutation ---------------------------------------------------------------------------
@@ -204,6 +209,8 @@ class Pool:
                     ge[c] &= ~bit
         if rest:
             self.mem_free[i] -= use.mem_mb
+            if use.mem_mb and (not cores or not use.core_bits):
+                self.loose_mem = True
             if use.gpu_bits:
                 old = self.gpus_free[i]
                 self.gpu_mask[i] &= ~use.gpu_bits
@@ -256,6 +263,8 @@ class Pool:
                 free = self.gres_free[i]
                 for name, n in use.gres:
                     free[name] = free.get(name, 0) + n
+        elif use.mem_mb and cores:
+            self.loose_mem = True  # a core back without its memory
         if (
             self.cores_free[i] == t.cores[i]
             and self.mem_free[i] == t.mem[i]

@@ -346,6 +346,7 @@ def _cap_node(view: Pool, i: int, c: int, m: int, g: int) -> None:
     if m < view.mem_free[i]:
         view.mem_free[i] = max(m, 0)
         view.idle &= ~bit
+        view.loose_mem = True
     if g < view.gpus_free[i]:
         old = view.gpus_free[i]
         view.gpu_mask[i] = _lowest(view.gpu_mask[i], g)
@@ -422,5 +423,6 @@ def virtual_pool(base: Pool, mask: int, cores: list[int], mem: list[int],
     p.version = 0
     p.approx = False
     p.free_total = 0
+    p.loose_mem = True  # per-node minimums: memory and cores need not agree
     p._rebuild_masks()
     return p

@@ -312,18 +312,25 @@ class Placer:
         if shape.exclusive or len(t.class_specs) != 1 or len(ge) < 2:
             chosen = self.unit_fits(shape, pool, cand, required)
             return None if chosen is None else self.commit(shape, partition, pool, chosen)
-        idx = unit_nodes(ts, cand & ge[1], required)
+        free = cand & ge[1]
+        idx = unit_nodes(ts, free, required)
         if idx is None:
             return None
         if not idx:
             return self.commit(shape, partition, pool, [[]])
         d = self.sets.demand_of(ts, 0)
         mem = d.mem_per_node or d.mem_per_task
-        if min(map(pool.mem_free.__getitem__, idx)) < mem:
+        # one class: every node has t.mem[idx[0]]; a node with a free core has all of it
+        # unless memory was taken without a core (``Pool.loose_mem``)
+        if (pool.loose_mem or mem > t.mem[idx[0]]) and (
+                min(map(pool.mem_free.__getitem__, idx)) < mem):
             return None  # memory held by a suspended job, or a node too small
         row = self._unit_rows.get((mem, ts.name)) or self._unit_row(
             Pick(idx[0], 1, 1, mem, 0, False), ts)
-        mask = sum(map((1).__lshift__, idx))
+        if required:
+            mask = sum(map((1).__lshift__, idx))
+        else:  # the lowest free nodes up to the last one chosen
+            mask = free & ((2 << idx[-1]) - 1)
         return self._take_row(partition, pool, row, idx, mask)
 
 
