@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal as _signal
@@ -398,6 +399,8 @@ def run_agent(controller: str, key: str, state_dir: Path, **kwargs: Any) -> None
         loop = asyncio.get_running_loop()
         for sig in (_signal.SIGINT, _signal.SIGTERM):
             loop.add_signal_handler(sig, daemon.stop)
+        gc.collect()  # the startup heap lives as long as the process: not walked again
+        gc.freeze()
         task = asyncio.create_task(daemon.run())
         await daemon._stop.wait()
         task.cancel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -212,6 +213,13 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
 
     async def main() -> None:
         await ctl.start()
+        # what exists now (modules, FastAPI's routes and models, the configuration, the
+        # jobs loaded from the store) lives as long as the process: out of the garbage
+        # collector's sight, so its full collections no longer walk it all (in a 3,000-job
+        # drain: 141 -> 82 ms of collections, each full one 30 ms -> 7 ms, a stall of
+        # every caller while it runs)
+        gc.collect()
+        gc.freeze()
         tmp = state_dir / "controller.json.tmp"
         tmp.write_text(json.dumps(info))
         os.replace(tmp, state_dir / "controller.json")
