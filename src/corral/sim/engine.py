@@ -90,6 +90,27 @@ def _snapshot_field(name: str) -> bool:
     return any(f.name == name for f in dataclasses.fields(ClusterSnapshot))
 
 
+def _snapshot_factory(template: ClusterSnapshot) -> Callable[[dict[str, Any]], ClusterSnapshot]:
+    """A maker of ``ClusterSnapshot``s from a complete field map, as the dataclass
+    constructor would build them with those keyword arguments but without its per-field
+    frozen ``object.__setattr__`` calls (one dict copy). ``ClusterSnapshot`` has no slots
+    and no ``__post_init__``, so its state is its instance ``__dict__``; if that ever
+    changes, the plain constructor is used."""
+    names = [f.name for f in dataclasses.fields(ClusterSnapshot)]
+    plain = (not hasattr(ClusterSnapshot, "__slots__")
+             and not hasattr(ClusterSnapshot, "__post_init__")
+             and sorted(vars(template)) == sorted(names))
+
+    def make(values: dict[str, Any]) -> ClusterSnapshot:
+        if not plain:
+            return ClusterSnapshot(**values)
+        snap = object.__new__(ClusterSnapshot)
+        vars(snap).update(values)
+        return snap
+
+    return make
+
+
 class Engine:
     """One simulation of ``workload`` on ``cluster``; call ``run()`` once."""
 
@@ -160,10 +181,11 @@ class Engine:
             config = dataclasses.replace(config, annotate_pending=False)
         until = math.inf if opt.until_s is None else opt.until_s
 
-        start = np.full(n, np.nan)
-        end = np.full(n, np.nan)
-        state = np.full(n, UNFINISHED, dtype=np.int8)
-        alloc_cpus = np.zeros(n, dtype=np.int64)
+        # per-job outcome: plain lists while running (cheaper element writes than numpy)
+        start: list[float] = [math.nan] * n
+        end: list[float] = [math.nan] * n
+        state: list[int] = [UNFINISHED] * n
+        alloc_cpus: list[int] = [0] * n
         allocations: dict[int, tuple[int, ...]] = {}
 
         pending: dict[int, Job] = {}
@@ -196,19 +218,18 @@ class Engine:
         dirty = False  # something other than last-ranked arrivals happened since a cycle
         fresh_need = 1 << 62  # smallest need among arrivals since the last cycle
 
-        def need_of(i: int) -> int:
-            return -(-procs[i] // ppn) if whole else demand[i]
+        # what a job needs free to start: CPUs, or whole nodes
+        needs = [-(-p // ppn) for p in procs] if whole else demand
 
         def add_pending(i: int) -> None:
-            k = need_of(i)
+            k = needs[i]
             c = size_count.get(k, 0)
             if c == 0:
                 heapq.heappush(size_heap, k)
             size_count[k] = c + 1
 
         def remove_pending(i: int) -> None:
-            k = need_of(i)
-            size_count[k] -= 1
+            size_count[needs[i]] -= 1
 
         def min_need() -> int:
             while size_heap and size_count.get(size_heap[0], 0) == 0:
@@ -232,6 +253,8 @@ class Engine:
 
         held_cpus: dict[int, int] = {}  # running job -> CPUs it holds
         track_nodes = whole or opt.record_allocations
+        # nothing but the free CPU count to update: done inline (``occupy`` otherwise)
+        count_only = not track_nodes and not self.track_usage
 
         def occupy(i: int, job: Job, sign: int) -> None:
             nonlocal free_cpus, idle_nodes
@@ -265,28 +288,35 @@ class Engine:
         keeper = PoolKeeper() if opt.keep_pool else None
 
         def finish(i: int, t: float, st: int) -> None:
+            nonlocal free_cpus
             job = running.pop(i)
             if keeper is not None:
                 keeper.remove(job)
-            occupy(i, job, -1)
+            if count_only:
+                free_cpus += held_cpus.pop(i)
+            else:
+                occupy(i, job, -1)
             end[i] = t
             state[i] = st
 
+        template = ClusterSnapshot(nodes=cl.nodes, partitions=cl.partitions, qos=cl.qos,
+                                   accounts=self.tree)
+        fields = dict(vars(template))
+        new_snapshot = _snapshot_factory(template)
+
         def cycle(now: float) -> None:
-            nonlocal cycles, core_s, reserved, last_reservations, seq, done
+            nonlocal cycles, core_s, reserved, last_reservations, seq, done, free_cpus
             cycles += 1
-            kwargs: dict[str, Any] = {}
+            fields["pending"] = tuple(pending.values())
+            fields["running"] = tuple(running.values())
+            fields["generation"] = cycles
             if self.pass_reserved:
-                kwargs["reserved"] = reserved
+                fields["reserved"] = reserved
             if self.pass_reservations:
-                kwargs["reservations"] = last_reservations
+                fields["reservations"] = last_reservations
             if self.track_usage:
-                kwargs["usage"] = {a: usage_to(a, now) for a in list(usage_rate) + list(usage)}
-            snap = ClusterSnapshot(
-                nodes=cl.nodes, partitions=cl.partitions, qos=cl.qos, accounts=self.tree,
-                pending=tuple(pending.values()), running=tuple(running.values()),
-                generation=cycles, **kwargs,
-            )
+                fields["usage"] = {a: usage_to(a, now) for a in list(usage_rate) + list(usage)}
+            snap = new_snapshot(fields)
             t0 = time.perf_counter()
             res = run_cycle(snap, config, now, keeper=keeper)
             core_s += time.perf_counter() - t0
@@ -325,9 +355,14 @@ class Engine:
                 running[i] = started
                 if keeper is not None:
                     keeper.add(started)
-                occupy(i, started, +1)
+                if count_only:
+                    cpus = held_cpus[i] = sum(map(_NODE_CPUS, s.allocation.nodes))
+                    free_cpus -= cpus
+                else:
+                    occupy(i, started, +1)
+                    cpus = held_cpus[i]
                 start[i] = now
-                alloc_cpus[i] = held_cpus[i]
+                alloc_cpus[i] = cpus
                 if opt.record_allocations:
                     allocations[i] = tuple(ni for ni, _ in alloc_nodes[i])
                 killed = kill and run_s[i] > lim
@@ -360,7 +395,7 @@ class Engine:
             if demand[i] > total_cpus:
                 force = True  # let the core reject it
             if self.arrivals_rank_last:
-                fresh_need = min(fresh_need, need_of(i))
+                fresh_need = min(fresh_need, needs[i])
             else:
                 dirty = True
 
@@ -383,7 +418,7 @@ class Engine:
                                                allocation=None, restarts=job.restarts + 1)
                 pending[i] = requeued
                 add_pending(i)
-                start[i] = np.nan
+                start[i] = math.nan
             else:
                 finish(i, t, PREEMPTED)
                 done += 1
@@ -455,7 +490,9 @@ class Engine:
                     "placement": config.placement.value, "machine": cl.description}
         return SimResult(
             label=opt.label or f"{config.ordering.value}/{config.backfill.value}",
-            workload=wl, start_s=start, end_s=end, state=state, alloc_cpus=alloc_cpus,
+            workload=wl, start_s=np.array(start, dtype=np.float64),
+            end_s=np.array(end, dtype=np.float64), state=np.array(state, dtype=np.int8),
+            alloc_cpus=np.array(alloc_cpus, dtype=np.int64),
             total_cpus=total_cpus, total_nodes=cl.total_nodes, node_names=cl.node_names,
             samples_t=np.frombuffer(samples_t, dtype=np.float64).copy(),
             samples_pending=np.frombuffer(samples_q, dtype=np.float64).copy(),
