@@ -53,6 +53,8 @@ def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
     ``fcfs``: every job's priority is ``-submit_time`` (``Ordering.FCFS``) and ``prio`` is
     not read; without tiers or admin priorities the order is then ``(submit_time, id)``,
     sorted on a C-level key (the same order, since ``-(-s) == s``)."""
+    if len(pending) < 2:  # one job (or none) is in its only order
+        return list(pending)
     get = prio.get
     tiers, one_tier = _tiers(partitions)
     if fcfs and one_tier and not any(map(is_not, map(_ADMIN, pending), repeat(None))):

@@ -74,6 +74,7 @@ from corral.core.snapshot import ClusterSnapshot
 _RUNNABLE = (PartitionState.UP, PartitionState.DRAIN)
 _NOT_LEAN = (0, 0, 0, 0, 0, "")
 _LEAN_CHUNK = 2048
+_LEAN_SMALL = 8  # slices up to this size are counted job by job (``Pass._lean_few``)
 _L_FLAG, _L_NEED, _L_WANT, _L_NREQ, _L_DUR, _L_PART = (itemgetter(k) for k in range(6))
 _HOLD = attrgetter("hold")
 _ARRAY_MAX = attrgetter("array_max_running")
@@ -338,14 +339,17 @@ class Pass(Planner, Preemptor):
         pool = self.pool
         ge = pool.ge_cores
         free = (pool.up & ge[1]).bit_count() if len(ge) > 1 else 0
-        now, res = prof.now, prof.resolution
-        mins = prof.running_min()
         used = tested = 0
         size = 8  # slices grow while whole slices are counted: a run that stops at once
         while pos + used < len(rest):  # (a job to place, or not lean) costs little
             start = pos + used
-            got, t = self._lean_chunk(rest[start:start + size], leans, noop, limit,
-                                      free, now, res, mins, prof.times)
+            if size <= _LEAN_SMALL:
+                got, t = self._lean_few(rest, start, min(len(rest), start + size), leans,
+                                        noop, limit, free, prof)
+            else:
+                got, t = self._lean_chunk(rest[start:start + size], leans, noop, limit,
+                                          free, prof.now, prof.resolution,
+                                          prof.running_min(), prof.times)
             used += got
             tested += t
             if self.out.tested + tested > max_test:  # the loop stops at the job over it
@@ -357,6 +361,35 @@ class Pass(Planner, Preemptor):
             size = min(size * 4, _LEAN_CHUNK)
         self.out.tested += tested
         return used, tested, False
+
+    def _lean_few(self, rest: list[Job], lo: int, hi: int,
+                  leans: dict[int, tuple[int, int, int, int, int, str]], noop: set[str],
+                  limit: int, free: int, prof: CountProfile) -> tuple[int, int]:
+        """``_lean_chunk`` on ``rest[lo:hi]`` job by job, for the first few jobs: the same
+        verdicts (in the run: lean, plain and either skipped or refused by the running
+        minimum) without building the C-level pipeline, which costs more than a few jobs."""
+        tested = 0
+        mins: list[int] | None = None
+        now, res = prof.now, prof.resolution
+        for k in range(lo, hi):
+            job = rest[k]
+            info = leans.get(id(job.spec))
+            if (info is None or not info[0] or job.time_limit_s is not None
+                    or job.hold is not HoldKind.NONE or job.array_max_running is not None
+                    or info[5] not in noop):
+                return k - lo, tested
+            if info[1] > limit:
+                continue  # skipped by the prefilter
+            n = max(info[3], min(info[2], free))
+            end = now + info[4]
+            if res > 1:
+                end = ceil(end / res) * res
+            if mins is None:
+                mins = prof.running_min()
+            if mins[bisect_left(prof.times, end)] >= n:
+                return k - lo, tested  # allowed: the loop places it
+            tested += 1
+        return hi - lo, tested
 
     def _lean_chunk(self, jobs: list[Job],
                     leans: dict[int, tuple[int, int, int, int, int, str]], noop: set[str],
