@@ -44,20 +44,24 @@ def raw_end(job: Job, table: NodeTable, config: SchedulerConfig) -> float:
 class EndIndex:
     """Distinct planned end times of running jobs (sorted) and the nodes each frees."""
 
-    __slots__ = ("config", "ends", "nodes")
+    __slots__ = ("config", "ends", "nodes", "_end_of")
 
     def __init__(self, config: SchedulerConfig, table: NodeTable, jobs: Iterable[Job]) -> None:
         self.config = config
         self.ends: list[float] = []
         self.nodes: dict[float, int] = {}
+        # id(job) -> (job, its planned end) for the jobs added, so removing one does not
+        # work its end out again (the record is held: its id cannot be reused meanwhile)
+        self._end_of: dict[int, tuple[Job, float]] = {}
         self.update(table, (), jobs)
 
     def update(self, table: NodeTable, removed: Iterable[Job], added: Iterable[Job]) -> None:
-        ends, nodes, config = self.ends, self.nodes, self.config
+        ends, nodes, config, end_of = self.ends, self.nodes, self.config, self._end_of
         for j in removed:
             if j.allocation is None:
                 continue
-            e = raw_end(j, table, config)
+            got = end_of.pop(id(j), None)
+            e = got[1] if got is not None and got[0] is j else raw_end(j, table, config)
             if e == INF:
                 continue
             left = nodes[e] - len(j.allocation.nodes)
@@ -70,6 +74,7 @@ class EndIndex:
             if j.allocation is None:
                 continue
             e = raw_end(j, table, config)
+            end_of[id(j)] = (j, e)
             if e == INF:
                 continue
             n = nodes.get(e)

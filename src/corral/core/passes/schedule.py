@@ -309,6 +309,10 @@ class Pass(Planner, Preemptor):
         if not jobs:
             return jobs
         need = self._needs()
+        if len(jobs) <= _LEAN_SMALL:  # a few: cheaper than building the pipeline
+            get = need.get
+            return [j for j in jobs
+                    if get(id(j.spec), 0) <= limit or j.time_limit_s is not None]
         small = map(le, map(need.get, map(id, map(_SPEC, jobs)), repeat(0)), repeat(limit))
         own_limit = map(is_not, map(_TIME_LIMIT, jobs), repeat(None))
         return list(compress(jobs, map(or_, small, own_limit)))
