@@ -15,8 +15,7 @@ priorities every cycle. An ``admin_priority`` overrides the computed priority.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from itertools import repeat
-from operator import attrgetter, is_not
+from operator import attrgetter
 
 from corral.core.config import ReservationPolicy
 from corral.core.model.job import Job
@@ -57,7 +56,8 @@ def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
         return list(pending)
     get = prio.get
     tiers, one_tier = _tiers(partitions)
-    if fcfs and one_tier and not any(map(is_not, map(_ADMIN, pending), repeat(None))):
+    # no admin priority set (int or None: ``count`` finds exactly the Nones)
+    if fcfs and one_tier and list(map(_ADMIN, pending)).count(None) == len(pending):
         return _highest_first(sorted(pending, key=_SUBMIT_ID), reserved, policy)
 
     def prio_of(j: Job) -> float:
