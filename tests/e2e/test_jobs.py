@@ -255,7 +255,9 @@ def test_begin_time_and_estimated_start(cluster: Cluster) -> None:
     cluster.client.cancel([big, nxt])
 
 
-def test_foreground_up_stops_on_ctrl_c(tmp_path: object) -> None:
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_foreground_up_stops_on_ctrl_c(tmp_path: object, signame: str) -> None:
+    """Ctrl-C, kill and a closed terminal all stop both daemons, not `corral up` alone."""
     import signal
     import subprocess
     import sys
@@ -277,13 +279,23 @@ def test_foreground_up_stops_on_ctrl_c(tmp_path: object) -> None:
                 break
         assert "is up" in banner and "corral submit" in banner, banner
         info = json.loads((root / "s" / "controller.json").read_text())
-        p.send_signal(signal.SIGINT)
-        assert p.wait(timeout=30) == 0
+        agent_pid = int((root / "s" / "agent.pid").read_text())
+        p.send_signal(getattr(signal, signame))
+        out, _ = p.communicate(timeout=30)
+        assert p.returncode == 0, out
+        assert "stopping the cluster" in out and "a daemon exited" not in out, out
         from tests.e2e.cluster import _alive
 
-        assert not _alive(int(info["pid"]))
+        assert not _alive(int(info["pid"])) and not _alive(agent_pid)
         assert not (root / "s" / "corral.sock").exists()
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
+        for pid_file in (root / "s" / "agent.pid", root / "s" / "controller.json"):
+            try:  # a failed run must not leave its daemons behind
+                text = pid_file.read_text()
+                os.kill(int(json.loads(text)["pid"]) if text.startswith("{") else int(text),
+                        signal.SIGKILL)
+            except (OSError, ValueError, KeyError):
+                pass

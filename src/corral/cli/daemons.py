@@ -189,7 +189,13 @@ def up(
     if detach:
         _print_banner(sd, sock, pong, cfg.cluster_name, detach)
         return
-    # from here on Ctrl-C, wherever it lands (even during the banner), stops the cluster
+    # from here on Ctrl-C, wherever it lands (even during the banner), stops the cluster;
+    # so do SIGTERM and SIGHUP (kill, a service manager, a closed terminal), which would
+    # otherwise end this process alone and leave both daemons running without it; and
+    # SIGINT even when it was inherited ignored (started with `&` from a script)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
     try:
         _print_banner(sd, sock, pong, cfg.cluster_name, detach)
         while all(p.poll() is None for p in procs):
@@ -207,6 +213,10 @@ def up(
             (sd / "agent.pid").unlink()
         except OSError:
             pass
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _print_banner(sd: Path, sock: Path, pong: dict[str, Any], cluster: str, detach: bool) -> None:
