@@ -9,12 +9,31 @@ from corral.core.config import PlacementMode, SchedulerConfig
 from corral.core.nodes import iter_bits, lowest_bits, node_table
 from corral.core.placement import Placer
 from corral.core.pool import NodeUse, Pool
-from corral.core.shape import shape_of
+from corral.core.shape import Shape, shape_of
 from corral.sim.cluster import from_header
 
 
 def _pool_state(p: Pool) -> tuple[object, ...]:
     return (p.core_mask, p.cores_free, p.mem_free, p.ge_cores, p.idle, p.free_total)
+
+
+def _take_both_ways(a_placer: Placer, b_placer: Placer, shape: Shape, part_name: str,
+                    base: Pool) -> bool:
+    """``unit_fits`` + ``commit`` on one copy of ``base``, ``unit_take`` on another: the
+    same allocation (or both refuse) and the same pool after. True when it placed."""
+    a, b = base.copy(), base.copy()
+    plan_a = a_placer.unit_plan(shape, part_name, a)
+    plan_b = b_placer.unit_plan(shape, part_name, b)
+    assert plan_a is not None and plan_a == plan_b
+    chosen = a_placer.unit_fits(shape, a, plan_a[0], plan_a[1])
+    want = None if chosen is None else a_placer.commit(shape, part_name, a, chosen)
+    got = b_placer.unit_take(shape, part_name, b, plan_b[0], plan_b[1])
+    assert (want is None) == (got is None)
+    assert _pool_state(a) == _pool_state(b)
+    if want is None or got is None:
+        return False
+    assert want.allocation == got.allocation and want.uses == got.uses
+    return True
 
 
 def test_unit_take_equals_unit_fits_then_commit() -> None:
@@ -32,19 +51,7 @@ def test_unit_take_equals_unit_fits_then_commit() -> None:
                 base.take_units((NodeUse(i, 1, base.mem_free[i] // 2, 0, ()),), 1 << i)
             procs = rng.choice([1, 2, 3, 8, 17, 40, 64])
             shape = shape_of(cl.spec_for(procs, 3600, "u", "g"), part, config)
-            a, b = base.copy(), base.copy()
-            plan_a = a_placer.unit_plan(shape, part.name, a)
-            plan_b = b_placer.unit_plan(shape, part.name, b)
-            assert plan_a is not None and plan_a == plan_b
-            chosen = a_placer.unit_fits(shape, a, plan_a[0], plan_a[1])
-            want = None if chosen is None else a_placer.commit(shape, part.name, a, chosen)
-            got = b_placer.unit_take(shape, part.name, b, plan_b[0], plan_b[1])
-            assert (want is None) == (got is None)
-            if want is not None and got is not None:
-                assert want.allocation == got.allocation
-                assert want.uses == got.uses
-                placed += 1
-            assert _pool_state(a) == _pool_state(b)
+            placed += _take_both_ways(a_placer, b_placer, shape, part.name, base)
             compared += 1
     assert compared == 600 and 0 < placed < compared  # both outcomes were exercised
 
@@ -69,19 +76,10 @@ def test_unit_take_with_memory_held_without_cores() -> None:
         assert base.loose_mem or base.mem_free == list(table.mem)
         procs = rng.choice([1, 2, 4, 8, 16, 32])
         shape = shape_of(cl.spec_for(procs, 3600, "u", "g"), part, config)
-        a, b = base.copy(), base.copy()
-        plan_a = a_placer.unit_plan(shape, part.name, a)
-        assert plan_a is not None
-        chosen = a_placer.unit_fits(shape, a, plan_a[0], plan_a[1])
-        want = None if chosen is None else a_placer.commit(shape, part.name, a, chosen)
-        got = b_placer.unit_take(shape, part.name, b, plan_a[0], plan_a[1])
-        assert (want is None) == (got is None)
-        if want is not None and got is not None:
-            assert want.allocation == got.allocation
+        if _take_both_ways(a_placer, b_placer, shape, part.name, base):
             placed += 1
         else:
             refused += 1
-        assert _pool_state(a) == _pool_state(b)
     assert placed and refused
 
 

@@ -116,6 +116,15 @@ priority_tier = 2
 """
 
 
+def preempt_toml(mode: str = "requeue") -> str:
+    """``PREEMPT_TOML`` with preemption by ``requeue``, or by ``cancel`` after a 30 s grace."""
+    if mode == "requeue":
+        return PREEMPT_TOML
+    text = PREEMPT_TOML.replace('type = "partition_prio"\nmode = "requeue"',
+                                f'type = "partition_prio"\nmode = "{mode}"\ngrace_s = 30')
+    return text.replace('preempt_mode = "requeue"', f'preempt_mode = "{mode}"')
+
+
 def test_queue_map_and_preemption_requeue(tmp_path: Path) -> None:
     """A high-tier job (SWF queue 0) preempts a low-tier one (queue 1), which is requeued
     and runs again from the start once the machine is free."""
@@ -145,11 +154,8 @@ def test_preemption_cancel_after_grace(tmp_path: Path) -> None:
     t=40 (and is not picked twice), ends PREEMPTED; the preemptor starts at t=40."""
     from corral.sim.result import PREEMPTED
 
-    text = PREEMPT_TOML.replace('type = "partition_prio"\nmode = "requeue"',
-                                'type = "partition_prio"\nmode = "cancel"\ngrace_s = 30')
-    text = text.replace('preempt_mode = "requeue"', 'preempt_mode = "cancel"')
     p = tmp_path / "corral.toml"
-    p.write_text(text)
+    p.write_text(preempt_toml("cancel"))
     cl = from_config(p).with_queue_map("0=high,1=low")
     wl = wl_of([(0, 1000, 1000, 4), (10, 100, 100, 4), (20, 50, 50, 2)], 2, 4)
     wl = dataclasses.replace(wl, queue_id=np.array([1, 0, 0]))

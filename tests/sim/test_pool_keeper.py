@@ -21,7 +21,7 @@ from corral.sim.engine import EngineOptions, simulate
 from corral.sim.swf import read_swf
 from corral.sim.workload import ExceedPolicy, Workload, build_workload, select
 
-from .test_cluster_config import PREEMPT_TOML
+from .test_cluster_config import preempt_toml
 from .test_engine import wl_of
 
 
@@ -51,13 +51,8 @@ def test_kept_pool_matches_the_diffed_pool(traces_dir: Path, backfill: BackfillM
 
 @pytest.mark.parametrize("mode", ["requeue", "cancel"])
 def test_kept_pool_follows_preemption(tmp_path: Path, mode: str) -> None:
-    text = PREEMPT_TOML
-    if mode == "cancel":
-        text = text.replace('type = "partition_prio"\nmode = "requeue"',
-                            'type = "partition_prio"\nmode = "cancel"\ngrace_s = 30')
-        text = text.replace('preempt_mode = "requeue"', 'preempt_mode = "cancel"')
     p = tmp_path / "corral.toml"
-    p.write_text(text)
+    p.write_text(preempt_toml(mode))
     cl = from_config(p).with_queue_map("0=high,1=low")
     rows = [(0, 1000, 1000, 4), (10, 100, 100, 4), (20, 50, 50, 2), (30, 500, 600, 1),
             (40, 20, 30, 3), (45, 300, 300, 2)]
