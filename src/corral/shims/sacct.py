@@ -87,31 +87,9 @@ def _split(values: list[str]) -> list[str]:
     return out
 
 
-def _batch_step(rec: dict[str, Any], now: float) -> dict[str, Any] | None:
-    """The ``.batch`` row Slurm accounting shows for a started batch job."""
-    if not rec.get("start_time") or rec.get("interactive"):
-        return None
-    state = sf.job_state(rec)
-    signal = int(rec.get("signal") or 0)
-    exit_code = int(rec.get("exit_code") or 0)
-    if state in ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE"):
-        step_state, exit_code, signal = "CANCELLED", 0, signal or 15
-    elif state == "COMPLETING":
-        step_state = "RUNNING"
-    else:
-        step_state = state
-    nodes = rec.get("nodes") or []
-    return {
-        "id": "batch", "name": "batch", "state": step_state, "exit_code": exit_code,
-        "signal": signal, "start_time": rec.get("start_time"),
-        "end_time": rec.get("end_time"), "nodes": nodes[:1], "ntasks": 1,
-        "num_cpus": rec.get("num_cpus"),
-    }
-
-
 def _steps(rec: dict[str, Any], now: float) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    batch = _batch_step(rec, now)
+    batch = sf.batch_step(rec)
     if batch is not None:
         out.append(batch)
     for st in rec.get("steps") or []:

@@ -241,3 +241,26 @@ def fill_default_partition(records: list[Record], client: Any) -> None:
     for r in records:
         if not r.get("partition"):
             r["partition"] = default
+
+
+def batch_step(rec: Record) -> Record | None:
+    """The ``.batch`` step of a started batch job (sacct's row, squeue -s's line); None
+    for a job not started yet or without a batch script (srun/salloc allocations)."""
+    if not rec.get("start_time") or rec.get("interactive"):
+        return None
+    state = job_state(rec)
+    signal = int(rec.get("signal") or 0)
+    exit_code = int(rec.get("exit_code") or 0)
+    if state in ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE"):
+        step_state, exit_code, signal = "CANCELLED", 0, signal or 15
+    elif state == "COMPLETING":
+        step_state = "RUNNING"
+    else:
+        step_state = state
+    nodes = rec.get("nodes") or []
+    return {
+        "id": "batch", "name": "batch", "state": step_state, "exit_code": exit_code,
+        "signal": signal, "start_time": rec.get("start_time"),
+        "end_time": rec.get("end_time"), "nodes": nodes[:1], "ntasks": 1,
+        "num_cpus": rec.get("num_cpus"),
+    }

@@ -69,15 +69,6 @@ def parse_step_list(words: list[str]) -> list[JobRef]:
     return refs
 
 
-def _batch_row(job: Record) -> Record | None:
-    if not job.get("start_time") or job.get("interactive"):
-        return None
-    nodes = job.get("nodes") or []
-    return {"job": job, "step_label": f"{sf.shown_id(job)}.batch", "step_key": -1,
-            "name": "batch", "start_time": job.get("start_time"), "nodes": nodes[:1],
-            "ntasks": 1, "num_cpus": job.get("num_cpus"), "step": "batch"}
-
-
 def step_rows(jobs: list[Record], wanted: list[JobRef] | None) -> list[Record]:
     """The running steps of ``jobs`` (records carrying ``steps``), narrowed by ``wanted``."""
     rows: list[Record] = []
@@ -85,9 +76,10 @@ def step_rows(jobs: list[Record], wanted: list[JobRef] | None) -> list[Record]:
         if sf.job_state(job) not in ("RUNNING", "COMPLETING"):
             continue
         candidates: list[Record] = []
-        batch = _batch_row(job)
+        batch = sf.batch_step(job)
         if batch is not None:
-            candidates.append(batch)
+            candidates.append({**batch, "job": job, "step_label": f"{sf.shown_id(job)}.batch",
+                               "step_key": -1, "step": "batch"})
         for st in job.get("steps") or []:
             if st.get("end_time") is not None or st.get("state") not in (None, "RUNNING"):
                 continue
