@@ -13,10 +13,12 @@ against the previous call when the nodes are unchanged), compute priorities
 (``corral.core.priority.compute``), order the queue (``passes.order``), and run the queue
 pass (``passes.schedule``) for the configured backfill mode.
 
-Fast path: when preemption is off, no core is free on any up node and nothing needs to be
-annotated (``annotate_pending=False``), nothing can start, so the cycle returns at once
+Fast paths: when preemption is off, no core is free on any up node and nothing needs to
+be annotated (``annotate_pending=False``), nothing can start, so the cycle returns at once
 (carrying persistent reservations over). Under ``ReservationPolicy.HIGHEST`` this happens
-only once a reservation exists, so the job that blocks first keeps its place.
+only once a reservation exists, so the job that blocks first keeps its place. One pending
+job that starts at once on one-core nodes is decided without building the pass
+(``passes.alone``: the same decision, from the pass's own memos).
 
 Reading the result: ``starts`` (exact allocations), ``reservations`` (planned starts),
 ``preemptions``, ``rejects`` (can never run as asked), ``pending`` (a ``PendingInfo`` per
@@ -30,6 +32,7 @@ from corral.core import priority
 from corral.core.config import Ordering, PreemptType, ReservationPolicy, SchedulerConfig
 from corral.core.decisions import CycleResult, CycleStats
 from corral.core.nodes import node_table
+from corral.core.passes.alone import start_alone
 from corral.core.passes.order import order_jobs
 from corral.core.passes.schedule import Pass, reserved_ids
 from corral.core.pool import PoolKeeper, build_pool
@@ -56,11 +59,20 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
             stats=CycleStats(pending=len(snapshot.pending), running=len(snapshot.running)),
             reserved=snapshot.reserved if highest else (),
         )
+    if len(snapshot.pending) == 1 and config.preempt_type == PreemptType.NONE:
+        # one job that starts now: the pass's decision without the pass (``passes.alone``)
+        start = start_alone(snapshot, config, snapshot.pending[0], table, pool)
+        if start is not None:
+            if keeper is not None:
+                keeper.lent((start.allocation,))
+            return CycleResult(starts=(start,), stats=CycleStats(
+                pending=1, running=len(snapshot.running), started=1))
     fcfs = config.ordering is Ordering.FCFS
     # FCFS: every priority is -submit_time; the pass reads it off the job (no O(queue) map)
     prio = {} if fcfs else priority.compute(snapshot, config, now)
     order = order_jobs(snapshot.pending, prio, reserved_ids(snapshot, config),
-                       config.reservation_policy, snapshot.partitions, fcfs=fcfs)
+                       config.reservation_policy, snapshot.partitions, fcfs=fcfs,
+                       in_submit_order=snapshot.pending_in_submit_order)
     if keeper is None:
         out = Pass(snapshot, config, now, table, pool).run(order, None if fcfs else prio)
     else:
@@ -103,3 +115,19 @@ def clear_caches() -> None:
     pool._LAST.clear()
     pool._COMPILED.clear()
     shape._SHAPES.clear()
+    trim_caches()
+
+
+def trim_caches() -> None:
+    """Drop the memos that grow with every job seen (compiled allocations, running jobs'
+    planned ends, bit lists of masks) and keep those that grow only with distinct nodes
+    and requests (node tables with their plans and placer rows, shapes). A long-lived
+    caller trims often and clears (``clear_caches``) rarely: the kept memos would only be
+    rebuilt, while the trimmed ones hold records of jobs long gone. Results never depend
+    on either."""
+    from corral.core import nodes, pool
+    from corral.core.passes import state
+
+    pool._COMPILED.clear()
+    state._ENDS.clear()
+    nodes._BITS.clear()

@@ -45,7 +45,7 @@ import numpy as np
 
 from corral.core import ClusterSnapshot, SchedulerConfig, run_cycle
 from corral.core.config import BackfillMode, Ordering, PreemptType
-from corral.core.cycle import clear_caches  # frees the core's memos on long traces
+from corral.core.cycle import clear_caches, trim_caches  # bound the core's memos
 from corral.core.decisions import Reserve
 from corral.core.model.account import AccountTree
 from corral.core.model.job import Job, JobSpec, JobState
@@ -58,7 +58,11 @@ from corral.sim.workload import ExceedPolicy, Workload
 ProgressFn = Callable[[int, int], None]
 LN2 = math.log(2.0)
 _NODE_CPUS = attrgetter("cpus")
-CLEAR_EVERY = 5_000  # cycles between clearing the core's memos (they hold every spec seen)
+# the core's memos on long traces: the per-job ones are trimmed every TRIM_EVERY cycles,
+# the per-request ones (plans, shapes: one per distinct request) cleared only once
+# CLEAR_SPECS new requests have been seen since the last clear
+TRIM_EVERY = 5_000
+CLEAR_SPECS = 10_000
 
 
 
@@ -308,6 +312,9 @@ class Engine:
             nonlocal cycles, core_s, reserved, last_reservations, seq, done, free_cpus
             cycles += 1
             fields["pending"] = tuple(pending.values())
+            if out_of_order:  # requeued jobs still pending break the arrival order
+                out_of_order.intersection_update(pending)
+            fields["pending_in_submit_order"] = not out_of_order
             fields["running"] = tuple(running.values())
             fields["generation"] = cycles
             if self.pass_reserved:
@@ -320,8 +327,12 @@ class Engine:
             t0 = time.perf_counter()
             res = run_cycle(snap, config, now, keeper=keeper)
             core_s += time.perf_counter() - t0
-            if cycles % CLEAR_EVERY == 0:
-                clear_caches()  # bound the core's cross-cycle memos on long traces
+            if cycles % TRIM_EVERY == 0:
+                if len(specs) >= CLEAR_SPECS:
+                    specs.clear()  # equal requests made from now on get new specs
+                    clear_caches()
+                else:
+                    trim_caches()
             for rj in res.rejects:
                 if rj.job_id in pending:
                     remove_pending(rj.job_id)
@@ -377,6 +388,9 @@ class Engine:
                 r.job_id for r in res.reservations)
 
         preempt_mode: dict[int, PreemptMode] = {}
+        # pending jobs out of (submit time, id) order; ``pending`` is in arrival order,
+        # which is that order (the workload is sorted by submit time, ids are positions)
+        out_of_order: set[int] = set()
         timeout_flag: dict[int, bool] = {}
 
         # one JobSpec object per distinct request: the core memoizes plans and shapes by
@@ -417,6 +431,7 @@ class Engine:
                 requeued = dataclasses.replace(job, state=JobState.PENDING, start_time=None,
                                                allocation=None, restarts=job.restarts + 1)
                 pending[i] = requeued
+                out_of_order.add(i)  # appended after later arrivals
                 add_pending(i)
                 start[i] = math.nan
             else:

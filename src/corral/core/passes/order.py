@@ -46,19 +46,22 @@ def effective_priority(job: Job, prio: Mapping[int, float]) -> float:
 
 def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
                reserved: Sequence[int], policy: ReservationPolicy,
-               partitions: Sequence[Partition] = (), fcfs: bool = False) -> list[Job]:
+               partitions: Sequence[Partition] = (), fcfs: bool = False,
+               in_submit_order: bool = False) -> list[Job]:
     """Pending jobs in the order the passes consider them.
 
     ``fcfs``: every job's priority is ``-submit_time`` (``Ordering.FCFS``) and ``prio`` is
     not read; without tiers or admin priorities the order is then ``(submit_time, id)``,
-    sorted on a C-level key (the same order, since ``-(-s) == s``)."""
+    sorted on a C-level key (the same order, since ``-(-s) == s``), or taken as it is when
+    the caller vouches that ``pending`` is in that order already (``in_submit_order``)."""
     if len(pending) < 2:  # one job (or none) is in its only order
         return list(pending)
     get = prio.get
     tiers, one_tier = _tiers(partitions)
     # no admin priority set (int or None: ``count`` finds exactly the Nones)
     if fcfs and one_tier and list(map(_ADMIN, pending)).count(None) == len(pending):
-        return _highest_first(sorted(pending, key=_SUBMIT_ID), reserved, policy)
+        jobs = list(pending) if in_submit_order else sorted(pending, key=_SUBMIT_ID)
+        return _highest_first(jobs, reserved, policy)
 
     def prio_of(j: Job) -> float:
         if j.admin_priority is not None:
