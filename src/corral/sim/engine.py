@@ -325,6 +325,11 @@ class Engine:
         fields = dict(vars(template))
         new_snapshot = _snapshot_factory(template)
 
+        pass_reserved, pass_reservations = self.pass_reserved, self.pass_reservations
+        track_usage, record_allocations = self.track_usage, opt.record_allocations
+        perf_counter, heappush, running_state = time.perf_counter, heapq.heappush, JobState.RUNNING
+        keeper_add = keeper.add if keeper is not None else None
+
         def cycle(now: float) -> None:
             nonlocal cycles, core_s, reserved, last_reservations, seq, done, free_cpus
             cycles += 1
@@ -334,16 +339,16 @@ class Engine:
             fields["pending_in_submit_order"] = not out_of_order
             fields["running"] = tuple(running.values())
             fields["generation"] = cycles
-            if self.pass_reserved:
+            if pass_reserved:
                 fields["reserved"] = reserved
-            if self.pass_reservations:
+            if pass_reservations:
                 fields["reservations"] = last_reservations
-            if self.track_usage:
+            if track_usage:
                 fields["usage"] = {a: usage_to(a, now) for a in list(usage_rate) + list(usage)}
             snap = new_snapshot(fields)
-            t0 = time.perf_counter()
+            t0 = perf_counter()
             res = run_cycle(snap, config, now, keeper=keeper)
-            core_s += time.perf_counter() - t0
+            core_s += perf_counter() - t0
             if cycles % TRIM_EVERY == 0:
                 if len(specs) >= CLEAR_SPECS:
                     specs.clear()  # equal requests made from now on get new specs
@@ -374,35 +379,35 @@ class Engine:
             for s in res.starts:
                 i = s.job_id
                 job = pending.pop(i)
-                remove_pending(i)
-                lim = float(s.time_limit_s) if s.time_limit_s is not None else limit[i]
+                size_count[needs[i]] -= 1  # ``remove_pending``
+                tl = s.time_limit_s
+                lim = limit[i] if tl is None else float(tl)
+                alloc = s.allocation
                 started = Job(id=i, spec=job.spec, submit_time=job.submit_time,
-                              state=JobState.RUNNING, start_time=now,
-                              allocation=s.allocation, time_limit_s=int(lim),
-                              restarts=job.restarts, partition=s.allocation.partition)
+                              state=running_state, start_time=now,
+                              allocation=alloc, time_limit_s=int(lim),
+                              restarts=job.restarts, partition=alloc.partition)
                 running[i] = started
-                if keeper is not None:
-                    keeper.add(started)
+                if keeper_add is not None:
+                    keeper_add(started)
                 if count_only:
-                    cpus = held_cpus[i] = sum(map(_NODE_CPUS, s.allocation.nodes))
+                    cpus = held_cpus[i] = sum(map(_NODE_CPUS, alloc.nodes))
                     free_cpus -= cpus
                 else:
                     occupy(i, started, +1)
                     cpus = held_cpus[i]
                 start[i] = now
                 alloc_cpus[i] = cpus
-                if opt.record_allocations:
+                if record_allocations:
                     allocations[i] = tuple(ni for ni, _ in alloc_nodes[i])
-                killed = kill and run_s[i] > lim
-                t_end = now + (lim if killed else run_s[i])
+                r = run_s[i]
+                killed = kill and r > lim
                 seq += 1
                 version[i] = seq
                 timeout_flag[i] = killed
-                heapq.heappush(heap, (t_end, seq, i))
+                heappush(heap, (now + (lim if killed else r), seq, i))
             last_reservations = res.reservations
-            held = getattr(res, "reserved", None)
-            reserved = tuple(held) if held is not None else tuple(
-                r.job_id for r in res.reservations)
+            reserved = res.reserved
 
         preempt_mode: dict[int, PreemptMode] = {}
         # pending jobs out of (submit time, id) order; ``pending`` is in arrival order,
@@ -414,19 +419,23 @@ class Engine:
         # spec identity, so equal requests share them (a spec is a pure value)
         specs: dict[tuple[int, int, str, str, int], JobSpec] = {}
 
+        rank_last = self.arrivals_rank_last
+        limit_int = [int(x) for x in limit]
+
         def arrive(i: int) -> None:
             nonlocal force, dirty, fresh_need
-            key = (procs[i], int(limit[i]), users[i], accts[i], queues[i])
+            key = (procs[i], limit_int[i], users[i], accts[i], queues[i])
             spec = specs.get(key)
             if spec is None:
                 spec = specs[key] = cl.spec_for(*key)
-            job = Job(id=i, spec=spec, submit_time=submit[i])
-            pending[i] = job
+            pending[i] = Job(id=i, spec=spec, submit_time=submit[i])
             add_pending(i)
             if demand[i] > total_cpus:
                 force = True  # let the core reject it
-            if self.arrivals_rank_last:
-                fresh_need = min(fresh_need, needs[i])
+            if rank_last:
+                k = needs[i]
+                if k < fresh_need:
+                    fresh_need = k
             else:
                 dirty = True
 
@@ -455,18 +464,21 @@ class Engine:
                 finish(i, t, PREEMPTED)
                 done += 1
 
+        may_skip, persistent = self.may_skip, self.persistent
+
         def should_cycle() -> bool:
             if not pending:
                 return False
-            if force or not self.may_skip:
+            if force or not may_skip:
                 return True
-            if self.persistent and not any(r in pending for r in reserved):
+            if persistent and not any(r in pending for r in reserved):
                 return True
             room = idle_nodes if whole else free_cpus
             if dirty:
                 return min_need() <= room
             return fresh_need <= room
 
+        last_q = last_b = math.nan  # the last sample (none yet: NaN equals nothing)
         report_every = max(1, n // 200)
         next_report = report_every
         while nxt < n or heap:
@@ -497,17 +509,18 @@ class Engine:
                     nxt += 1
             if clock > until:
                 break
-            if should_cycle():
+            if pending and should_cycle():
                 cycle(clock)
             else:
                 skipped += 1
             force = dirty = False
             fresh_need = 1 << 62
             q, b = float(len(pending)), float(total_cpus - free_cpus)
-            if not samples_t or q != samples_q[-1] or b != samples_b[-1]:
+            if q != last_q or b != last_b:
                 samples_t.append(clock)  # a step function: repeats add nothing
                 samples_q.append(q)
                 samples_b.append(b)
+                last_q, last_b = q, b
             if progress is not None and done >= next_report:
                 progress(done, n)
                 next_report += report_every

@@ -40,8 +40,8 @@ from operator import (
     and_,
     attrgetter,
     contains,
+    eq,
     gt,
-    is_,
     is_not,
     itemgetter,
     le,
@@ -76,10 +76,10 @@ _NOT_LEAN = (0, 0, 0, 0, 0, "")
 _LEAN_CHUNK = 2048
 _LEAN_SMALL = 8  # slices up to this size are counted job by job (``Pass._lean_few``)
 _L_FLAG, _L_NEED, _L_WANT, _L_NREQ, _L_DUR, _L_PART = (itemgetter(k) for k in range(6))
-_HOLD = attrgetter("hold")
-_ARRAY_MAX = attrgetter("array_max_running")
 _SPEC = attrgetter("spec")
 _TIME_LIMIT = attrgetter("time_limit_s")
+_PLAIN_KEY = attrgetter("time_limit_s", "hold", "array_max_running")
+_PLAIN = (None, HoldKind.NONE, None)  # what ``_PLAIN_KEY`` reads off a plain job
 
 
 class Pass(Planner, Preemptor):
@@ -401,11 +401,11 @@ class Pass(Planner, Preemptor):
                     times: list[float]) -> tuple[int, int]:
         """``_lean_run`` on a slice of the queue: (jobs in the run, jobs tested)."""
         infos = list(map(leans.get, map(id, map(_SPEC, jobs)), repeat(_NOT_LEAN)))
-        ok = map(all, zip(map(_L_FLAG, infos),
-                          map(is_, map(_TIME_LIMIT, jobs), repeat(None)),
-                          map(is_, map(_HOLD, jobs), repeat(HoldKind.NONE)),
-                          map(is_, map(_ARRAY_MAX, jobs), repeat(None)),
-                          map(contains, repeat(noop), map(_L_PART, infos)), strict=True))
+        # lean spec, and no own time limit, hold or array limit (a record merely *equal*
+        # to those, not identical, goes the loop's general way to the same verdict)
+        ok = map(and_, map(_L_FLAG, infos), map(eq, map(_PLAIN_KEY, jobs), repeat(_PLAIN)))
+        if not noop.issuperset(self.table.part_masks):  # else every partition is in it
+            ok = map(and_, ok, map(contains, repeat(noop), map(_L_PART, infos)))
         skipped = list(map(gt, map(_L_NEED, infos), repeat(limit)))
         ks = map(max, map(_L_NREQ, infos), map(min, map(_L_WANT, infos), repeat(free)))
         ends: Iterator[float] = map(add, repeat(now), map(_L_DUR, infos))
