@@ -98,7 +98,8 @@ class CountProfile:
 
     def add(self, n: int, start: float, end: float) -> None:
         """Add ``n`` free nodes on ``[start, end)`` (negative: take them)."""
-        start = max(start, self.now)
+        if self.now > start:
+            start = self.now
         if end <= start or n == 0:
             return
         self._mins = None
@@ -131,7 +132,16 @@ class CountProfile:
         step, is a huge number), so ``allows`` is a bisection; kept until a change."""
         mins = self._mins
         if mins is None:
-            mins = self._mins = list(accumulate(chain((_HUGE,), self.free), min))
+            # a plain loop: ``accumulate(..., min)`` pays builtin min's argument parsing
+            # per step, several times this comparison
+            m = _HUGE
+            mins = [m]
+            push = mins.append
+            for v in self.free:
+                if v < m:
+                    m = v
+                push(m)
+            self._mins = mins
         return mins
 
     def earliest(self, n: int, duration_s: float) -> float | None:

@@ -65,8 +65,9 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
         if start is not None:
             if keeper is not None:
                 keeper.lent((start.allocation,))
-            return CycleResult(starts=(start,), stats=CycleStats(
-                pending=1, running=len(snapshot.running), started=1))
+            # positional: keyword arguments cost as much as the rest of this path
+            return CycleResult((start,), (), (), (), {},
+                               CycleStats(1, len(snapshot.running), 1), ())
     fcfs = config.ordering is Ordering.FCFS
     # FCFS: every priority is -submit_time; the pass reads it off the job (no O(queue) map)
     prio = {} if fcfs else priority.compute(snapshot, config, now)
@@ -83,25 +84,14 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
             keeper.invalidate()  # the lent pool may hold part of a pass
             raise
         keeper.lent([s.allocation for s in out.starts])
-    stats = CycleStats(
-        pending=len(snapshot.pending),
-        running=len(snapshot.running),
-        started=len(out.starts),
-        backfilled=out.backfilled,
-        reserved=len(out.reservations),
-        preempted=len(out.preemptions),
-        rejected=len(out.rejects),
-        jobs_tested=out.tested,
-    )
-    return CycleResult(
-        starts=tuple(out.starts),
-        reservations=tuple(out.reservations),
-        preemptions=tuple(out.preemptions),
-        rejects=tuple(out.rejects),
-        pending=out.pending,
-        stats=stats,
-        reserved=tuple(out.reserved),
-    )
+    # positional, in field order (pending, running, started, backfilled, reserved,
+    # preempted, rejected, jobs_tested; then starts, reservations, preemptions, rejects,
+    # pending, stats, reserved): keyword arguments cost more than building both
+    stats = CycleStats(len(snapshot.pending), len(snapshot.running), len(out.starts),
+                       out.backfilled, len(out.reservations), len(out.preemptions),
+                       len(out.rejects), out.tested)
+    return CycleResult(tuple(out.starts), tuple(out.reservations), tuple(out.preemptions),
+                       tuple(out.rejects), out.pending, stats, tuple(out.reserved))
 
 
 def clear_caches() -> None:

@@ -99,9 +99,11 @@ class Planner(PassState):
             prof.reserve(amounts, start, end)
         if isinstance(prof, CountProfile):  # count form: no node names, one entry per node
             nodes: tuple[str, ...] = ()
-            held = tuple((c, m, g) for _, c, m, g in set(amounts))
-            per_node = held * len(amounts) if len(held) == 1 else tuple(
-                (c, m, g) for _, c, m, g in amounts)
+            first = amounts[0] if amounts else None
+            if first is not None and amounts.count(first) == len(amounts):  # the usual case
+                per_node = ((first[1], first[2], first[3]),) * len(amounts)
+            else:
+                per_node = tuple((c, m, g) for _, c, m, g in amounts)
         else:
             nodes = tuple(self.table.names[i] for i, _, _, _ in amounts if i >= 0)
             per_node = tuple((c, m, g) for _, c, m, g in amounts)
@@ -114,8 +116,10 @@ class Planner(PassState):
         if isinstance(prof, CountProfile):
             ts0 = shape.sets[0]
             n = ts0.nodes_min if (len(shape.sets) == 1 and ts0.uniform) else shape.min_available
-            t = prof.earliest(max(1, n), o.time_limit_s)
-            return None if t is None else (t, [(-1, 1, 0, 0)] * max(1, n))
+            if n < 1:
+                n = 1
+            t = prof.earliest(n, o.time_limit_s)
+            return None if t is None else (t, [(-1, 1, 0, 0)] * n)
         placer = self.placer
         ts = shape.sets[0]
         cand, required = placer.static_candidates(shape, ts, o.partition.name)

@@ -144,7 +144,7 @@ class PassState:
             if len(_ENDS) > 500_000:
                 _ENDS.clear()
             _ENDS[id(job)] = (job, self.config, end, len(compiled(self.table, job.allocation)))
-        return max(end, self.floor)
+        return self.floor if self.floor > end else end
 
     def switch_limit(self, job: Job, opt: Option) -> int | None:
         sw = opt.shape.switches

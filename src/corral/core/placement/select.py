@@ -69,8 +69,8 @@ def unit_nodes(ts: TaskSet, free: int, required: int) -> list[int] | None:
     gangs); ``None`` when too few are free."""
     if required & ~free:
         return None
-    want = min(ts.tasks, ts.nodes_max)
-    least = max(ts.min_tasks, ts.nodes_min)
+    want = ts.nodes_max if ts.nodes_max < ts.tasks else ts.tasks  # min/max, no builtins
+    least = ts.nodes_min if ts.nodes_min > ts.min_tasks else ts.min_tasks
     if free.bit_count() < least:
         return None
     chosen = iter_bits(required) if required else []
