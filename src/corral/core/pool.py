@@ -540,11 +540,17 @@ class PoolKeeper:
                               list(self._added.values()))
             if self._held and self.ends is not None:
                 self.ends.update(table, (), self._held.values())
-        self._added = {}
-        self._removed = []
-        self._lent = {}
-        self._held = {}
-        self._dropped = []
+        # emptied in place (the values above were consumed), only when something is there
+        if self._added:
+            self._added.clear()
+        if self._removed:
+            self._removed.clear()
+        if self._lent:
+            self._lent = {}
+        if self._held:
+            self._held.clear()
+        if self._dropped:
+            self._dropped.clear()
         return pool
 
     def pool_for(self, table: NodeTable, up: int, running: Sequence[Job]) -> Pool:

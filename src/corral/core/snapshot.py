@@ -52,8 +52,9 @@ class ClusterSnapshot:
     # the previous cycle's ``CycleResult.reservations``: conservative backfill keeps them as
     # guarantees (a job's new reservation is never later than its previous one)
     reservations: tuple[Reserve, ...] = ()
-    # the shell vouches that ``pending`` is in (submit_time, id) order, as a simulator
-    # that appends arrivals keeps it: first-come-first-served ordering then needs no sort
+    # the shell vouches that ``pending`` is in (submit_time, id) order and that no pending
+    # job has an admin priority, as a simulator that appends arrivals keeps it:
+    # first-come-first-served ordering then takes it as it is (no sort, no scan)
     pending_in_submit_order: bool = False
 
     def partition(self, name: str) -> Partition | None:

@@ -418,7 +418,8 @@ class Engine:
 
         preempt_mode: dict[int, PreemptMode] = {}
         # pending jobs out of (submit time, id) order; ``pending`` is in arrival order,
-        # which is that order (the workload is sorted by submit time, ids are positions)
+        # which is that order (the workload is sorted by submit time, ids are positions),
+        # and no replayed job has an admin priority: what ``pending_in_submit_order`` says
         out_of_order: set[int] = set()
         timeout_flag: dict[int, bool] = {}
 
@@ -488,12 +489,13 @@ class Engine:
         last_q = last_b = math.nan  # the last sample (none yet: NaN equals nothing)
         report_every = max(1, n // 200)
         next_report = report_every
+        inf, heappop = math.inf, heapq.heappop
         while nxt < n or heap:
-            t_arr = submit[nxt] if nxt < n else math.inf
+            t_arr = submit[nxt] if nxt < n else inf
             while heap and version.get(heap[0][2]) != heap[0][1]:
-                heapq.heappop(heap)  # stale (the job was preempted and restarted)
-            t_end = heap[0][0] if heap else math.inf
-            if t_arr == math.inf and t_end == math.inf:
+                heappop(heap)  # stale (the job was preempted and restarted)
+            t_end = heap[0][0] if heap else inf
+            if t_arr == inf and t_end == inf:
                 break
             if per_event:
                 if t_arr <= t_end:
@@ -504,7 +506,7 @@ class Engine:
                 else:
                     if t_end > clock:
                         clock = t_end
-                    _, _, i = heapq.heappop(heap)
+                    _, _, i = heappop(heap)
                     complete(i, t_end)
             else:
                 # builtin min/max cost several times a comparison on this path
@@ -512,7 +514,7 @@ class Engine:
                 if t > clock:
                     clock = t
                 while heap and heap[0][0] <= t:
-                    _, sq, i = heapq.heappop(heap)
+                    _, sq, i = heappop(heap)
                     if version.get(i) == sq:
                         complete(i, t)
                 while nxt < n and submit[nxt] <= t:

@@ -53,15 +53,17 @@ def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
     ``fcfs``: every job's priority is ``-submit_time`` (``Ordering.FCFS``) and ``prio`` is
     not read; without tiers or admin priorities the order is then ``(submit_time, id)``,
     sorted on a C-level key (the same order, since ``-(-s) == s``), or taken as it is when
-    the caller vouches that ``pending`` is in that order already (``in_submit_order``)."""
+    the caller vouches that ``pending`` is in that order already and holds no admin
+    priority (``in_submit_order``)."""
     if len(pending) < 2:  # one job (or none) is in its only order
         return list(pending)
     get = prio.get
     tiers, one_tier = _tiers(partitions)
     # no admin priority set (int or None: ``count`` finds exactly the Nones)
+    if fcfs and one_tier and in_submit_order:  # vouched: in order, no admin priorities
+        return _highest_first(list(pending), reserved, policy)
     if fcfs and one_tier and list(map(_ADMIN, pending)).count(None) == len(pending):
-        jobs = list(pending) if in_submit_order else sorted(pending, key=_SUBMIT_ID)
-        return _highest_first(jobs, reserved, policy)
+        return _highest_first(sorted(pending, key=_SUBMIT_ID), reserved, policy)
 
     def prio_of(j: Job) -> float:
         if j.admin_priority is not None:

@@ -585,7 +585,8 @@ class Pass(Planner, Preemptor):
             free = self.licenses_free()
             for name, n in job.spec.licenses:
                 free[name] = free.get(name, 0) - n
-        self.deps.started(job)
+        if self._deps is not None:  # an index not built yet has nothing to record
+            self._deps.started(job)
 
     def block(self, job: Job, opts: list[Option], rank: int, pr: float,
               preempting: bool = False) -> None:

@@ -58,7 +58,7 @@ class PassState:
         self.annotate = config.annotate_pending
         self.mode = config.backfill
         self.out = Outcome()
-        self.deps = DependencyIndex(snapshot.pending, snapshot.running, snapshot.finished)
+        self._deps: DependencyIndex | None = None  # built on first use (``deps``)
         # what depends only on the table, the config and the frozen QOS/account records is
         # kept on the table across cycles (a disabled LimitState is never written to)
         memo = table.memo.get("pass")
@@ -88,6 +88,14 @@ class PassState:
         self._array_running: dict[int, int] | None = None
         # conservative: last cycle's reservations, held until their job is visited
         self.carried: dict[int, tuple[Reserve, list[tuple[int, int, int, int]]]] = {}
+
+    @property
+    def deps(self) -> DependencyIndex:
+        """Dependency lookups over the snapshot (most cycles never need one)."""
+        if self._deps is None:
+            s = self.snap
+            self._deps = DependencyIndex(s.pending, s.running, s.finished)
+        return self._deps
 
     def profile(self) -> Profile | CountProfile:
         if self._profile is None:
