@@ -335,6 +335,8 @@ class Engine:
         track_usage, record_allocations = self.track_usage, opt.record_allocations
         perf_counter, heappush, running_state = time.perf_counter, heapq.heappush, JobState.RUNNING
         no_hold = HoldKind.NONE
+        # every node has one CPU (the usual trace machine): an allocation holds one per node
+        one_cpu_nodes = all(nd.spec.cpus == 1 for nd in cl.nodes)
         keeper_add = keeper.add if keeper is not None else None
 
         def cycle(now: float) -> None:
@@ -398,7 +400,8 @@ class Engine:
                 if keeper_add is not None:
                     keeper_add(started)
                 if count_only:
-                    cpus = held_cpus[i] = sum(map(_NODE_CPUS, alloc.nodes))
+                    cpus = held_cpus[i] = (len(alloc.nodes) if one_cpu_nodes
+                                           else sum(map(_NODE_CPUS, alloc.nodes)))
                     free_cpus -= cpus
                 else:
                     occupy(i, started, +1)
