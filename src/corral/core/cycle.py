@@ -103,9 +103,8 @@ def clear_caches() -> None:
     nodes._CACHE.clear()
     order._TIERS.clear()
     pool._LAST.clear()
-    pool._COMPILED.clear()
     shape._SHAPES.clear()
-    trim_caches()
+    trim_caches()  # compiled allocations, planned ends, bit lists
 
 
 def trim_caches() -> None:

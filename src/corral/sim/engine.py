@@ -49,7 +49,7 @@ from corral.core.config import BackfillMode, Ordering, PreemptType
 from corral.core.cycle import clear_caches, trim_caches  # bound the core's memos
 from corral.core.decisions import Reserve
 from corral.core.model.account import AccountTree
-from corral.core.model.job import HoldKind, Job, JobSpec, JobState
+from corral.core.model.job import Allocation, HoldKind, Job, JobSpec, JobState
 from corral.core.model.partition import PreemptMode
 from corral.core.pool import PoolKeeper
 from corral.sim.cluster import SimCluster, account_tree_for
@@ -63,6 +63,7 @@ _NODE_CPUS = attrgetter("cpus")
 # the per-request ones (plans, shapes: one per distinct request) cleared only once
 # CLEAR_SPECS new requests have been seen since the last clear
 TRIM_EVERY = 5_000
+CLEAR_SPECS = 10_000
 GC_THRESHOLDS = (50_000, 50, 100)  # during a replay (see ``Engine.run``)
 # the leading fields of ``Job`` in order: the replay builds running records positionally
 # (pinned by tests/sim/test_engine_fields.py)
@@ -70,7 +71,6 @@ RUNNING_FIELDS = ("id", "spec", "submit_time", "state", "start_time", "end_time"
                   "allocation", "time_limit_s", "admin_priority", "site_factor",
                   "array_job_id", "array_task_id", "array_max_running", "restarts",
                   "exit_code", "partition")
-CLEAR_SPECS = 10_000
 
 
 
@@ -279,6 +279,12 @@ class Engine:
             return u
 
         held_cpus: dict[int, int] = {}  # running job -> CPUs it holds
+        # every node has one CPU (the usual trace machine): an allocation holds one per node
+        one_cpu_nodes = all(nd.spec.cpus == 1 for nd in cl.nodes)
+
+        def cpus_of(alloc: Allocation) -> int:
+            return len(alloc.nodes) if one_cpu_nodes else sum(map(_NODE_CPUS, alloc.nodes))
+
         track_nodes = whole or opt.record_allocations
         # nothing but the free CPU count to update: done inline (``occupy`` otherwise)
         count_only = not track_nodes and not self.track_usage
@@ -288,7 +294,7 @@ class Engine:
             if sign > 0:
                 alloc = job.allocation
                 assert alloc is not None
-                cpus = held_cpus[i] = sum(map(_NODE_CPUS, alloc.nodes))  # alloc.cpus
+                cpus = held_cpus[i] = cpus_of(alloc)
             else:
                 cpus = held_cpus.pop(i)
             free_cpus -= sign * cpus
@@ -335,8 +341,6 @@ class Engine:
         track_usage, record_allocations = self.track_usage, opt.record_allocations
         perf_counter, heappush, running_state = time.perf_counter, heapq.heappush, JobState.RUNNING
         no_hold = HoldKind.NONE
-        # every node has one CPU (the usual trace machine): an allocation holds one per node
-        one_cpu_nodes = all(nd.spec.cpus == 1 for nd in cl.nodes)
         keeper_add = keeper.add if keeper is not None else None
 
         def cycle(now: float) -> None:
@@ -400,8 +404,7 @@ class Engine:
                 if keeper_add is not None:
                     keeper_add(started)
                 if count_only:
-                    cpus = held_cpus[i] = (len(alloc.nodes) if one_cpu_nodes
-                                           else sum(map(_NODE_CPUS, alloc.nodes)))
+                    cpus = held_cpus[i] = cpus_of(alloc)
                     free_cpus -= cpus
                 else:
                     occupy(i, started, +1)
@@ -525,7 +528,7 @@ class Engine:
                     nxt += 1
             if clock > until:
                 break
-            if pending and should_cycle():
+            if should_cycle():
                 cycle(clock)
             else:
                 skipped += 1

@@ -18,57 +18,20 @@ by ``tests/core/passes/test_alone.py`` against the pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from corral.core.config import BackfillMode, SchedulerConfig
 from corral.core.decisions import Start
-from corral.core.feasibility import Option
 from corral.core.model.job import HoldKind, Job
 from corral.core.nodes import NodeTable
-from corral.core.placement import Placement, Placer
 from corral.core.pool import Pool
 from corral.core.snapshot import ClusterSnapshot
-
-PlansGet = Callable[[int], Any]  # ``dict.get`` of the pass's plan memo (``Pass.planned``)
-
-
-def plain_options(job: Job, plans_get: PlansGet) -> list[Option] | None:
-    """The runnable options of a plain job whose plan is memoized, or ``None``: not
-    planned yet, rejected, no runnable partition, or anything that may hold it (hold,
-    array limit, begin time, dependency, licenses, ``--time-min``)."""
-    spec = job.spec
-    entry = plans_get(id(spec))
-    if (entry is None or entry[0] is not spec or entry[1] != job.time_limit_s
-            or not entry[4] or not entry[2].options or not entry[3]
-            or job.hold is not HoldKind.NONE or job.array_max_running is not None):
-        return None
-    runnable: list[Option] = entry[3]
-    return runnable
-
-
-def unit_start(placer: Placer, pool: Pool,
-               options: list[Option]) -> tuple[Option, Placement] | None:
-    """The resource phase before any job blocks, for one-core shapes: the first option
-    whose ``Placer.unit_take`` succeeds, with its placement (taken from ``pool``).
-    ``None``: none fits, or an option is a shape only the general placement decides;
-    nothing is taken then."""
-    for o in options:
-        name = o.partition.name
-        got = placer.unit_plan(o.shape, name, pool)
-        if got is None:
-            return None
-        placed = placer.unit_take(o.shape, name, pool, got[0], got[1])
-        if placed is not None:
-            return o, placed
-    return None
 
 
 def start_alone(snapshot: ClusterSnapshot, config: SchedulerConfig, job: Job,
                 table: NodeTable, pool: Pool) -> Start | None:
     """The pass's decision for ``job``, the only pending job, when it starts now on
     one-core nodes; ``None``: run the pass (see the module docstring)."""
-    if (config.max_jobs_per_cycle == 0
+    if (config.max_jobs_per_cycle == 0 or job.hold is not HoldKind.NONE
+            or job.array_max_running is not None
             or (config.backfill is BackfillMode.CONSERVATIVE and snapshot.reservations)):
         return None
     memo = table.memo.get("pass")
@@ -79,10 +42,19 @@ def start_alone(snapshot: ClusterSnapshot, config: SchedulerConfig, job: Job,
     if not (isinstance(plans, tuple) and plans[0] is config and plans[1] is snapshot.qos
             and plans[2] is snapshot.accounts and plans[3] is snapshot.licenses):
         return None
-    options = plain_options(job, plans[4].get)
-    if options is None:
-        return None
-    got = unit_start(memo[3], pool, options)
-    if got is None:
-        return None
-    return Start(job.id, got[1].allocation, got[0].time_limit_s, False)
+    # the plan memo of ``Pass.planned``: (spec, limit, plan, runnable options, simple)
+    spec = job.spec
+    entry = plans[4].get(id(spec))
+    if (entry is None or entry[0] is not spec or entry[1] != job.time_limit_s
+            or not entry[4] or not entry[2].options):
+        return None  # not planned yet, rejected, or something may hold it
+    placer = memo[3]
+    for o in entry[3]:  # as the resource phase tries them before any job blocks
+        name = o.partition.name
+        got = placer.unit_plan(o.shape, name, pool)
+        if got is None:
+            return None  # a shape only the general placement decides (nothing taken)
+        placed = placer.unit_take(o.shape, name, pool, got[0], got[1])
+        if placed is not None:
+            return Start(job.id, placed.allocation, o.time_limit_s, False)
+    return None  # no runnable option fits now: the pass blocks it

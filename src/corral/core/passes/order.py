@@ -59,9 +59,9 @@ def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
         return list(pending)
     get = prio.get
     tiers, one_tier = _tiers(partitions)
-    # no admin priority set (int or None: ``count`` finds exactly the Nones)
     if fcfs and one_tier and in_submit_order:  # vouched: in order, no admin priorities
         return _highest_first(list(pending), reserved, policy)
+    # no admin priority set (int or None: ``count`` finds exactly the Nones)
     if fcfs and one_tier and list(map(_ADMIN, pending)).count(None) == len(pending):
         return _highest_first(sorted(pending, key=_SUBMIT_ID), reserved, policy)
 
