@@ -90,6 +90,7 @@ class AgentDaemon:
         self._request_flush: Any = None  # set during a session when exits are batched
         self.deferred: dict[int, LaunchRequest] = {}  # new runs waiting for an old run's end
         self._ws: Any = None
+        self.node_addr = ""  # local address of the connection to the controller (TCP)
         self._out: asyncio.Queue[dict[str, Any]] | None = None
         self._stop = asyncio.Event()
         try:
@@ -176,6 +177,28 @@ class AgentDaemon:
             return dataclasses.replace(req, cpus=(), cores=())
         return req
 
+    def _with_contact(self, req: LaunchRequest) -> LaunchRequest:
+        """Tell a job how its steps reach the controller and this node: ``CORRAL_URL``
+        (this agent's controller, unless the job brought one) and ``CORRAL_NODE_ADDR``
+        (the address this node reaches the controller from: srun's I/O listener)."""
+        if not self.node_addr or self.controller.startswith(("unix:", "/")):
+            return req
+        env = dict(req.env)
+        env.setdefault("CORRAL_URL", self.controller_url)
+        env["CORRAL_NODE_ADDR"] = self.node_addr
+        import dataclasses
+
+        return dataclasses.replace(req, env=env)
+
+    @property
+    def controller_url(self) -> str:
+        base = self.controller.rstrip("/")
+        if base.startswith("ws://"):
+            return "http://" + base[5:]
+        if base.startswith("wss://"):
+            return "https://" + base[6:]
+        return base if base.startswith(("http://", "https://")) else "http://" + base
+
     def stats(self) -> dict[str, Any]:
         """Counters of the runner's costs, for the controller (node record ``agent_stats``)."""
         return {"launches": self.launches, "launch_s": round(self.launch_s, 6),
@@ -187,7 +210,8 @@ class AgentDaemon:
     def handle(self, msg: dict[str, Any]) -> None:
         t = msg.get("t")
         if t == "launch":
-            self._launch(self._fit_pinning(LaunchRequest.from_json(msg["req"])))
+            self._launch(self._with_contact(self._fit_pinning(
+                LaunchRequest.from_json(msg["req"]))))
         elif t == "cancel":
             jid = int(msg["job_id"])
             restarts = msg.get("restarts")
@@ -226,6 +250,14 @@ class AgentDaemon:
                 self.runner.suspend(jid)
             else:
                 self.runner.resume(jid)
+        elif t == "step":
+            jid, restarts = int(msg["job_id"]), int(msg.get("restarts", 0))
+            launch = msg.get("launch") or {}
+            step = getattr(self.runner, "step", None)
+            if step is None or not step(jid, restarts, launch):
+                self._send({"t": "step_failed", "job_id": jid, "restarts": restarts,
+                            "step_id": launch.get("step_id"),
+                            "message": f"job {jid} is not running on {self.node}"})
         elif t == "time_limit":
             self.runner.update_time_limit(int(msg["job_id"]), msg.get("time_limit_s"))
         elif t == "ack":
@@ -366,6 +398,11 @@ class AgentDaemon:
                 delay = min(delay * 2, self.reconnect_max_s)
                 continue
             delay = 0.05
+            try:
+                local = ws.local_address
+                self.node_addr = str(local[0]) if isinstance(local, tuple) else ""
+            except Exception:  # noqa: BLE001 - unix socket or no transport info
+                self.node_addr = ""
             log.info("connected to %s as node %s", self.controller, self.node)
             try:
                 await self._session(ws)

@@ -242,6 +242,13 @@ class JobRunner:
         return self._command(job_id, {"cmd": "signal", "sig": int(sig), "batch_only": batch_only,
                                       "all_but_batch": all_but_batch})
 
+    def step(self, job_id: int, restarts: int, launch: dict[str, Any]) -> bool:
+        """Hand one ``srun`` step's launch to the job's supervisor here, which starts this
+        node's tasks (``corral.agent.stepd``). False when that run is not active here."""
+        if self._runs.get(job_id) != restarts:
+            return False
+        return self._command(job_id, {"cmd": "step", "launch": launch})
+
     def cancel(self, job_id: int, grace_s: int | None = None) -> bool:
         """SIGCONT+SIGTERM to the job's whole process tree, SIGKILL after ``grace_s``
         (default: the request's ``kill_grace_s``); the job ends CANCELLED."""
@@ -453,7 +460,7 @@ class JobRunner:
         """(refusal reason or "", supplementary groups, switch user?)."""
         if not os.path.isabs(req.workdir):
             return f"working directory must be an absolute path, got {req.workdir!r}", (), False
-        if req.script is None and not req.argv:
+        if req.script is None and not req.argv and req.extra.get("share") != "1":
             return "nothing to run: the request has neither a script nor a command", (), False
         if req.signal:
             try:

@@ -133,6 +133,7 @@ class _Run:
     frozen_by: str = ""  # "cgroup" or "signal"
     next_mem_check: float = 0.0
     notes: list[str] = field(default_factory=list)
+    step_pids: set[int] = field(default_factory=set)
 
 
 class Supervisor:
@@ -150,6 +151,7 @@ class Supervisor:
         # called once the job is over, before its end is recorded (the pool's "idle")
         self.before_exit: Callable[[], None] | None = None
         self.drained = False  # ``drain`` saw every process of the job gone
+        self.early_steps: list[dict[str, Any]] = []  # step commands read before the start
         global _own_ticks
         if _own_ticks is None:
             _own_ticks = start_ticks(os.getpid())
@@ -355,6 +357,12 @@ class Supervisor:
         if note:
             self.run.notes.append(note)
             self.log(note)
+        if self.is_share:  # the job's share of this node: steps only, no batch process
+            self.run.start_wall = time.time()
+            self.run.start_mono = time.monotonic()
+            self.write_status("RUNNING")
+            self._run_early_steps()
+            return None
         env = job_environment(req, self.cfg.node_name)
         keep_fd = -1
         if req.script is not None:
@@ -527,6 +535,47 @@ class Supervisor:
                 limit = cmd.get("time_limit_s")
                 self.time_limit_s = None if limit is None else int(limit)
                 self.write_status("RUNNING")
+            elif kind == "step":
+                if self.iso is None and not self.run.start_wall:
+                    self.early_steps.append(cmd.get("launch") or {})  # before isolation
+                else:
+                    self.start_step(cmd.get("launch") or {})
+
+    def _run_early_steps(self) -> None:
+        steps, self.early_steps = self.early_steps, []
+        for launch in steps:
+            self.start_step(launch)
+
+    @property
+    def is_share(self) -> bool:
+        """A run that holds the job's share of a node other than its first (no batch
+        script here: only the job's steps run in it, ``corral.agent.stepd``)."""
+        return self.req.extra.get("share") == "1"
+
+    def start_step(self, launch: dict[str, Any]) -> None:
+        """Fork the step process of this node's tasks of one ``srun`` step."""
+        if self.run.ending or (not self.run.job_pid and not self.is_share):
+            self.log(f"step refused: the job is {'ending' if self.run.ending else 'not running'}")
+            return
+        from corral.agent import stepd
+
+        node_env = job_environment(self.req, self.cfg.node_name)
+        core_cpus = stepd.core_siblings()
+        gc_on = gc.isenabled()
+        gc.disable()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            if gc_on:
+                gc.enable()
+            self.log(f"cannot fork step {launch.get('step_id')}: {exc}")
+            return
+        if pid == 0:
+            stepd.main(launch, self.req, self.cfg.node_name, node_env, self.iso,
+                       self.cfg.switch_user, self.cfg.groups, core_cpus, self.log)
+        if gc_on:
+            gc.enable()
+        self.run.step_pids.add(pid)
 
     def deadlines(self, now: float) -> float:
         """Act on due deadlines; return the next one (monotonic seconds)."""
@@ -587,6 +636,8 @@ class Supervisor:
             now = time.monotonic()
             nxt = self.deadlines(now)
             if self.run.main_status is not None:
+                return
+            if self.is_share and self.run.ending and not self.job_pids():
                 return
             timeout = max(0.0, min(nxt - time.monotonic(), 30.0))
             commands = True
@@ -664,7 +715,8 @@ class Supervisor:
                     _, self.run.main_status = os.waitpid(self.run.job_pid, 0)
                 except ChildProcessError:
                     break
-        elif failure is None and self.run.job_pid:
+        elif failure is None and (self.run.job_pid or self.is_share):
+            self._run_early_steps()
             self.loop()
         try:
             self.drain()

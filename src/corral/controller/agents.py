@@ -86,49 +86,93 @@ class AgentHub:
     # ---- sending ----------------------------------------------------------------------
 
     def _conn_for(self, rec: JobRecord) -> AgentConn | None:
+        """The connection of the job's first node (the one running its batch script)."""
         if rec.allocation is None:
             return None
-        conn = self.conns.get(rec.allocation.nodes[0].node)
+        return self._conn(rec.allocation.nodes[0].node)
+
+    def _conn(self, node: str) -> AgentConn | None:
+        conn = self.conns.get(node)
         return conn if conn is not None and not conn.closed else None
+
+    def _all_conns(self, rec: JobRecord) -> list[AgentConn]:
+        """Connections of every node of the job's allocation (first node first)."""
+        if rec.allocation is None:
+            return []
+        out = []
+        for na in rec.allocation.nodes:
+            conn = self._conn(na.node)
+            if conn is not None:
+                out.append(conn)
+        return out
 
     def connected(self, rec: JobRecord) -> bool:
         return self._conn_for(rec) is not None
 
-    def launch(self, rec: JobRecord, req: LaunchRequest) -> None:
+    def launch(self, rec: JobRecord, req: LaunchRequest,
+               shares: list[tuple[str, LaunchRequest]] | None = None) -> None:
+        """Start a run: the batch request to the first node and, for a job of several
+        nodes, each other node's share of the job (``shares``: node, request)."""
         conn = self._conn_for(rec)
         if conn is not None:
             conn.send({"t": "launch", "req": req.to_json()})
+        for node, share in shares or ():
+            other = self._conn(node)
+            if other is not None:
+                other.send({"t": "launch", "req": share.to_json()})
 
     def cancel(self, rec: JobRecord, grace_s: int | None = None) -> None:
-        """Stop a run: SIGTERM now, SIGKILL after ``grace_s`` (default: KillWait)."""
-        conn = self._conn_for(rec)
-        if conn is not None:
-            grace = self.ctl.cfg.controller.kill_grace_s if grace_s is None else grace_s
+        """Stop a run on every node: SIGTERM now, SIGKILL after ``grace_s`` (default:
+        KillWait)."""
+        grace = self.ctl.cfg.controller.kill_grace_s if grace_s is None else grace_s
+        for conn in self._all_conns(rec):
             conn.send({"t": "cancel", "job_id": rec.id, "restarts": rec.restarts,
                        "grace_s": grace})
 
+    def release_shares(self, job_id: int, restarts: int, nodes: list[str]) -> None:
+        """The job's run ended (its batch script exited, or it was requeued or failed):
+        kill what is left of it on its other nodes at once (``nodes``: all but the
+        first), as Slurm kills a job's remaining steps when its batch script ends."""
+        for node in nodes:
+            conn = self._conn(node)
+            if conn is not None:
+                conn.send({"t": "cancel", "job_id": job_id, "restarts": restarts,
+                           "grace_s": 0})
+
     def signal(self, rec: JobRecord, sig: str, batch_only: bool,
                steps_only: bool = False) -> None:
-        conn = self._conn_for(rec)
-        if conn is not None:
-            conn.send({"t": "signal", "job_id": rec.id, "signal": sig,
-                       "batch_only": batch_only, "all_but_batch": steps_only})
+        conns = [self._conn_for(rec)] if batch_only else self._all_conns(rec)
+        for conn in conns:
+            if conn is not None:
+                conn.send({"t": "signal", "job_id": rec.id, "signal": sig,
+                           "batch_only": batch_only, "all_but_batch": steps_only})
 
     def suspend(self, rec: JobRecord) -> None:
-        """Freeze a run (preemption mode SUSPEND); its time limit clock pauses."""
-        conn = self._conn_for(rec)
-        if conn is not None:
+        """Freeze a run on every node (preemption mode SUSPEND); its time limit clock
+        pauses."""
+        for conn in self._all_conns(rec):
             conn.send({"t": "suspend", "job_id": rec.id, "restarts": rec.restarts})
 
     def resume(self, rec: JobRecord) -> None:
-        conn = self._conn_for(rec)
-        if conn is not None:
+        for conn in self._all_conns(rec):
             conn.send({"t": "resume", "job_id": rec.id, "restarts": rec.restarts})
 
     def time_limit(self, rec: JobRecord) -> None:
-        conn = self._conn_for(rec)
+        conn = self._conn_for(rec)  # the first node enforces the job's limit
         if conn is not None:
             conn.send({"t": "time_limit", "job_id": rec.id, "time_limit_s": rec.time_limit_s})
+
+    def step(self, rec: JobRecord, launch: dict[str, Any]) -> list[str]:
+        """Send a step's launch to each of its nodes; returns the nodes not connected."""
+        missing = []
+        for node in launch["nodes"]:
+            conn = self._conn(node)
+            if conn is None:
+                missing.append(node)
+                continue
+            conn.send({"t": "step", "job_id": rec.id, "restarts": rec.restarts,
+                       "launch": launch})
+        return missing
 
     async def close_all(self) -> None:
         for conn in list(self.conns.values()):
@@ -210,6 +254,9 @@ class AgentHub:
                 await self.ctl.on_launch_failed(conn.node, int(m["job_id"]),
                                                 int(m.get("restarts", 0)),
                                                 str(m.get("message", "")))
+            elif t == "step_failed":
+                log.warning("agent %s: step %s of job %s could not start: %s", conn.node,
+                            m.get("step_id"), m.get("job_id"), m.get("message"))
             elif t == "heartbeat":
                 node = self.ctl.nodes.nodes.get(conn.node)
                 if node is not None and isinstance(m.get("stats"), dict):
@@ -234,7 +281,18 @@ class AgentHub:
                     for r in hello.get("running") or ()}
         relaunched = 0
         for rec in list(ctl.running.values()):
-            if rec.allocation is None or rec.allocation.nodes[0].node != conn.node:
+            if rec.allocation is None:
+                continue
+            if rec.allocation.nodes[0].node != conn.node:
+                if conn.node in rec.allocation.node_names and \
+                        reported.get(rec.id) != rec.restarts and \
+                        not (rec.cancel_requested or rec.requeue_requested):
+                    share = ctl.sched.share_request(rec, conn.node)  # never reached it
+                    if share is not None:
+                        conn.send({"t": "launch", "req": share.to_json()})
+                        relaunched += 1
+                elif reported.get(rec.id) == rec.restarts and rec.state is JobState.SUSPENDED:
+                    self.suspend(rec)
                 continue
             if reported.get(rec.id) == rec.restarts:
                 rec.dispatched = True
@@ -262,7 +320,7 @@ class AgentHub:
             job = ctl.jobs.get(jid)
             alive = (job is not None and job.state.is_active and job.restarts == restarts
                      and job.allocation is not None
-                     and job.allocation.nodes[0].node == conn.node)
+                     and conn.node in job.allocation.node_names)
             if not alive:
                 log.warning("agent %s: killing orphan run %d (restart %d)", conn.node, jid,
                             restarts)

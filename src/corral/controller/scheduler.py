@@ -259,7 +259,7 @@ class SchedulerLoop:
             ctl.metrics.set_jobs(len(ctl.pending), len(ctl.running))
         for rec, _st in starts:
             if rec.state is JobState.RUNNING and not rec.cancel_requested:
-                ctl.hub.launch(rec, self.launch_request(rec))
+                ctl.hub.launch(rec, self.launch_request(rec), self.share_requests(rec))
         for rec in preempted:
             ctl.hub.cancel(rec, self.preempt_grace.pop(rec.id, None))
         for rec in suspended:
@@ -304,7 +304,7 @@ class SchedulerLoop:
         if node is not None:
             cpus = tuple(c for core in na.cores for c in node.spec.cpus_of_core(core))
         sub = rec.sub
-        env = job_environment(rec, ctl.cfg.cluster_name, ctl.host)
+        env = self._job_env(rec)
         # a qsub job: the agent writes its PBS_NODEFILE (corral.agent.pbsaux)
         extra = {"pbs_nodefile": pbs_nodefile_text(env)} if sub.dialect == "pbs" else {}
         req = LaunchRequest(
@@ -324,6 +324,52 @@ class SchedulerLoop:
         except Exception:  # display only; the agent expands for real
             pass
         return req
+
+
+    def _job_env(self, rec: JobRecord) -> dict[str, str]:
+        env = job_environment(rec, self.ctl.cfg.cluster_name, self.ctl.host)
+        minter = self.ctl.token_minter
+        if minter is not None and "CORRAL_TOKEN" not in env:
+            spec = rec.sub.spec
+            # the job's own credential for its srun steps: as long as the job may run
+            ttl = (rec.time_limit_s or 7 * 86400) + 86400
+            env["CORRAL_TOKEN"] = minter(spec.user, spec.uid, spec.gid, ttl)
+        return env
+
+    def share_requests(self, rec: JobRecord) -> list[tuple[str, LaunchRequest]]:
+        """Each node but the first of a job's allocation: its share of the job."""
+        assert rec.allocation is not None
+        out = []
+        for na in rec.allocation.nodes[1:]:
+            req = self.share_request(rec, na.node)
+            if req is not None:
+                out.append((na.node, req))
+        return out
+
+    def share_request(self, rec: JobRecord, node_name: str) -> LaunchRequest | None:
+        """The run that holds job ``rec``'s cores, memory and GPUs on ``node_name`` (not
+        its first node) for the job's steps: no script; it ends when the controller
+        cancels it at the end of the job's run (``AgentHub.release_shares``)."""
+        if rec.allocation is None:
+            return None
+        names = rec.allocation.node_names
+        if node_name not in names or names.index(node_name) == 0:
+            return None
+        index = names.index(node_name)
+        na = rec.allocation.nodes[index]
+        node = self.ctl.nodes.nodes.get(na.node)
+        cpus: tuple[int, ...] = ()
+        if node is not None:
+            cpus = tuple(c for core in na.cores for c in node.spec.cpus_of_core(core))
+        sub = rec.sub
+        env = self._job_env(rec)
+        return LaunchRequest(
+            job_id=rec.id, name=sub.spec.name, user=sub.spec.user, uid=sub.spec.uid,
+            gid=sub.spec.gid, workdir=sub.workdir, env=env, extra={"share": "1"},
+            cores=na.cores, cpus=cpus, mem_mb=na.mem_mb, gpus=na.gpus,
+            kill_grace_s=self.ctl.cfg.controller.kill_grace_s, tasks=na.tasks,
+            array_job_id=rec.array_job_id, array_task_id=rec.array_task_id,
+            nodes=names, node_index=index, restarts=rec.restarts)
 
 
 _INELIGIBLE = frozenset({"BeginTime", "Dependency", "DependencyNeverSatisfied",

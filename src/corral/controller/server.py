@@ -191,6 +191,13 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
     url = cfg.controller.database_url or f"sqlite:///{state_dir / 'corral.db'}"
     store = Store(url)
     ctl = Controller(cfg, state_dir, store, cycle_fn=cycle_fn)
+    if listen or cfg.controller.listen:  # jobs on other hosts reach the API over HTTP
+        from corral.controller.auth import Identity
+
+        def mint(user: str, uid: int, gid: int, ttl_s: int) -> str:
+            return auth.mint(Identity(user, uid, gid), ttl_s)
+
+        ctl.token_minter = mint
     app = create_app(ctl, auth)
     sock_path = Path(cfg.controller.socket or state_dir / SOCKET_NAME)
     sockets = [_bind_unix(sock_path, world=os.geteuid() == 0)]

@@ -56,6 +56,9 @@ class Controller:
         self.state_dir = state_dir
         self.store = store
         self.host = socket.gethostname().split(".")[0]
+        # mints a job's API token (CORRAL_TOKEN in its environment) when the API is on
+        # TCP, so srun in a job on another host can reach the controller (server.py)
+        self.token_minter: Callable[[str, int, int, int], str] | None = None
         self.jobs: dict[int, JobRecord] = {}  # active + recently finished
         self.pending: dict[int, JobRecord] = {}
         self.running: dict[int, JobRecord] = {}
@@ -260,6 +263,7 @@ class Controller:
         rec.est_start = None
         rec.touch()
         if was_active:
+            self._release_shares(rec)
             self.nodes.release(rec)
             self.ledger.charge(rec, now)
         if rec.steps:
@@ -270,10 +274,17 @@ class Controller:
         self.metrics.job_ended(rec.state.value)
         self.metrics.set_jobs(len(self.pending), len(self.running))
 
+    def _release_shares(self, rec: JobRecord) -> None:
+        """A run of a job of several nodes ended: its other nodes let go of it now."""
+        if rec.allocation is not None and len(rec.allocation.nodes) > 1:
+            self.hub.release_shares(rec.id, rec.restarts,
+                                    list(rec.allocation.node_names[1:]))
+
     def requeue_record(self, rec: JobRecord, now: float, *, hold: bool = False) -> None:
         if rec.state is JobState.SUSPENDED:
             end_suspension(self, rec, now)
         if rec.state.is_active:
+            self._release_shares(rec)
             self.nodes.release(rec)
             rec.state = job_transition(rec.state, JobEvent.REQUEUE)
         else:
@@ -294,6 +305,7 @@ class Controller:
         rec.cancel_requested = False
         rec.requeue_requested = False
         rec.requeue_hold = False
+        rec.fail_state = ""
         rec.preempted_by = None
         rec.eligible_time = None
         if hold:
@@ -548,7 +560,26 @@ class Controller:
             rec = self.jobs.get(ex.job_id)
             if rec is None or not rec.state.is_active or rec.restarts != ex.restarts:
                 continue  # stale: a run we already ended (or requeued): just forget it
-            if rec.allocation is None or rec.allocation.nodes[0].node != node:
+            if rec.allocation is None or node not in rec.allocation.node_names:
+                continue
+            if rec.allocation.nodes[0].node != node:
+                # a share of the job on another node ended while the job still runs:
+                # that node lost its part of the job (killed, out of memory, its
+                # supervisor died), so the whole job fails or is requeued, as in Slurm
+                if rec.cancel_requested or rec.requeue_requested:
+                    continue
+                log.warning("job %d: its share on %s ended (%s %s): ending the job",
+                            rec.id, node, ex.state, ex.reason)
+                why = f"node {node} lost its part of the job ({ex.state.lower()}" + (
+                    f": {ex.reason})" if ex.reason else ")")
+                if rec.sub.spec.requeue:
+                    rec.requeue_requested = True
+                else:
+                    rec.cancel_requested = True
+                    rec.end_reason = why
+                    rec.fail_state = "NODE_FAIL"
+                rec.reason_detail = why
+                self.hub.cancel(rec, 0)
                 continue
             rec.cpu_time_s = ex.cpu_time_s
             rec.max_rss_mb = ex.max_rss_mb
@@ -563,12 +594,15 @@ class Controller:
                     state = JobState(ex.state)
                 except ValueError:
                     state = JobState.FAILED
-                if rec.cancel_requested and state is not JobState.COMPLETED:
+                if rec.cancel_requested and rec.fail_state == "NODE_FAIL":
+                    state = JobState.NODE_FAIL
+                elif rec.cancel_requested and state is not JobState.COMPLETED:
                     # killed by preemption in CANCEL mode: Slurm's PREEMPTED state
                     state = (JobState.PREEMPTED if rec.preempted_by is not None
                              else JobState.CANCELLED)
-                reason = (rec.end_reason if state in (JobState.CANCELLED, JobState.PREEMPTED)
-                          else ex.reason)
+                reason = (rec.end_reason if state in (JobState.CANCELLED, JobState.PREEMPTED,
+                                                      JobState.NODE_FAIL)
+                          and rec.end_reason else ex.reason)
                 self.finish(rec, state, ex.end_time or now, exit_code=ex.exit_code,
                             signal=ex.signal, reason=reason)
                 if ex.start_time:

@@ -186,9 +186,48 @@ async def start_step(ctl: Controller, ref: str, body: Any, who: Identity) -> dic
                                           if rec.allocation else []),
                     num_cpus=num_cpus or (rec.allocation.cpus if rec.allocation else 0),
                     start_time=start if start is not None else time.time(), pid=pid)
+    launch = _launch_of(body, rec, step_id) if body.get("launch") is not None else None
+    if launch is not None:
+        st.nodes = list(launch["nodes"])
     rec.steps.append(st)
     await asyncio.wrap_future(ctl.store.submit(ctl.store.op_insert_step(st.insert_row())))
-    return {"job_id": rec.id, "step_id": step_id}
+    out: dict[str, Any] = {"job_id": rec.id, "step_id": step_id}
+    if launch is not None:
+        missing = ctl.hub.step(rec, launch)
+        if missing:
+            st.state, st.exit_code, st.end_time = "NODE_FAIL", 1, time.time()
+            await asyncio.wrap_future(ctl.store.submit(ctl.store.op_update_steps(
+                [st.update_row()])))
+            raise ApiError("conflict", f"cannot launch step {rec.id}.{step_id}: node(s) "
+                                       f"{','.join(missing)} not responding",
+                           slurm="Unable to contact slurm controller (connect failure)")
+        out["nodes"] = launch["nodes"]
+    return out
+
+
+def _launch_of(body: dict[str, Any], rec: JobRecord, step_id: int) -> dict[str, Any]:
+    """The ``launch`` part of a step request, checked against the job (its nodes must
+    be nodes of the allocation), as sent to the agents (``corral.protocol.step``)."""
+    from corral.protocol.step import StepLaunch
+
+    raw = body["launch"]
+    if not isinstance(raw, dict):
+        raise ApiError("invalid", "launch must be a JSON object (corral.protocol.step)")
+    data = dict(raw, job_id=rec.id, restarts=rec.restarts, step_id=step_id)
+    try:
+        launch = StepLaunch.from_json(data)
+    except (TypeError, ValueError) as exc:
+        raise ApiError("invalid", str(exc)) from None
+    alloc = list(rec.allocation.node_names) if rec.allocation else []
+    bad = [n for n in launch.nodes if n not in alloc]
+    if bad or len(set(launch.nodes)) != len(launch.nodes):
+        raise ApiError("invalid", f"step nodes {','.join(launch.nodes)} are not distinct "
+                                  f"nodes of job {rec.display_id}'s allocation "
+                                  f"({','.join(alloc)})",
+                       slurm="Requested node configuration is not available")
+    if len(launch.env) > 4096 or sum(len(k) + len(v) for k, v in launch.env.items()) > 1 << 20:
+        raise ApiError("invalid", "a step's environment is limited to 4096 variables, 1 MiB")
+    return launch.to_json()
 
 
 async def end_step(ctl: Controller, ref: str, step: str, body: Any,

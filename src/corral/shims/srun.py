@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from typing import Any
 
 from corral.frontends.context import SubmitContext
 from corral.frontends.errors import SubmitError
@@ -27,8 +28,9 @@ from corral.frontends.slurm_options import (
     build_submission,
     parse_slurm_args,
 )
+from corral.protocol.step import task_layout
 from corral.shims.context import Client, Context
-from corral.shims.tasks import StepRunner, StepSpec, block_distribution
+from corral.shims.tasks import StepRunner, StepSpec
 
 VERSION = "slurm 22.05.8"
 USAGE = ("Usage: srun [OPTIONS(0)... [executable(0) [args(0)...]]] [ : [OPTIONS(N)...]] "
@@ -51,35 +53,92 @@ def parse(ctx: Context, prog: str) -> tuple[SubmitContext, SlurmOptions, list[st
     return sctx, opts, positional
 
 
-def step_shape(opts: SlurmOptions, env: dict[str, str],
-               alloc_nodes: list[str]) -> tuple[int, list[str], list[int]]:
-    """(ntasks, step nodes, tasks per node) for a step in an allocation."""
+class StepShapeError(ValueError):
+    pass
+
+
+def check_mpi_type(value: str) -> str:
+    """The ``--mpi`` type in lower case; StepShapeError for one srun cannot honour."""
+    from corral.shims.pmi import MpiTypeError
+    from corral.shims.pmi import check_mpi_type as check
+
+    try:
+        return check(value)
+    except MpiTypeError as exc:
+        raise StepShapeError(exc.message) from None
+
+
+def step_nodes(opts: SlurmOptions, env: dict[str, str], alloc_nodes: list[str]) -> list[str]:
+    """The step's nodes: the allocation's, after ``-r``, ``-x``, ``-w`` and ``-N``."""
     nodes = list(alloc_nodes) or [env.get("SLURMD_NODENAME", "localhost")]
+    rel = opts.extra.get("relative")
+    if rel is not None and alloc_nodes:
+        if not rel.isdigit() or int(rel) >= len(nodes):
+            raise StepShapeError(f"srun: error: --relative={rel} is outside the allocation "
+                                 f"of {len(nodes)} node(s)")
+        nodes = nodes[int(rel):]
+    if opts.exclude and alloc_nodes:
+        nodes = [n for n in nodes if n not in set(opts.exclude)]
     if opts.nodelist:
+        if alloc_nodes:
+            bad = [n for n in opts.nodelist if n not in set(alloc_nodes)]
+            if bad:
+                raise StepShapeError(
+                    f"srun: error: Unable to create step for job {env.get('SLURM_JOB_ID')}: "
+                    f"Requested node configuration is not available (node(s) "
+                    f"{','.join(bad)} not in the allocation {','.join(alloc_nodes)})")
         wanted = [n for n in nodes if n in set(opts.nodelist)]
         nodes = wanted or nodes
     if opts.nodes is not None:
+        if alloc_nodes and opts.nodes[0] > len(nodes):
+            raise StepShapeError(
+                f"srun: error: Unable to create step for job {env.get('SLURM_JOB_ID')}: "
+                f"Requested node configuration is not available ({opts.nodes[0]} nodes "
+                f"asked, {len(nodes)} available)")
         nodes = nodes[: max(1, opts.nodes[0])]
+    if not nodes:
+        raise StepShapeError("srun: error: no nodes left for the step after --exclude")
+    return nodes
+
+
+def step_shape(opts: SlurmOptions, env: dict[str, str],
+               alloc_nodes: list[str]) -> tuple[int, list[str], list[list[int]]]:
+    """(ntasks, step nodes, task ids per node) for a step in an allocation."""
+    nodes = step_nodes(opts, env, alloc_nodes)
     if opts.ntasks:
         ntasks = opts.ntasks
     elif opts.ntasks_per_node:
         ntasks = opts.ntasks_per_node * len(nodes)
-    elif opts.nodes is not None:
+    elif opts.nodes is not None or opts.nodelist or opts.extra.get("relative") is not None:
         ntasks = len(nodes)
     else:
         raw = env.get("SLURM_NTASKS") or env.get("SLURM_NPROCS") or "1"
         ntasks = int(raw) if raw.isdigit() and int(raw) > 0 else 1
-    if opts.ntasks_per_node and opts.ntasks_per_node * len(nodes) >= ntasks:
-        per: list[int] = []
-        left = ntasks
-        for _ in nodes:
-            take = min(opts.ntasks_per_node, left)
-            per.append(take)
-            left -= take
-        per = [p for p in per if p] or [ntasks]
-    else:
-        per = block_distribution(ntasks, len(nodes))
-    return ntasks, nodes[: len(per)], per
+        if ntasks < len(nodes):
+            nodes = nodes[:ntasks]
+    caps = [opts.ntasks_per_node] * len(nodes) if opts.ntasks_per_node else None
+    if caps and sum(caps) < ntasks:
+        caps = None  # Slurm lets -n win over --ntasks-per-node (with a warning)
+    try:
+        layout = task_layout(ntasks, len(nodes), opts.extra.get("distribution") or "block",
+                             caps)
+    except ValueError as exc:
+        raise StepShapeError(f"srun: error: {exc}") from None
+    nodes = nodes[: len(layout)]
+    return ntasks, nodes, layout
+
+
+def _launch_mode(env: dict[str, str], nodes: list[str], opts: SlurmOptions) -> str:
+    """"agents" when the step runs anywhere but here (or a pty is asked for), "local"
+    when all its tasks run on this node: srun is then already inside the job's share of
+    it and starts the tasks itself (``CORRAL_SRUN_LAUNCH`` forces either)."""
+    forced = env.get("CORRAL_SRUN_LAUNCH", "")
+    if forced in ("agents", "local"):
+        return forced
+    here = env.get("SLURMD_NODENAME")
+    if "pty" in opts.extra:
+        return "agents"
+    return "local" if here and nodes == [here] else "agents"
 
 
 def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: list[str],
@@ -90,16 +149,31 @@ def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: l
 
     job_id = env.get("SLURM_JOB_ID", "0")
     alloc_nodes = expand(env["SLURM_JOB_NODELIST"]) if env.get("SLURM_JOB_NODELIST") else []
-    ntasks, nodes, per = step_shape(opts, env, alloc_nodes)
+    try:
+        ntasks, nodes, layout = step_shape(opts, env, alloc_nodes)
+        mpi = check_mpi_type(opts.extra.get("mpi") or env.get("SLURM_MPI_TYPE") or "none")
+        if opts.extra.get("cpu_bind"):
+            from corral.agent.cpubind import CpuBindError, check
+
+            try:
+                check(opts.extra["cpu_bind"])
+            except CpuBindError as exc:
+                raise StepShapeError(f"srun: error: {exc}") from None
+    except StepShapeError as exc:
+        _err(str(exc))
+        return 1
+    per = [len(t) for t in layout]
     cpus = opts.cpus_per_task or (int(env["SLURM_CPUS_PER_TASK"])
                                   if env.get("SLURM_CPUS_PER_TASK", "").isdigit() else None)
+    open_mode = opts.open_mode or {"a": "append", "t": "truncate"}.get(
+        env.get("SLURM_OPEN_MODE", ""), "append")
+    if client is not None and _launch_mode(env, nodes, opts) == "agents":
+        return _run_remote(ctx, client, opts, command, env, job_id, ntasks, nodes, layout,
+                           cpus, open_mode, mpi)
     recorder = StepRecorder(client, job_id, env.get("SLURM_RESTART_COUNT", "0"), env)
     # a step is named by -J/--job-name, else after its program (Slurm's step name)
     step_id = recorder.start(opts.job_name or os.path.basename(command[0]), command, ntasks,
                              nodes, ntasks * (cpus or 1))
-    open_mode = opts.open_mode or {"a": "append", "t": "truncate"}.get(
-        env.get("SLURM_OPEN_MODE", ""), "append")
-    mpi = (opts.extra.get("mpi") or env.get("SLURM_MPI_TYPE") or "none").lower()
     argv = list(command)
     run_tasks = ntasks
     extra_env: dict[str, str] = {}
@@ -126,7 +200,7 @@ def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: l
         label="label" in opts.extra and run_tasks > 1, output=opts.output,
         error=opts.error, input=opts.input, append=open_mode == "append",
         kill_on_bad_exit="kill_on_bad_exit" in opts.extra, cpus_per_task=cpus,
-        extra_env=extra_env,
+        extra_env=extra_env, cpu_bind=opts.extra.get("cpu_bind") or "",
     )
     if spec.label is False and "label" in opts.extra and run_tasks == 1 and mpi == "none":
         spec.label = True
@@ -138,6 +212,56 @@ def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: l
     runner = StepRunner(spec, err=_err, alive=alive if callable(alive) else None)
     rc = runner.run()
     recorder.end(rc if rc < 128 else 0, rc - 128 if rc >= 128 else 0)
+    return rc
+
+
+def _run_remote(ctx: Context, client: Client, opts: SlurmOptions, command: list[str],
+                env: dict[str, str], job_id: str, ntasks: int, nodes: list[str],
+                layout: list[list[int]], cpus: int | None, open_mode: str, mpi: str) -> int:
+    """The step through the agents of its nodes (``corral.shims.steplaunch``)."""
+    from corral.shims.steplaunch import RemoteStep
+
+    pmi: Any = None
+    on_listen = None
+    if mpi == "pmi2":
+        from corral.shims.pmi import PmiServer
+
+        def start_pmi(host: str) -> dict[str, dict[str, str]]:
+            nonlocal pmi
+            rank_nodes = [0] * ntasks
+            for index, ids in enumerate(layout):
+                for t in ids:
+                    rank_nodes[t] = index
+            server = PmiServer(ntasks, nodes, [len(t) for t in layout], rank_nodes,
+                               advertise=host)
+            server.start()
+            pmi = server
+            return {str(r): server.env_for(r) for r in range(ntasks)}
+
+        on_listen = start_pmi
+    step = RemoteStep(
+        client=client, job_id=job_id, name=opts.job_name or os.path.basename(command[0]),
+        argv=list(command), cwd=opts.chdir or ctx.cwd, env=env, nodes=nodes, tasks=layout,
+        err=_err, cpus_per_task=cpus or 1, cpu_bind=opts.extra.get("cpu_bind") or "",
+        distribution=opts.extra.get("distribution") or "block", output=opts.output,
+        error=opts.error, input=opts.input, append=open_mode == "append",
+        kill_on_bad_exit="kill_on_bad_exit" in opts.extra, pty="pty" in opts.extra,
+        label="label" in opts.extra, job_name=opts.job_name or env.get("SLURM_JOB_NAME", ""),
+        on_listen=on_listen)
+    if int(opts.verbose or 0) > 0:
+        _err(f"srun: jobid {job_id}: nodes({len(nodes)}):`{','.join(nodes)}', "
+             f"tasks: {ntasks}")
+    try:
+        rc = step.run()
+    finally:
+        if pmi is not None:
+            pmi.close()
+    if step.step_id is not None:
+        try:
+            request = getattr(client, "request")  # noqa: B009 - not in the Client protocol
+            request("POST", f"/jobs/{job_id}/steps/{step.step_id}/end", step.end_body(rc))
+        except Exception:  # noqa: BLE001 - the step's end is informational
+            pass
     return rc
 
 
@@ -155,6 +279,11 @@ def main(ctx: Context) -> int:
         return 0
     if opts.version:
         print(VERSION)
+        return 0
+    if (opts.extra.get("mpi") or "").lower() == "list":
+        from corral.shims.pmi import MPI_LIST_TEXT
+
+        sys.stdout.write(MPI_LIST_TEXT)
         return 0
     if not command:
         _err("srun: fatal: No command given to execute.")

@@ -53,6 +53,7 @@ class StepSpec:
     kill_on_bad_exit: bool = False
     cpus_per_task: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    cpu_bind: str = ""  # --cpu-bind (corral.agent.cpubind); "" = Slurm's default
 
 
 def expand_pattern(pattern: str, spec: StepSpec, task: int, node_index: int) -> str:
@@ -299,10 +300,18 @@ class StepRunner:
                 stdin = self._stdin_for(t)
                 stdout: Any = subprocess.PIPE if spec.label else out_fds[t]
                 stderr: Any = subprocess.PIPE if spec.label else err_fds[t]
+                env = task_env(spec, t)
+                bound = self._binding(t, env)
+
+                def setup(bound: tuple[int, ...] = bound) -> None:
+                    unblock()
+                    if bound:
+                        os.sched_setaffinity(0, bound)
+
                 try:
-                    p = subprocess.Popen(spec.argv, cwd=spec.cwd, env=task_env(spec, t),
+                    p = subprocess.Popen(spec.argv, cwd=spec.cwd, env=env,
                                          stdin=stdin, stdout=stdout, stderr=stderr,
-                                         preexec_fn=unblock, close_fds=True)
+                                         preexec_fn=setup, close_fds=True)
                 except OSError as exc:
                     self.err(f"srun: error: {spec.nodes[0] if spec.nodes else 'localhost'}: "
                              f"task {t}: {exc.strerror or exc}: {spec.argv[0]}")
@@ -335,6 +344,25 @@ class StepRunner:
                         pass
             for f in self.files:
                 f.close()
+
+    def _binding(self, task: int, env: dict[str, str]) -> tuple[int, ...]:
+        """CPUs of task ``task`` (this node's share of the job: srun's own affinity)."""
+        from corral.agent import cpubind
+        from corral.agent.stepd import core_siblings
+
+        try:
+            mine = tuple(sorted(os.sched_getaffinity(0)))
+        except OSError:
+            return ()
+        _node, local = node_of_task(self.spec.tasks_per_node, task)
+        here = self.spec.tasks_per_node[_node] if self.spec.tasks_per_node else self.spec.ntasks
+        try:
+            bind = cpubind.bind_task(self.spec.cpu_bind, cpubind.cores_of(mine, core_siblings()),
+                                     local, here, self.spec.cpus_per_task or 1)
+        except cpubind.CpuBindError:
+            return ()
+        env.update(bind.env)
+        return bind.cpus
 
     def _broadcast_stdin(self) -> None:
         pipes = [p.stdin for p in self.procs if p.stdin is not None]

@@ -1,0 +1,554 @@
+"""The step process: one node's share of an ``srun`` step (what slurmstepd does per step).
+
+The job's supervisor on the node forks it (``Supervisor.start_step``) when the agent
+passes on a ``step`` message, so it is a descendant of the supervisor: cancel, signals,
+time limits, suspension and the end of the job reach it and its tasks like any other job
+process. It runs as root until each task's fork, and:
+
+1. joins the job's cgroup on this node (its memory, CPUs, pids limit bound every step);
+2. connects to ``srun``'s I/O address and sends ``HELLO`` with the step's key
+   (``corral.protocol.step``);
+3. starts this node's tasks: each in its own process group, with the ``SLURM_*`` task
+   variables, bound to its CPUs (``cpubind``), as the job's user (uid, gid and groups of
+   the job's request on this node, never anything srun sent), in srun's working
+   directory (``/tmp`` with a message when it does not exist here, as slurmstepd does);
+   files named by ``--output/--error/--input`` are opened by the task itself after the
+   user switch, so a user can never make root write through a link;
+4. relays task stdout/stderr to srun (or the task writes its file), srun's stdin to the
+   tasks that read it, signals from srun to every task's process group; a pty step runs
+   task 0 on a pseudo-terminal with the window size srun reports;
+5. reports each task's exit (``EXIT``) and, when all are gone, the node's usage
+   (``DONE``: CPU time and peak RSS of its tasks), then exits.
+
+If srun's connection breaks, the tasks are killed (a step lives as long as its srun).
+The step process ignores the termination signals the job gets (they reach the tasks
+directly) so it can still report the exits; SIGKILL ends it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import termios
+import time
+from typing import Any, NoReturn
+
+from corral.agent import cpubind
+from corral.agent.launch import LaunchRequest
+from corral.core.parse.hostlist import compress
+from corral.protocol import step as sp
+
+_NODE_VARS = ("SLURMD_NODENAME", "CORRAL_NODE_NAME", "SLURM_CPUS_ON_NODE",
+              "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_JOB_GPUS",
+              "SLURM_GPUS_ON_NODE", "SLURM_TOPOLOGY_ADDR")
+_DRAIN_AFTER_EXIT_S = 0.5  # output of a task's leftover children, after its exit
+_CONNECT_TIMEOUT_S = 15.0
+
+
+class _Task:
+    def __init__(self, gid: int, local: int) -> None:
+        self.gid = gid
+        self.local = local
+        self.pid = 0
+        self.out_fd = -1
+        self.err_fd = -1
+        self.in_fd = -1
+        self.pty_fd = -1
+        self.status: int | None = None
+        self.cpu_s = 0.0
+        self.rss_kb = 0
+
+
+def expand(pattern: str, launch: sp.StepLaunch, task: int, node_index: int,
+           user: str) -> str:
+    """srun's file pattern for one task (``%j %J %s %t %n %N %u %x %A %a %%``, ``%4t``)."""
+    env = launch.env
+    values = {
+        "j": str(launch.job_id), "J": f"{launch.job_id}.{launch.step_id}",
+        "s": str(launch.step_id), "t": str(task), "n": str(node_index),
+        "N": launch.nodes[node_index], "u": user, "x": launch.job_name,
+        "A": env.get("SLURM_ARRAY_JOB_ID", str(launch.job_id)),
+        "a": env.get("SLURM_ARRAY_TASK_ID", "4294967294"),
+    }
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch != "%" or i + 1 >= n:
+            out.append(ch)
+            i += 1
+            continue
+        j = i + 1
+        while j < n and pattern[j].isdigit():
+            j += 1
+        if j >= n:
+            out.append(pattern[i:])
+            break
+        key = pattern[j]
+        if key == "%":
+            out.append("%")
+        elif key in values:
+            val = values[key]
+            width = int(pattern[i + 1:j]) if j > i + 1 else 0
+            out.append(val.zfill(min(width, 10)) if width and val.isdigit() else val)
+        else:
+            out.append(pattern[i:j + 1])
+        i = j + 1
+    return "".join(out)
+
+
+def task_environment(launch: sp.StepLaunch, node_env: dict[str, str], node_index: int,
+                     task: int, local: int, io_host: str) -> dict[str, str]:
+    """srun's environment + this node's job variables + the task's step variables."""
+    env = dict(launch.env)
+    for key, value in node_env.items():
+        if key in _NODE_VARS or key not in env:
+            env[key] = value
+    for key in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_JOB_GPUS",
+                "SLURM_GPUS_ON_NODE"):
+        if key not in node_env:
+            env.pop(key, None)  # srun's node had GPUs, this one gives the job none
+    gtids = launch.tasks[node_index]
+    env.update({
+        "SLURM_STEP_ID": str(launch.step_id), "SLURM_STEPID": str(launch.step_id),
+        "SLURM_PROCID": str(task), "SLURM_LOCALID": str(local),
+        "SLURM_NODEID": str(node_index), "SLURM_NTASKS": str(launch.ntasks),
+        "SLURM_NPROCS": str(launch.ntasks), "SLURM_STEP_NUM_TASKS": str(launch.ntasks),
+        "SLURM_STEP_NUM_NODES": str(len(launch.nodes)),
+        "SLURM_STEP_NODELIST": compress(launch.nodes, sort=False),
+        "SLURM_STEP_TASKS_PER_NODE": _tasks_per_node(launch.tasks_per_node),
+        "SLURM_TASKS_PER_NODE": env.get("SLURM_TASKS_PER_NODE")
+        or _tasks_per_node(launch.tasks_per_node),
+        "SLURM_GTIDS": ",".join(str(t) for t in gtids),
+        "SLURM_DISTRIBUTION": launch.distribution or "block",
+        "SLURM_LAUNCH_NODE_IPADDR": io_host, "SLURM_SRUN_COMM_HOST": io_host,
+        "SLURM_STEP_LAUNCHER_PORT": launch.io_addr.rsplit(":", 1)[-1],
+        "SLURM_UMASK": env.get("SLURM_UMASK", "0022"),
+        "SLURM_CPUS_PER_TASK": str(launch.cpus_per_task),
+        "CORRAL_STEP_ID": str(launch.step_id), "CORRAL_PROCID": str(task),
+    })
+    if launch.cpus_per_task <= 1 and "SLURM_CPUS_PER_TASK" not in launch.env:
+        env.pop("SLURM_CPUS_PER_TASK", None)
+    env.update(launch.extra_env)
+    env.update(launch.task_env.get(str(task), {}))  # e.g. PMI_RANK/PMI_ID (--mpi=pmi2)
+    return env
+
+
+def _tasks_per_node(counts: list[int]) -> str:
+    """Slurm's run-length form: ``2(x3),1``."""
+    out: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j < len(counts) and counts[j] == counts[i]:
+            j += 1
+        out.append(str(counts[i]) + (f"(x{j - i})" if j - i > 1 else ""))
+        i = j
+    return ",".join(out)
+
+
+class StepProcess:
+    def __init__(self, launch: sp.StepLaunch, req: LaunchRequest, node_name: str,
+                 node_env: dict[str, str], iso: Any, switch_user: bool,
+                 groups: tuple[int, ...], core_cpus: list[tuple[int, ...]] | None) -> None:
+        self.launch = launch
+        self.req = req
+        self.node = node_name
+        self.node_index = launch.nodes.index(node_name)
+        self.node_env = node_env
+        self.iso = iso
+        self.switch_user = switch_user
+        self.groups = groups
+        self.cores = cpubind.cores_of(tuple(req.cpus), core_cpus)
+        self.tasks = [_Task(g, i) for i, g in enumerate(launch.tasks[self.node_index])]
+        self.sock: socket.socket | None = None
+        self.sel = selectors.DefaultSelector()
+        self.fd_task: dict[int, tuple[_Task, int]] = {}
+        self.last_exit = 0.0
+        self.lost = False
+
+    # ---- connection to srun ---------------------------------------------------------------
+    def connect(self) -> None:
+        host, _, port = self.launch.io_addr.rpartition(":")
+        host = host.strip("[]")
+        self.sock = socket.create_connection((host, int(port)), timeout=_CONNECT_TIMEOUT_S)
+        self.sock.settimeout(None)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.send(sp.HELLO, 0, sp.encode_json({
+            "key": self.launch.io_key, "node": self.node, "node_index": self.node_index,
+            "tasks": self.launch.tasks[self.node_index]}))
+
+    def send(self, kind: int, task: int, payload: bytes = b"") -> None:
+        if self.sock is None or self.lost:
+            return
+        try:
+            self.sock.sendall(sp.pack(kind, task, payload))
+        except OSError:
+            self.lost = True
+
+    # ---- tasks ----------------------------------------------------------------------------
+    def _stdin_mode(self, task: _Task) -> str:
+        """"pipe", "null" or "file" for this task."""
+        mode = self.launch.input
+        if self.launch.pty:
+            return "pty" if task.gid == 0 else "null"
+        if mode in (None, "", "all"):
+            return "pipe"
+        if mode == "none":
+            return "null"
+        if mode.isdigit():
+            return "pipe" if int(mode) == task.gid else "null"
+        return "file"
+
+    def start_task(self, task: _Task) -> None:
+        launch = self.launch
+        io_host = launch.io_addr.rpartition(":")[0].strip("[]")
+        env = task_environment(launch, self.node_env, self.node_index, task.gid, task.local,
+                               io_host)
+        try:
+            bind = cpubind.bind_task(launch.cpu_bind, self.cores, task.local,
+                                     len(self.tasks), launch.cpus_per_task)
+        except cpubind.CpuBindError:
+            bind = cpubind.Binding((), {})
+        env.update(bind.env)
+        in_mode = self._stdin_mode(task)
+        pipes: dict[str, tuple[int, int]] = {}
+        if in_mode == "pty":
+            master, slave = os.openpty()
+            pipes["pty"] = (master, slave)
+        else:
+            if in_mode == "pipe":
+                pipes["in"] = os.pipe()
+            if not launch.output:
+                pipes["out"] = os.pipe()
+            if not launch.error and launch.output is None:
+                pipes["err"] = os.pipe()
+        out_path = expand(launch.output, launch, task.gid, self.node_index, self.req.user) \
+            if launch.output else None
+        err_path = expand(launch.error, launch, task.gid, self.node_index, self.req.user) \
+            if launch.error else None
+        in_path = expand(launch.input, launch, task.gid, self.node_index, self.req.user) \
+            if in_mode == "file" and launch.input else None
+        per_task = launch.output is not None and "%t" in launch.output
+        pid = os.fork()
+        if pid == 0:
+            self._exec_task(task, env, bind.cpus, pipes, out_path, err_path, in_path,
+                            per_task)
+        task.pid = pid
+        for key, (r, w) in pipes.items():
+            if key == "pty":
+                os.close(w)
+                task.pty_fd = r
+                os.set_blocking(r, False)
+                self.sel.register(r, selectors.EVENT_READ)
+                self.fd_task[r] = (task, sp.STDOUT)
+            elif key == "in":
+                os.close(r)
+                task.in_fd = w
+            else:
+                os.close(w)
+                os.set_blocking(r, False)
+                self.sel.register(r, selectors.EVENT_READ)
+                self.fd_task[r] = (task, sp.STDOUT if key == "out" else sp.STDERR)
+                if key == "out":
+                    task.out_fd = r
+                else:
+                    task.err_fd = r
+
+    def _exec_task(self, task: _Task, env: dict[str, str], cpus: tuple[int, ...],
+                   pipes: dict[str, tuple[int, int]], out_path: str | None,
+                   err_path: str | None, in_path: str | None, per_task: bool) -> NoReturn:
+        stage = "setup"
+        try:
+            for sig in range(1, signal.NSIG):
+                if sig in (signal.SIGKILL, signal.SIGSTOP):
+                    continue
+                try:
+                    signal.signal(sig, signal.SIG_DFL)
+                except (OSError, ValueError):
+                    pass
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
+            if "pty" in pipes:
+                os.setsid()
+                master, slave = pipes["pty"]
+                os.close(master)
+                fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+                for fd in (0, 1, 2):
+                    os.dup2(slave, fd)
+                if slave > 2:
+                    os.close(slave)
+            else:
+                os.setpgid(0, 0)
+            if cpus:
+                stage = "cpu binding"
+                os.sched_setaffinity(0, cpus)
+            elif self.req.cpus:
+                os.sched_setaffinity(0, self.req.cpus)
+            if self.switch_user:
+                stage = f"switching to uid {self.req.uid}"
+                os.setgroups(list(self.groups))
+                os.setgid(self.req.gid)
+                os.setuid(self.req.uid)
+            note = b""
+            try:
+                os.chdir(self.launch.cwd)
+            except OSError as exc:
+                note = (f"slurmstepd: error: couldn't chdir to `{self.launch.cwd}': "
+                        f"{exc.strerror}: going to /tmp instead\n").encode()
+                os.chdir("/tmp")
+            if "pty" not in pipes:
+                if "in" in pipes:
+                    os.dup2(pipes["in"][0], 0)
+                elif in_path:
+                    stage = f"cannot open input file {in_path}"
+                    fd = os.open(in_path, os.O_RDONLY)
+                    os.dup2(fd, 0)
+                    os.close(fd)
+                else:
+                    fd = os.open("/dev/null", os.O_RDONLY)
+                    os.dup2(fd, 0)
+                    os.close(fd)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+                flags |= os.O_TRUNC if (per_task and not self.launch.append) else os.O_APPEND
+                if out_path:
+                    stage = f"cannot open output file {out_path}"
+                    fd = os.open(out_path, flags, 0o644)
+                    os.dup2(fd, 1)
+                    os.close(fd)
+                else:
+                    os.dup2(pipes["out"][1], 1)
+                if err_path:
+                    stage = f"cannot open error file {err_path}"
+                    fd = os.open(err_path, flags & ~os.O_TRUNC | os.O_APPEND, 0o644)
+                    os.dup2(fd, 2)
+                    os.close(fd)
+                elif "err" in pipes:
+                    os.dup2(pipes["err"][1], 2)
+                else:
+                    os.dup2(1, 2)
+                for r, w in pipes.values():
+                    for fd in (r, w):
+                        if fd > 2:
+                            os.close(fd)
+            if note:
+                os.write(2, note)
+            env["SLURM_TASK_PID"] = str(os.getpid())
+            argv = self.launch.argv
+            stage = f"execve(): {argv[0]}"
+            os.execvpe(argv[0], argv, env)
+        except BaseException as exc:  # noqa: B036 - report, then leave as slurmstepd does
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            try:
+                os.write(2, f"slurmstepd: error: {stage}: {detail}\n".encode())
+            finally:
+                os._exit(2 if isinstance(exc, OSError) and exc.errno == errno.ENOENT else 1)
+        os._exit(1)
+
+    # ---- relay ----------------------------------------------------------------------------
+    def _close_fd(self, fd: int) -> None:
+        self.fd_task.pop(fd, None)
+        try:
+            self.sel.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+        os.close(fd)
+
+    def _from_srun(self, data: bytes, reader: sp.FrameReader) -> None:
+        for kind, task, payload in reader.feed(data):
+            if kind == sp.STDIN:
+                for t in self.tasks:
+                    if task in (sp.ALL_TASKS, t.gid):
+                        fd = t.in_fd if t.in_fd >= 0 else t.pty_fd
+                        if fd >= 0:
+                            try:
+                                os.write(fd, payload)
+                            except OSError:
+                                pass
+            elif kind == sp.STDIN_EOF:
+                for t in self.tasks:
+                    if task in (sp.ALL_TASKS, t.gid):
+                        if t.in_fd >= 0:
+                            os.close(t.in_fd)
+                            t.in_fd = -1
+                        elif t.pty_fd >= 0:
+                            try:
+                                os.write(t.pty_fd, b"\x04")
+                            except OSError:
+                                pass
+            elif kind == sp.SIGNAL:
+                self.signal_tasks(int(payload or b"15"))
+            elif kind == sp.WINCH:
+                rows, _, cols = payload.decode().partition(" ")
+                for t in self.tasks:
+                    if t.pty_fd >= 0 and rows.isdigit() and cols.isdigit():
+                        fcntl.ioctl(t.pty_fd, termios.TIOCSWINSZ,
+                                    struct.pack("HHHH", int(rows), int(cols), 0, 0))
+
+    def signal_tasks(self, sig: int) -> None:
+        for t in self.tasks:
+            if t.pid and t.status is None:
+                try:
+                    os.killpg(t.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    try:
+                        os.kill(t.pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status, ru = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            except InterruptedError:
+                continue
+            if pid == 0:
+                return
+            for t in self.tasks:
+                if t.pid == pid:
+                    t.status = status
+                    t.cpu_s = ru.ru_utime + ru.ru_stime
+                    t.rss_kb = ru.ru_maxrss
+                    self.last_exit = time.monotonic()
+                    code = os.waitstatus_to_exitcode(status)
+                    self.send(sp.EXIT, t.gid, sp.encode_json(
+                        {"exit_code": code if code >= 0 else 0,
+                         "signal": -code if code < 0 else 0}))
+                    if t.in_fd >= 0:
+                        os.close(t.in_fd)
+                        t.in_fd = -1
+
+    def run(self) -> None:
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                    signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        self.connect()
+        assert self.sock is not None
+        for t in self.tasks:
+            try:
+                self.start_task(t)
+            except OSError as exc:
+                self.send(sp.FAILED, t.gid, f"{self.node}: task {t.gid}: {exc}".encode())
+                t.status = 1 << 8
+        self.sel.register(self.sock, selectors.EVENT_READ)
+        self.sel.register(wake_r, selectors.EVENT_READ)
+        reader = sp.FrameReader()
+        while True:
+            self.reap()
+            alive = [t for t in self.tasks if t.status is None]
+            if not alive:
+                if not self.fd_task:
+                    break
+                if time.monotonic() - self.last_exit > _DRAIN_AFTER_EXIT_S:
+                    break
+            timeout = 0.1 if not alive else 1.0
+            for key, _ in self.sel.select(timeout):
+                fd = key.fd
+                if fd == wake_r:
+                    try:
+                        os.read(wake_r, 512)
+                    except OSError:
+                        pass
+                    continue
+                if key.fileobj is self.sock:
+                    try:
+                        data = self.sock.recv(65536)
+                    except OSError:
+                        data = b""
+                    if not data:  # srun is gone: so is the step
+                        self.lost = True
+                        self.sel.unregister(self.sock)
+                        self.signal_tasks(signal.SIGKILL)
+                        continue
+                    try:
+                        self._from_srun(data, reader)
+                    except ValueError:
+                        self.lost = True
+                        self.signal_tasks(signal.SIGKILL)
+                    continue
+                task, kind = self.fd_task[fd]
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                except OSError:  # a pty reads EIO once its last writer closed
+                    chunk = b""
+                if chunk:
+                    self.send(kind, task.gid, chunk)
+                else:
+                    self._close_fd(fd)
+                    if fd == task.pty_fd:
+                        task.pty_fd = -1
+        for fd in list(self.fd_task):
+            self._close_fd(fd)
+        self.send(sp.DONE, 0, sp.encode_json({
+            "node": self.node,
+            "cpu_time_s": round(sum(t.cpu_s for t in self.tasks), 3),
+            "max_rss_mb": round(max((t.rss_kb for t in self.tasks), default=0) / 1024.0, 3),
+            "pids": [t.pid for t in self.tasks]}))
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+def main(launch_json: dict[str, Any], req: LaunchRequest, node_name: str,
+         node_env: dict[str, str], iso: Any, switch_user: bool, groups: tuple[int, ...],
+         core_cpus: list[tuple[int, ...]] | None, log: Any) -> NoReturn:
+    """Entry point in the forked step process; never returns."""
+    code = 0
+    try:
+        from corral.agent.proctree import set_process_name
+
+        set_process_name("corral-step")
+        launch = sp.StepLaunch.from_json(launch_json)
+        if iso is not None:
+            iso.attach(os.getpid())
+        StepProcess(launch, req, node_name, node_env, iso, switch_user, groups,
+                    core_cpus).run()
+    except BaseException as exc:  # noqa: B036 - never back into the supervisor's code
+        code = 1
+        try:
+            log(f"step {launch_json.get('step_id')}: {exc!r}")
+        except BaseException:  # noqa: B036
+            pass
+    os._exit(code)
+
+
+def core_siblings() -> list[tuple[int, ...]] | None:
+    """This machine's logical CPUs grouped by core (``thread_siblings_list``), or None."""
+    out: dict[tuple[int, ...], None] = {}
+    base = "/sys/devices/system/cpu"
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("cpu") and n[3:].isdigit()]
+    except OSError:
+        return None
+    for name in sorted(names, key=lambda n: int(n[3:])):
+        try:
+            with open(f"{base}/{name}/topology/thread_siblings_list") as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        ids: list[int] = []
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            if lo.isdigit():
+                ids.extend(range(int(lo), int(hi or lo) + 1))
+        if ids:
+            out[tuple(sorted(ids))] = None
+    return list(out) or None
+
+
+def describe(launch_json: dict[str, Any]) -> str:
+    return json.dumps({k: launch_json.get(k) for k in ("job_id", "step_id", "nodes")})
