@@ -287,8 +287,9 @@ class RemoteStep:
                         for kind, task, payload in frames:
                             bad = self._frame(node, kind, task, payload, lines, width)
                             if bad and self.kill_on_bad_exit and not killed:
-                                self.err(f"srun: error: {node.name}: task {task}: "
-                                         "terminating the step (--kill-on-bad-exit)")
+                                self.err(f"srun: error: task {task} on {node.name} failed: "
+                                         f"terminating StepId={self.job_id}.{self.step_id} "
+                                         "(--kill-on-bad-exit)")
                                 self._signal_all(nodes, signal.SIGKILL)
                                 killed = True
             for (task, kind), rest in lines.items():

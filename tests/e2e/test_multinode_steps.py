@@ -1,0 +1,363 @@
+"""Steps across nodes: a controller and two agents (nodes ``ma`` and ``mb``) on this machine.
+
+Everything is real: controller and agent processes, the agents' supervisors and step
+processes, srun's I/O connections, Open MPI and MPICH programs. The two agents share
+this kernel (so tasks are told apart by ``SLURMD_NODENAME``/``SLURM_NODEID`` and by the
+node their step process ran on); ``tests/multinode`` runs the same across network
+namespaces with their own host names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.client import Client
+from tests.e2e.cluster import ENTRY, wait_for
+
+CONFIG = """
+[controller]
+schedule_delay_ms = 2
+tick_s = 1
+node_down_after_s = 3
+node_fail_grace_s = 2
+kill_grace_s = 1
+
+[agent]
+heartbeat_s = 0.5
+reconnect_max_s = 0.3
+
+[[nodes]]
+name = "ma"
+cpus = 2
+mem_mb = 2000
+
+[[nodes]]
+name = "mb"
+cpus = 2
+mem_mb = 2000
+
+[[partitions]]
+name = "main"
+nodes = "ma,mb"
+default = true
+
+[scheduler]
+default_mem_per_cpu_mb = 100
+"""
+
+
+class TwoNodes:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.state = root / "state"
+        self.state.mkdir(parents=True)
+        (root / "corral.toml").write_text(CONFIG)
+        self.bin = root / "bin"
+        self.work = root / "work"
+        self.work.mkdir()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.env = dict(os.environ, CORRAL_STATE_DIR=str(self.state),
+                        PATH=f"{self.bin}:{os.environ['PATH']}")
+        self.env.pop("SLURM_JOB_ID", None)
+
+    def _start(self, name: str, *args: str) -> None:
+        log = open(self.root / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen([sys.executable, "-c", ENTRY, *args], stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+
+    def up(self) -> None:
+        self._start("controller", "controller", "--state-dir", str(self.state), "--config",
+                    str(self.root / "corral.toml"))
+        wait_for(lambda: (self.state / "cluster.key").exists()
+                 and (self.state / "corral.sock").exists(), 30, what="the controller")
+        for node in ("ma", "mb"):
+            self._start(node, "agent", "--controller", f"unix:{self.state}/corral.sock",
+                        "--key-file", str(self.state / "cluster.key"), "--state-dir",
+                        str(self.root / f"agent-{node}"), "--name", node, "--config",
+                        str(self.root / "corral.toml"))
+        r = subprocess.run([sys.executable, "-c", ENTRY, "shims", "install", str(self.bin)],
+                           capture_output=True, text=True, env=self.env)
+        assert r.returncode == 0, r.stderr
+        with self.client() as c:
+            wait_for(lambda: sorted(n["name"] for n in c.nodes()
+                                    if n["state"] in ("IDLE", "MIXED", "ALLOCATED"))
+                     == ["ma", "mb"], 30, what="both agents")
+
+    def client(self) -> Client:
+        return Client(socket_path=str(self.state / "corral.sock"))
+
+    def down(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        # jobs' supervisors live in sessions of their own: kill what a failed test left
+        for sup in self.root.glob("agent-*/jobs/*/status.json"):
+            try:
+                os.kill(int(json.loads(sup.read_text())["supervisor_pid"]), signal.SIGKILL)
+            except (OSError, ValueError, KeyError):
+                pass
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}"
+                         for p in sorted(self.root.glob("*.log")))
+
+    def sbatch(self, script: str, *args: str) -> int:
+        path = self.work / f"job{time.monotonic_ns()}.sh"
+        path.write_text(script)
+        r = subprocess.run(["sbatch", "--parsable", *args, str(path)], capture_output=True,
+                           text=True, env=self.env, cwd=self.work, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return int(r.stdout.strip().split(";")[0])
+
+    def wait_done(self, job_id: int, timeout: float = 60) -> dict[str, object]:
+        with self.client() as c:
+            def done() -> dict[str, object] | None:
+                j = c.job(job_id)
+                return j if j["state"] not in ("PENDING", "RUNNING", "COMPLETING",
+                                               "SUSPENDED") else None
+            try:
+                return wait_for(done, timeout, interval=0.05, what=f"job {job_id} to end")
+            except AssertionError:
+                raise AssertionError(f"job {job_id} did not end\n{self.logs()}") from None
+
+    def run(self, *cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(cmd), capture_output=True, text=True, env=self.env,
+                              cwd=self.work, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
+    root = tmp_path_factory.mktemp("twonodes")
+    os.chmod(root, 0o755)
+    cl = TwoNodes(root)
+    try:
+        cl.up()
+        yield cl
+    finally:
+        cl.down()
+
+
+def _lines(path: Path) -> list[str]:
+    return [ln for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def test_srun_runs_each_task_on_its_node(two: TwoNodes) -> None:
+    out = two.work / "place.out"
+    jid = two.sbatch(
+        "#!/bin/bash\n"
+        "srun -N2 -n2 -l bash -c 'echo $SLURMD_NODENAME $SLURM_NODEID $SLURM_LOCALID "
+        "$SLURM_STEP_NODELIST $SLURM_STEP_TASKS_PER_NODE'\n"
+        "echo rc=$?\n"
+        "srun -n4 bash -c 'echo block $SLURM_PROCID $SLURMD_NODENAME'\n"
+        "srun -n3 -m cyclic bash -c 'echo cyclic $SLURM_PROCID $SLURMD_NODENAME'\n"
+        "srun -N1 -r1 bash -c 'echo relative $SLURMD_NODENAME'\n"
+        "srun -w mb bash -c 'echo nodelist $SLURMD_NODENAME'\n"
+        "srun -x ma bash -c 'echo exclude $SLURMD_NODENAME'\n",
+        "-N2", "-n4", "-o", str(out))
+    assert two.wait_done(jid)["state"] == "COMPLETED", out.read_text()
+    lines = _lines(out)
+    assert "0: ma 0 0 ma,mb 1(x2)" in lines and "1: mb 1 0 ma,mb 1(x2)" in lines, lines
+    assert "rc=0" in lines
+    block = sorted(ln for ln in lines if ln.startswith("block"))
+    assert block == ["block 0 ma", "block 1 ma", "block 2 mb", "block 3 mb"], lines
+    cyclic = sorted(ln for ln in lines if ln.startswith("cyclic"))
+    assert cyclic == ["cyclic 0 ma", "cyclic 1 mb", "cyclic 2 ma"], lines
+    assert "relative mb" in lines and "nodelist mb" in lines and "exclude mb" in lines
+
+
+def test_exit_status_is_the_worst_task_and_names_the_node(two: TwoNodes) -> None:
+    out = two.work / "rc.out"
+    jid = two.sbatch("#!/bin/bash\nsrun -N2 -n2 bash -c 'exit $((SLURM_PROCID * 3))'\n"
+                     "echo rc=$?\n"
+                     "srun -N2 -n2 bash -c '[ $SLURM_PROCID = 1 ] && kill -KILL $$; true'\n"
+                     "echo rc=$?\n"
+                     "start=$SECONDS\n"
+                     "srun -w ma,mb -K bash -c '[ $SLURM_NODEID = 0 ] && exit 4; sleep 30'\n"
+                     "echo rc=$? took=$((SECONDS - start))\n",
+                     "-N2", "-o", str(out))
+    two.wait_done(jid)
+    text = out.read_text()
+    assert "srun: error: mb: task 1: Exited with exit code 3" in text, text
+    assert "rc=3" in text
+    assert "srun: error: mb: task 1: Killed" in text and "rc=137" in text, text
+    # --kill-on-bad-exit: the sleeping task on mb is killed at once
+    assert "--kill-on-bad-exit" in text and "srun: error: ma: task 0: Exited with exit code 4" \
+        in text, text
+    took = [ln for ln in text.splitlines() if ln.startswith("rc=137 took=")]
+    assert took and int(took[0].split("=")[-1]) < 20, text
+
+
+def test_cancel_and_batch_end_reach_every_node(two: TwoNodes) -> None:
+    marker = f"corral-mn-{os.getpid()}"
+    jid = two.sbatch(f"#!/bin/bash\nsrun -N2 -n2 bash -c 'exec -a {marker}-a sleep 300'\n",
+                     "-N2", "-o", "/dev/null")
+
+    def pids(tag: str) -> list[int]:
+        r = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True)
+        return [int(p) for p in r.stdout.split()]
+
+    wait_for(lambda: len(pids(f"{marker}-a")) == 2, 30, what="both tasks")
+    assert two.run("scancel", str(jid)).returncode == 0
+    wait_for(lambda: not pids(f"{marker}-a"), 15, what="tasks on both nodes to be killed")
+    assert two.wait_done(jid)["state"] == "CANCELLED"
+    # the batch script ends while a step still runs on the other node: it is killed
+    jid = two.sbatch(f"#!/bin/bash\nsrun -w mb bash -c 'exec -a {marker}-b sleep 300' &\n"
+                     f"until pgrep -f {marker}-b >/dev/null; do sleep 0.05; done\n",
+                     "-N2", "-o", "/dev/null")
+    assert two.wait_done(jid)["state"] == "COMPLETED"
+    wait_for(lambda: not pids(f"{marker}-b"), 15, what="the left-over step on mb to die")
+
+
+def test_sacct_shows_the_step_nodes(two: TwoNodes) -> None:
+    jid = two.sbatch("#!/bin/bash\nsrun -N2 -J both true\nsrun -w mb -J onlyb true\n",
+                     "-N2", "-o", "/dev/null")
+    two.wait_done(jid)
+    r = two.run("sacct", "-j", str(jid), "-n", "-P", "-o", "JobID,JobName,NodeList,State")
+    rows = [ln.split("|") for ln in r.stdout.splitlines()]
+    assert [f"{jid}.0", "both", "ma,mb", "COMPLETED"] in rows or \
+        [f"{jid}.0", "both", "m[a-b]", "COMPLETED"] in rows, rows
+    assert [f"{jid}.1", "onlyb", "mb", "COMPLETED"] in rows, rows
+
+
+def test_cpu_bind_is_applied_per_task(two: TwoNodes) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    out = two.work / "bind.out"
+    jid = two.sbatch(
+        "#!/bin/bash\n"
+        "srun -N1 -n2 -c1 --cpu-bind=threads -l bash -c "
+        "'grep Cpus_allowed_list /proc/self/status; echo $SLURM_CPU_BIND_TYPE'\n"
+        "srun -N2 -n2 --cpu-bind=map_cpu:1 -l grep Cpus_allowed_list /proc/self/status\n"
+        "srun -N2 -n2 --cpu-bind=bogus true; echo rc=$?\n",
+        "-N2", "-n2", "--exclusive", "-o", str(out))
+    two.wait_done(jid)
+    lines = _lines(out)
+    local = sorted(ln.split("\t")[-1] for ln in lines if ln.startswith(("0: Cpus", "1: Cpus"))
+                   and "\t" in ln)
+    assert "0" in local and "1" in local, lines
+    assert "0: threads," in lines, lines
+    assert lines.count("0: Cpus_allowed_list:\t1") == 2 or (
+        "0: Cpus_allowed_list:\t1" in lines and "1: Cpus_allowed_list:\t1" in lines), lines
+    assert any("invalid --cpu-bind type" in ln for ln in lines) and "rc=1" in lines, lines
+
+
+def _mpicc(flavour: str) -> str:
+    cc = shutil.which(f"mpicc.{flavour}")
+    if cc is None:
+        pytest.skip(f"mpicc.{flavour} is not installed (Debian: "
+                    f"{'libopenmpi-dev' if flavour == 'openmpi' else 'libmpich-dev'})")
+    return cc
+
+
+MPI_PROGRAM = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    int rank, size, sum = 0, value;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    value = rank + 1;
+    MPI_Allreduce(&value, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (size > 1) {  /* ping-pong between rank 0 and rank 1 */
+        int token = 41;
+        if (rank == 0) {
+            MPI_Send(&token, 1, MPI_INT, 1, 0, MPI_COMM_WORLD);
+            MPI_Recv(&token, 1, MPI_INT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            printf("pingpong %d\n", token);
+        } else if (rank == 1) {
+            MPI_Recv(&token, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            token += 1;
+            MPI_Send(&token, 1, MPI_INT, 0, 0, MPI_COMM_WORLD);
+        }
+    }
+    const char *node = getenv("SLURMD_NODENAME");
+    printf("rank %d of %d on %s sum %d\n", rank, size, node ? node : "?", sum);
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+def _build(two: TwoNodes, flavour: str) -> Path:
+    src = two.work / "mpihello.c"
+    src.write_text(MPI_PROGRAM)
+    exe = two.work / f"mpihello_{flavour}"
+    if not exe.exists():
+        r = subprocess.run([_mpicc(flavour), "-o", str(exe), str(src)], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    return exe
+
+
+def test_open_mpi_mpirun_starts_ranks_on_both_nodes(two: TwoNodes) -> None:
+    exe = _build(two, "openmpi")
+    if shutil.which("mpirun.openmpi") is None:
+        pytest.skip("mpirun.openmpi is not installed")
+    out = two.work / "ompi.out"
+    jid = two.sbatch("#!/bin/bash\nexport OMPI_ALLOW_RUN_AS_ROOT=1 "
+                     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n"
+                     f"mpirun.openmpi --mca btl tcp,self {exe}\necho rc=$?\n",
+                     "-N2", "--ntasks-per-node=1", "-o", str(out))
+    two.wait_done(jid, 90)
+    lines = _lines(out)
+    assert sorted(ln for ln in lines if ln.startswith("rank")) == [
+        "rank 0 of 2 on ma sum 3", "rank 1 of 2 on mb sum 3"], lines
+    assert "pingpong 42" in lines and "rc=0" in lines, lines
+
+
+def test_mpich_direct_launch_with_pmi2(two: TwoNodes) -> None:
+    exe = _build(two, "mpich")
+    out = two.work / "mpich.out"
+    jid = two.sbatch(f"#!/bin/bash\nsrun --mpi=pmi2 -n4 {exe}\necho rc=$?\n"
+                     "srun --mpi=bogus true\necho rc=$?\n",
+                     "-N2", "-n4", "-o", str(out))
+    two.wait_done(jid, 90)
+    lines = _lines(out)
+    ranks = sorted(ln for ln in lines if ln.startswith("rank"))
+    assert ranks == ["rank 0 of 4 on ma sum 10", "rank 1 of 4 on ma sum 10",
+                     "rank 2 of 4 on mb sum 10", "rank 3 of 4 on mb sum 10"], lines
+    assert "pingpong 42" in lines and lines.count("rc=0") == 1, lines
+    assert "srun: error: invalid MPI type 'bogus', --mpi=list for acceptable types" in lines
+    assert "rc=1" in lines
+
+
+def _share_supervisor(two: TwoNodes, jid: int, restarts: int) -> int | None:
+    for path in two.root.glob(f"agent-mb/jobs/{jid}/status.json"):
+        data = json.loads(path.read_text())
+        if data.get("state") == "RUNNING" and data.get("restarts") == restarts:
+            return int(data["supervisor_pid"])
+    return None
+
+
+def test_a_node_losing_its_share_fails_or_requeues_the_job(two: TwoNodes) -> None:
+    jid = two.sbatch("#!/bin/bash\nsleep 300\n", "-N2", "--no-requeue", "-o", "/dev/null")
+    os.kill(wait_for(lambda: _share_supervisor(two, jid, 0), 30, what="the share on mb"),
+            signal.SIGKILL)
+    job = two.wait_done(jid, 30)
+    assert job["state"] == "NODE_FAIL", job
+    # a requeueable job starts again (a new run on both nodes)
+    jid = two.sbatch("#!/bin/bash\nsleep 300\n", "-N2", "--requeue", "-o", "/dev/null")
+    os.kill(wait_for(lambda: _share_supervisor(two, jid, 0), 30, what="the share on mb"),
+            signal.SIGKILL)
+    wait_for(lambda: _share_supervisor(two, jid, 1), 30, what="the requeued run's share")
+    assert two.run("scancel", str(jid)).returncode == 0
+    assert two.wait_done(jid)["state"] == "CANCELLED"
