@@ -210,7 +210,8 @@ def test_cancel_and_batch_end_reach_every_node(two: TwoNodes) -> None:
                      "-N2", "-o", "/dev/null")
 
     def pids(tag: str) -> list[int]:
-        r = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True)
+        # the task's argv[0] is the tag (exec -a); srun's own command line only contains it
+        r = subprocess.run(["pgrep", "-f", f"^{tag} "], capture_output=True, text=True)
         return [int(p) for p in r.stdout.split()]
 
     wait_for(lambda: len(pids(f"{marker}-a")) == 2, 30, what="both tasks")

@@ -151,6 +151,27 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
         who = identity(request)
         return _json(await end(ctl, job_id, step_id, await _body(request), who))
 
+    @app.get(PREFIX + "/jobs/{job_id}/environment",
+             summary="An allocation's job variables (salloc)")
+    async def job_environment_route(request: Request, job_id: str) -> Response:
+        from corral.controller.allocations import environment
+
+        return _json(await environment(ctl, job_id, identity(request)))
+
+    @app.post(PREFIX + "/jobs/{job_id}/allocation/keepalive",
+              summary="The caller holding an allocation is alive")
+    async def alloc_keepalive(request: Request, job_id: str) -> Response:
+        from corral.controller.allocations import keepalive
+
+        return _json(await keepalive(ctl, job_id, identity(request)))
+
+    @app.post(PREFIX + "/jobs/{job_id}/allocation/release",
+              summary="End an allocation with its command's exit code")
+    async def alloc_release(request: Request, job_id: str) -> Response:
+        from corral.controller.allocations import release
+
+        return _json(await release(ctl, job_id, await _body(request), identity(request)))
+
     async def _action(request: Request, action: str) -> Response:
         who = identity(request)
         body = await _body(request)

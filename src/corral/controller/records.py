@@ -62,6 +62,7 @@ class JobRecord:
     submit_host: str = ""
     cancel_requested: bool = False
     fail_state: str = ""  # a cancel because a node lost its share: the job ends NODE_FAIL
+    alloc_seen: float | None = None  # an allocation's last keepalive (controller.allocations)
     requeue_requested: bool = False
     requeue_hold: bool = False
     preempted_by: int | None = None  # the job this run is being preempted for (not persisted)

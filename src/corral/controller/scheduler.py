@@ -297,6 +297,8 @@ class SchedulerLoop:
 
     def launch_request(self, rec: JobRecord) -> LaunchRequest:
         assert rec.allocation is not None
+        if rec.sub.extra.get("alloc_holder") == "1":  # salloc: shares only, first node too
+            return self._share(rec, 0)
         ctl = self.ctl
         na = rec.allocation.nodes[0]
         node = ctl.nodes.nodes.get(na.node)
@@ -355,7 +357,11 @@ class SchedulerLoop:
         names = rec.allocation.node_names
         if node_name not in names or names.index(node_name) == 0:
             return None
-        index = names.index(node_name)
+        return self._share(rec, names.index(node_name))
+
+    def _share(self, rec: JobRecord, index: int) -> LaunchRequest:
+        assert rec.allocation is not None
+        names = rec.allocation.node_names
         na = rec.allocation.nodes[index]
         node = self.ctl.nodes.nodes.get(na.node)
         cpus: tuple[int, ...] = ()

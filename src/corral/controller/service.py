@@ -25,7 +25,7 @@ from typing import Any
 
 from corral.agent.launch import JobExit
 from corral.config.schema import ClusterConfig
-from corral.controller import intake
+from corral.controller import allocations, intake
 from corral.controller.auth import Identity
 from corral.controller.errors import ApiError
 from corral.controller.metrics import Metrics
@@ -152,6 +152,7 @@ class Controller:
     async def tick(self, now: float) -> None:
         """Time-based work: node timeouts, pruning finished jobs, a periodic cycle."""
         await self.nodes.check_timeouts(now)
+        allocations.check_keepalives(self, now)
         self._prune_recent(now)
         self._save_usage()
         if now - self.sched.last_cycle_end >= self.cfg.controller.tick_s:
@@ -594,6 +595,15 @@ class Controller:
                     state = JobState(ex.state)
                 except ValueError:
                     state = JobState.FAILED
+                released = allocations.final_state(rec)
+                if released is not None:
+                    state, code = released
+                    self.finish(rec, state, ex.end_time or now, exit_code=code,
+                                reason=rec.end_reason)
+                    if ex.start_time:
+                        rec.start_time = min(rec.start_time or ex.start_time, ex.start_time)
+                    changed.append(rec)
+                    continue
                 if rec.cancel_requested and rec.fail_state == "NODE_FAIL":
                     state = JobState.NODE_FAIL
                 elif rec.cancel_requested and state is not JobState.COMPLETED:

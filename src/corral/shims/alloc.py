@@ -2,57 +2,28 @@
 
 Slurm runs ``salloc``'s command, and ``srun``'s tasks when it had to allocate first, on
 behalf of an allocation that the controller tracks like any job. Corral does the same
-with a *holder*: a tiny process submitted as the allocation's job. When the agent starts
-it, the holder writes the job environment it received (``SLURM_*``, ``CUDA_VISIBLE_DEVICES``
-...) into a private directory and waits; the caller reads that environment, runs its
-command or tasks here with it, and finally writes the exit status, which the holder
-exits with, so the allocation ends COMPLETED or FAILED with the command's status. If
-the caller dies, the holder notices (its pid is gone) and ends the allocation; if the
-allocation is cancelled or times out, the caller sees the job leave RUNNING and stops.
+with an allocation job that runs nothing itself (``corral.controller.allocations``): the
+caller, which may be on a login host sharing only the network with the nodes, waits for
+it to run, takes its job variables from the API, runs its command here (``srun`` steps
+go through the nodes' agents), keeps the allocation alive while it runs and finally
+releases it with the command's exit status, so the allocation ends COMPLETED or FAILED
+with that status. If the caller dies, the controller ends the allocation once its
+keepalives stop; if the allocation is cancelled or times out, the caller sees the job
+leave RUNNING and stops.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
-import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from corral.shims.context import Client
-
-HOLDER = r"""
-import json, os, sys, time
-d, caller = sys.argv[1], int(sys.argv[2])
-tmp = os.path.join(d, "env.json.tmp")
-with open(tmp, "w") as f:
-    json.dump(dict(os.environ), f)
-os.rename(tmp, os.path.join(d, "env.json"))
-rc_path = os.path.join(d, "rc")
-delay = 0.02
-while True:
-    try:
-        with open(rc_path) as f:
-            text = f.read().strip()
-        if text:
-            sys.exit(int(text) & 255)
-    except FileNotFoundError:
-        pass
-    except ValueError:
-        sys.exit(1)
-    try:
-        os.kill(caller, 0)
-    except ProcessLookupError:
-        sys.exit(1)
-    except PermissionError:
-        pass
-    time.sleep(delay)
-    delay = min(0.5, delay * 2)
-"""
 
 # variables of the allocation that the caller's own environment must take over
 ALLOC_PREFIXES = ("SLURM_", "SLURMD_", "CORRAL_", "PBS_")
@@ -68,7 +39,13 @@ class AllocationError(Exception):
 
 
 class Allocation:
-    """One interactive allocation: ``start()`` -> env, ``release(rc)``."""
+    """One interactive allocation: ``start()`` -> env, ``release(rc)``.
+
+    The allocation is a job that runs nothing itself (``corral.controller.allocations``):
+    its nodes hold the job's shares, the caller gets the job's variables from the API and
+    runs its command here, ``srun`` steps go to the nodes' agents, and ``release`` ends
+    the job with the command's exit status. A thread keeps the allocation alive while the
+    caller runs; if the caller dies, the controller ends the allocation."""
 
     def __init__(self, client: Client, submission: Any, prog: str,
                  say: Callable[[str], None]) -> None:
@@ -76,17 +53,24 @@ class Allocation:
         self.prog = prog
         self.say = say
         self.dir = tempfile.mkdtemp(prefix="corral-alloc-")
-        holder_argv = (sys.executable, "-I", "-S", "-c", HOLDER, self.dir, str(os.getpid()))
         extra = dict(submission.extra)
         extra["command"] = " ".join(submission.argv)
         extra["interactive"] = prog
+        extra["alloc_holder"] = "1"
         self.submission = dataclasses.replace(
-            submission, script=None, argv=holder_argv, stdout="/dev/null",
-            stderr="/dev/null", stdin=None, interactive=True, extra=extra)
+            submission, script=None, argv=tuple(submission.argv) or ("true",),
+            stdout="/dev/null", stderr="/dev/null", stdin=None, interactive=True,
+            extra=extra)
         self.job_id: str | None = None
         self.released = False
+        self._stop = threading.Event()
+        self._keeper: threading.Thread | None = None
 
-    def start(self, *, verbose: bool, quiet: bool, poll_s: float = 0.02) -> dict[str, str]:
+    def _request(self, method: str, path: str, body: Any = None) -> Any:
+        request = getattr(self.client, "request")  # noqa: B009 - not in the Client protocol
+        return request(method, path, body)
+
+    def start(self, *, verbose: bool, quiet: bool, poll_s: float = 0.01) -> dict[str, str]:
         """Submit and wait until the allocation runs; returns the job's environment."""
         from corral.client import CorralError
 
@@ -101,33 +85,45 @@ class Allocation:
             raise AllocationError(rejection_lines(self.prog, exc, prefix), 1) from None
         ids = result.get("job_ids") or []
         self.job_id = str(ids[0] if ids else result.get("display_id"))
-        env_path = os.path.join(self.dir, "env.json")
-        next_check = time.monotonic() + 0.5
         said_pending = False
-        while not os.path.exists(env_path):
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + 1.0
-                rec = self.client.job(self.job_id)
-                state = str(rec.get("state"))
-                if state not in ("PENDING", "RUNNING", "CONFIGURING"):
-                    self.cleanup()
-                    raise AllocationError(
-                        f"{self.prog}: error: Job allocation {self.job_id} has been revoked.",
-                        1)
-                if state == "PENDING" and not said_pending and not quiet:
-                    said_pending = True
-                    if self.prog == "salloc":
-                        self.say(f"salloc: Pending job allocation {self.job_id}")
-                    self.say(f"{self.prog}: job {self.job_id} queued and waiting for "
-                             "resources")
+        started = time.monotonic()
+        while True:
+            rec = self.client.job(self.job_id)
+            state = str(rec.get("state"))
+            if state == "RUNNING":
+                try:
+                    got = self._request("GET", f"/jobs/{self.job_id}/environment")
+                except CorralError:
+                    got = None
+                if got is not None:
+                    break
+            elif state not in ("PENDING", "CONFIGURING"):
+                self.cleanup()
+                raise AllocationError(
+                    f"{self.prog}: error: Job allocation {self.job_id} has been revoked.", 1)
+            elif not said_pending and not quiet and time.monotonic() - started > 0.5:
+                said_pending = True
+                if self.prog == "salloc":
+                    self.say(f"salloc: Pending job allocation {self.job_id}")
+                self.say(f"{self.prog}: job {self.job_id} queued and waiting for resources")
             time.sleep(poll_s)
-            poll_s = min(0.1, poll_s * 1.5)
-        with open(env_path) as f:
-            job_env: dict[str, str] = json.load(f)
+            poll_s = min(0.25 if said_pending else 0.05, poll_s * 1.5)
+        job_env: dict[str, str] = {str(k): str(v) for k, v in got["environment"].items()}
+        self._keeper = threading.Thread(target=self._keepalive, daemon=True,
+                                        name="corral-alloc-keepalive")
+        self._keeper.start()
         if (said_pending or verbose) and not quiet:
             self.say(f"{self.prog}: job {self.job_id} has been allocated resources")
         return job_env
+
+    def _keepalive(self) -> None:
+        from corral.controller.allocations import KEEPALIVE_S
+
+        while not self._stop.wait(KEEPALIVE_S):
+            try:
+                self._request("POST", f"/jobs/{self.job_id}/allocation/keepalive", {})
+            except Exception:  # noqa: BLE001 - a missed keepalive is retried
+                continue
 
     def alive(self) -> bool:
         if self.job_id is None:
@@ -142,14 +138,16 @@ class Allocation:
         if self.released:
             return
         self.released = True
-        try:
-            tmp = os.path.join(self.dir, "rc.tmp")
-            with open(tmp, "w") as f:
-                f.write(str(rc))
-            os.rename(tmp, os.path.join(self.dir, "rc"))
-        except OSError:
-            pass
+        self._stop.set()
         if self.job_id is not None:
+            try:
+                self._request("POST", f"/jobs/{self.job_id}/allocation/release",
+                              {"exit_code": int(rc) & 255})
+            except Exception:  # noqa: BLE001
+                try:
+                    self.client.cancel([self.job_id])
+                except Exception:  # noqa: BLE001
+                    pass
             deadline = time.monotonic() + 5.0
             while time.monotonic() < deadline:
                 try:
@@ -158,15 +156,11 @@ class Allocation:
                     break
                 if state not in ("RUNNING", "PENDING", "COMPLETING"):
                     break
-                time.sleep(0.05)
-            else:
-                try:
-                    self.client.cancel([self.job_id])
-                except Exception:  # noqa: BLE001
-                    pass
+                time.sleep(0.02)
         self.cleanup()
 
     def cancel(self) -> None:
+        self._stop.set()
         if self.job_id is not None and not self.released:
             self.released = True
             try:
