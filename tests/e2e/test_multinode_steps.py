@@ -362,3 +362,87 @@ def test_a_node_losing_its_share_fails_or_requeues_the_job(two: TwoNodes) -> Non
     wait_for(lambda: _share_supervisor(two, jid, 1), 30, what="the requeued run's share")
     assert two.run("scancel", str(jid)).returncode == 0
     assert two.wait_done(jid)["state"] == "CANCELLED"
+
+
+def test_srun_and_salloc_from_outside_the_job(two: TwoNodes) -> None:
+    # srun outside a job: allocates, runs the tasks on the nodes, releases with the rc
+    r = two.run("srun", "-N2", "-l", "bash", "-c", "echo $SLURMD_NODENAME; exit $SLURM_NODEID")
+    assert sorted(r.stdout.splitlines()) == ["0: ma", "1: mb"], r.stderr
+    assert r.returncode == 1 and "srun: error: mb: task 1: Exited with exit code 1" in r.stderr
+    r = two.run("salloc", "-N2", "bash", "-c",
+                "srun -l bash -c 'echo $SLURMD_NODENAME $SLURM_JOB_ID'; exit 3")
+    assert r.returncode == 3, r.stderr
+    jid = r.stderr.split("Granted job allocation ")[1].split()[0]
+    assert sorted(r.stdout.split("\n")[:2]) == [f"0: ma {jid}", f"1: mb {jid}"], r.stdout
+    with two.client() as c:
+        job = c.job(jid)
+    assert job["state"] == "FAILED" and job["exit_code"] == 3, job
+    r = subprocess.run(["srun", "-w", "mb", "cat"], input="to task 0\n", capture_output=True,
+                       text=True, env=two.env, cwd=two.work, timeout=60)
+    assert r.stdout == "to task 0\n" and r.returncode == 0, r.stderr
+
+
+def test_srun_pty_gives_a_terminal_on_the_first_node(two: TwoNodes) -> None:
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: srun on a terminal of its own
+        os.chdir(two.work)
+        os.execvpe("srun", ["srun", "-w", "mb", "--pty", "bash", "--norc", "-i"],
+                   dict(two.env, PS1="pty-prompt$ "))
+    seen = b""
+
+    def read_until(marker: bytes, timeout: float = 30) -> bytes:
+        nonlocal seen
+        end = time.monotonic() + timeout
+        while marker not in seen and time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(fd, 4096)
+                except OSError:
+                    break
+        return seen
+
+    try:
+        assert b"pty-prompt$ " in read_until(b"pty-prompt$ "), seen  # bash reads input now
+        os.write(fd, b"tty; echo node-$SLURMD_NODENAME-end\n")
+        assert b"node-mb-end" in read_until(b"node-mb-end"), seen
+        assert b"/dev/pts/" in seen, seen
+        seen = b""
+        assert b"pty-prompt$ " in read_until(b"pty-prompt$ "), seen
+        os.write(fd, b"sleep 100\n")
+        time.sleep(0.5)  # let bash start the sleep (a race would only weaken the check)
+        os.write(fd, b"\x03")  # Ctrl-C reaches the remote foreground job through the pty
+        os.write(fd, b"echo after-$?\nexit 6\n")
+        assert b"after-130" in read_until(b"after-130"), seen
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 6, seen
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.close(fd)
+
+
+def test_sigterm_to_srun_ends_the_step_on_every_node(two: TwoNodes) -> None:
+    marker = f"corral-term-{os.getpid()}"
+    p = subprocess.Popen(["srun", "-N2", "bash", "-c", f"exec -a {marker} sleep 300"],
+                         env=two.env, cwd=two.work, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+
+    def tasks() -> int:
+        r = subprocess.run(["pgrep", "-f", f"^{marker} "], capture_output=True, text=True)
+        return len(r.stdout.split())
+
+    try:
+        wait_for(lambda: tasks() == 2, 30, what="both tasks")
+        p.send_signal(signal.SIGTERM)
+        _out, err = p.communicate(timeout=30)
+        assert p.returncode == 128 + signal.SIGTERM, err
+        wait_for(lambda: tasks() == 0, 15, what="the tasks to end")
+    finally:
+        if p.poll() is None:
+            p.kill()
