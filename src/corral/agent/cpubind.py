@@ -39,7 +39,13 @@ def _parse(value: str) -> tuple[str, str, bool]:
     """(type, list, verbose) of a ``--cpu-bind`` value."""
     verbose = False
     kind, arg = "", ""
-    for part in (value or "").split(","):
+    text = value or ""
+    head, colon, tail = text.partition(":")
+    if colon:  # "[flags,]map_cpu:0,1,...": the list runs to the end of the value
+        flags, _, kind = head.rpartition(",")
+        kind, arg = kind.strip().lower(), tail
+        text = flags
+    for part in text.split(","):
         p = part.strip()
         if not p:
             continue
@@ -48,13 +54,8 @@ def _parse(value: str) -> tuple[str, str, bool]:
             verbose = True
         elif low in ("q", "quiet"):
             verbose = False
-        elif ":" in p:
-            kind, arg = p.split(":", 1)
-            kind = kind.lower()
-        else:
-            kind = low
-            if low == "none":
-                kind = "no"
+        elif not colon:
+            kind = "no" if low == "none" else low
     if kind and kind not in ("no", "cores", "threads", "sockets", "ldoms", "rank",
                              "map_cpu", "mask_cpu", "boards"):
         raise CpuBindError(f"invalid --cpu-bind type {kind!r} (none, cores, threads, "

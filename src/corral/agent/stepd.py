@@ -135,9 +135,35 @@ def task_environment(launch: sp.StepLaunch, node_env: dict[str, str], node_index
     })
     if launch.cpus_per_task <= 1 and "SLURM_CPUS_PER_TASK" not in launch.env:
         env.pop("SLURM_CPUS_PER_TASK", None)
+    gpus = gpus_of_task(launch, node_env.get("CUDA_VISIBLE_DEVICES", ""), local)
+    if gpus is not None:
+        for key in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"):
+            env[key] = gpus
     env.update(launch.extra_env)
     env.update(launch.task_env.get(str(task), {}))  # e.g. PMI_RANK/PMI_ID (--mpi=pmi2)
     return env
+
+
+def gpus_of_task(launch: sp.StepLaunch, node_gpus: str, local: int) -> str | None:
+    """The GPUs task ``local`` sees (``--gpus-per-task`` binds each task to its own,
+    ``--gpu-bind=none`` leaves all, ``map_gpu:`` picks by local task id), or None to keep
+    the job's. Never a GPU outside the job's on this node."""
+    ids = [g for g in node_gpus.split(",") if g]
+    bind = launch.gpu_bind or ""
+    if not ids or bind.startswith("none"):
+        return None
+    if bind.startswith("map_gpu:"):
+        pick = [g.strip() for g in bind.split(":", 1)[1].split(",") if g.strip()]
+        mine = pick[local % len(pick)] if pick else ""
+        return mine if mine in ids else None
+    per = launch.gpus_per_task
+    if per <= 0 and bind.startswith("per_task:"):
+        tail = bind.split(":", 1)[1]
+        per = int(tail) if tail.isdigit() else 0
+    if per <= 0:
+        return None
+    start = (local * per) % len(ids)
+    return ",".join(ids[(start + k) % len(ids)] for k in range(min(per, len(ids))))
 
 
 def _tasks_per_node(counts: list[int]) -> str:

@@ -247,7 +247,8 @@ def _run_remote(ctx: Context, client: Client, opts: SlurmOptions, command: list[
         error=opts.error, input=opts.input, append=open_mode == "append",
         kill_on_bad_exit="kill_on_bad_exit" in opts.extra, pty="pty" in opts.extra,
         label="label" in opts.extra, job_name=opts.job_name or env.get("SLURM_JOB_NAME", ""),
-        on_listen=on_listen)
+        on_listen=on_listen, gpus_per_task=opts.gpus_per_task[0] if opts.gpus_per_task else 0,
+        gpu_bind=opts.extra.get("gpu_bind") or "")
     if int(opts.verbose or 0) > 0:
         _err(f"srun: jobid {job_id}: nodes({len(nodes)}):`{','.join(nodes)}', "
              f"tasks: {ntasks}")

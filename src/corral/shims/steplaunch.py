@@ -98,6 +98,8 @@ class RemoteStep:
     label: bool = False
     job_name: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)
+    gpus_per_task: int = 0
+    gpu_bind: str = ""
     stdout_fd: int = 1
     stderr_fd: int = 2
     stdin_fd: int = 0
@@ -127,6 +129,7 @@ class RemoteStep:
                   "output": self.output, "error": self.error, "input": self.input,
                   "append": self.append, "kill_on_bad_exit": self.kill_on_bad_exit,
                   "pty": self.pty, "job_name": self.job_name, "extra_env": self.extra_env,
+                  "gpus_per_task": self.gpus_per_task, "gpu_bind": self.gpu_bind,
                   "task_env": self.task_env}
         body = {"name": self.name, "argv": self.argv, "ntasks": self.ntasks,
                 "nodes": self.nodes, "num_cpus": self.ntasks * max(1, self.cpus_per_task),
