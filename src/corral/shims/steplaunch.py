@@ -73,6 +73,7 @@ class _Node:
     reader: sp.FrameReader = field(default_factory=sp.FrameReader)
     done: bool = False
     usage: dict[str, Any] = field(default_factory=dict)
+    early: list[tuple[int, int, bytes]] = field(default_factory=list)  # read with HELLO
 
 
 @dataclass
@@ -268,6 +269,9 @@ class RemoteStep:
                         conn.settimeout(None)
                         nodes[node.name] = node
                         sel.register(conn, selectors.EVENT_READ, ("node", node))
+                        for kind, task, payload in node.early:
+                            self._frame(node, kind, task, payload, lines, width)
+                        node.early = []
                         self._flush_stdin(nodes, stdin_buf, stdin_task)
                         if self.pty:
                             self._send_winch(nodes)
@@ -344,8 +348,8 @@ class RemoteStep:
         name = str(hello.get("node", ""))
         if name not in self.nodes:
             return None
-        node = _Node(name, self.nodes.index(name), conn, reader)
-        return node
+        # frames that arrived in the same read as the HELLO (a fast node's whole output)
+        return _Node(name, self.nodes.index(name), conn, reader, early=frames[1:])
 
     def _prefix(self, task: int, width: int) -> bytes:
         return f"{task:>{width}}: ".encode() if self.label else b""

@@ -1,0 +1,190 @@
+"""Steps across hosts: srun tasks, cancel, MPI ranks and an interactive shell on network-
+namespace hosts, each with its own host name and address, the controller on a head host
+reached over TCP (``hosts.py``). What a task prints with ``hostname`` is the host it ran on.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.multinode.hosts import NetnsCluster, wait_for
+
+pytestmark = [pytest.mark.multinode, pytest.mark.root]
+
+MPI_PROGRAM = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int rank, size, sum = 0, value; char host[256];
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    gethostname(host, sizeof host);
+    value = rank + 1;
+    MPI_Allreduce(&value, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (size > 1) {
+        int token = 41;
+        if (rank == 0) {
+            MPI_Send(&token, 1, MPI_INT, 1, 0, MPI_COMM_WORLD);
+            MPI_Recv(&token, 1, MPI_INT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            printf("pingpong %d\n", token);
+        } else if (rank == 1) {
+            MPI_Recv(&token, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            token += 1;
+            MPI_Send(&token, 1, MPI_INT, 0, 0, MPI_COMM_WORLD);
+        }
+    }
+    printf("rank %d of %d on %s sum %d\n", rank, size, host, sum);
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+def _lines(path: Path) -> list[str]:
+    return [ln for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+
+
+def test_srun_places_tasks_on_their_hosts(mn_cluster: NetnsCluster) -> None:
+    c = mn_cluster
+    out = c.shared / "steps-hosts.out"
+    jid = c.sbatch(1, "-N3", "-o", str(out), "--wrap",
+                   "srun -N3 -l hostname; "
+                   "srun -N3 -n3 -l bash -c 'echo $SLURMD_NODENAME $SLURM_NODEID'; "
+                   "srun -n3 -N3 -m cyclic -l bash -c 'grep -c ^processor /proc/cpuinfo "
+                   ">/dev/null; echo $(hostname)-$SLURM_PROCID'")
+    job = c.wait_done(jid, 90)
+    assert job["state"] == "COMPLETED", (job, _lines(out), c.logs())
+    nodes = job["nodes"]
+    lines = _lines(out)
+    assert sorted(ln for ln in lines if ln.count(" ") == 1 and ":" in ln
+                  and ln.split(": ")[1] in nodes) == [f"{i}: {n}" for i, n in enumerate(nodes)]
+    for i, n in enumerate(nodes):
+        assert f"{i}: {n} {i}" in lines, lines  # SLURMD_NODENAME/NODEID = the real host
+        assert f"{i}: {n}-{i}" in lines, lines
+
+
+def test_srun_from_a_login_host_and_cancel_reaching_every_host(mn_cluster: NetnsCluster) -> None:
+    c = mn_cluster
+    # the head runs the controller and no agent: a login host sharing only the network
+    r = c.run_on(c.head, ["srun", "-N2", "-l", "hostname"], timeout=90)
+    assert r.returncode == 0, (r.stderr, c.logs())
+    got = sorted(ln.split(": ")[1] for ln in r.stdout.splitlines())
+    assert len(got) == 2 and set(got) <= set(c.names), r.stdout
+    marker = f"corral-mnc-{os.getpid()}"
+    jid = c.sbatch(1, "-N3", "-o", "/dev/null", "--wrap",
+                   f"srun -N3 bash -c 'exec -a {marker} sleep 300'")
+
+    def running_on() -> set[str]:
+        hosts = set()
+        for h in c.hosts:
+            r = subprocess.run(["ip", "netns", "pids", h.name], capture_output=True,
+                               text=True)
+            for pid in r.stdout.split():
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if cmd.startswith(marker.encode()):
+                    hosts.add(h.name)
+        return hosts
+
+    wait_for(lambda: running_on() == set(c.names), 60, what="a task on every host")
+    assert c.run_on(2, ["scancel", str(jid)]).returncode == 0
+    wait_for(lambda: not running_on(), 30, what="the tasks on every host to be killed")
+    assert c.wait_done(jid)["state"] == "CANCELLED"
+
+
+def _compile(c: NetnsCluster, flavour: str) -> Path:
+    cc = shutil.which(f"mpicc.{flavour}")
+    if cc is None:
+        pytest.skip(f"mpicc.{flavour} is not installed")
+    src = c.shared / "mpi_hosts.c"
+    src.write_text(MPI_PROGRAM)
+    exe = c.shared / f"mpi_hosts_{flavour}"
+    if not exe.exists():
+        r = subprocess.run([cc, "-o", str(exe), str(src)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+    os.chmod(exe, 0o755)
+    return exe
+
+
+def test_open_mpi_ranks_run_on_the_hosts_of_the_allocation(mn_cluster: NetnsCluster) -> None:
+    c = mn_cluster
+    exe = _compile(c, "openmpi")
+    out = c.shared / "ompi-hosts.out"
+    jid = c.sbatch(1, "-N2", "--ntasks-per-node=1", "-o", str(out), "--wrap",
+                   "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; "
+                   f"mpirun.openmpi --mca btl tcp,self --mca oob_tcp_if_include eth0 "
+                   f"--mca btl_tcp_if_include eth0 {exe}; echo rc=$?")
+    job = c.wait_done(jid, 120)
+    lines = _lines(out)
+    assert job["state"] == "COMPLETED" and "rc=0" in lines, (lines, c.logs())
+    nodes = job["nodes"]
+    ranks = sorted(ln for ln in lines if ln.startswith("rank"))
+    assert ranks == [f"rank 0 of 2 on {nodes[0]} sum 3", f"rank 1 of 2 on {nodes[1]} sum 3"]
+    assert "pingpong 42" in lines  # a message between ranks on different hosts
+
+
+def test_mpich_pmi2_direct_launch_across_hosts(mn_cluster: NetnsCluster) -> None:
+    c = mn_cluster
+    exe = _compile(c, "mpich")
+    out = c.shared / "mpich-hosts.out"
+    jid = c.sbatch(1, "-N2", "-n2", "-o", str(out), "--wrap",
+                   f"srun --mpi=pmi2 {exe}; echo rc=$?")
+    job = c.wait_done(jid, 120)
+    lines = _lines(out)
+    assert job["state"] == "COMPLETED" and "rc=0" in lines, (lines, c.logs())
+    nodes = job["nodes"]
+    ranks = sorted(ln for ln in lines if ln.startswith("rank"))
+    assert ranks == [f"rank 0 of 2 on {nodes[0]} sum 3", f"rank 1 of 2 on {nodes[1]} sum 3"]
+    assert "pingpong 42" in lines
+
+
+def test_srun_pty_from_the_submit_host(mn_cluster: NetnsCluster) -> None:
+    import pty
+
+    c = mn_cluster
+    target = c.host(2).name
+    argv = c.wrap(c.head, ["srun", "-w", target, "--pty", "bash", "--norc", "-i"])
+    env = c.host_env(env={"PS1": "mn-prompt$ "})
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(c.shared)
+        os.execvpe(argv[0], argv, env)
+    seen = b""
+
+    def read_until(marker: bytes, timeout: float = 60) -> bytes:
+        nonlocal seen
+        end = time.monotonic() + timeout
+        while marker not in seen and time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(fd, 4096)
+                except OSError:
+                    break
+        return seen
+
+    try:
+        assert b"mn-prompt$ " in read_until(b"mn-prompt$ "), seen
+        os.write(fd, b"echo on-$(hostname)-end; exit 4\n")
+        assert f"on-{target}-end".encode() in read_until(f"on-{target}-end".encode()), seen
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 4, seen
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.close(fd)
