@@ -86,7 +86,8 @@ class TwoNodes:
                         "--key-file", str(self.state / "cluster.key"), "--state-dir",
                         str(self.root / f"agent-{node}"), "--name", node, "--config",
                         str(self.root / "corral.toml"))
-        r = subprocess.run([sys.executable, "-c", ENTRY, "shims", "install", str(self.bin)],
+        r = subprocess.run([sys.executable, "-c", ENTRY, "shims", "install", "--force",
+                            str(self.bin)],
                            capture_output=True, text=True, env=self.env)
         assert r.returncode == 0, r.stderr
         with self.client() as c:
