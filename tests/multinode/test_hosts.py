@@ -74,9 +74,7 @@ def test_cut_link_and_stop_agent(mn_cluster_factory: Callable[..., NetnsCluster]
     wait_for(lambda: c.can_reach(h1, h2, timeout=0.3), 10, what="h2 reachable again")
 
     # a stopped agent stops heartbeating (its process in state T) and resumes on SIGCONT.
-    # The node's state is not asserted: the controller marks only a *disconnected* agent
-    # DOWN (controller/nodes.py check_timeouts skips connected ones), and a stopped agent's
-    # WebSocket stays open.
+    # (The node's DOWN and return: test_liveness_hosts.py.)
     down_after = 3.0  # BASE_SETTINGS controller.node_down_after_s
     with c.agent_stopped(h1):
         assert Path(f"/proc/{h1.pid}/status").read_text().split("State:")[1].split()[0] == "T"

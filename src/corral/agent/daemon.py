@@ -285,9 +285,14 @@ class AgentDaemon:
         from websockets.asyncio.client import connect, unix_connect
 
         headers = {"Authorization": f"Bearer {self.key}"}
+        # keepalive: a controller that answers no ping for 3 heartbeats (stopped, hung,
+        # or the link cut with the TCP connection still open here) is given up on, and
+        # the loop in run() reconnects instead of waiting on a dead connection forever
         opts: dict[str, Any] = {"additional_headers": headers, "max_size": 256 * 1024 * 1024,
-                                "ping_interval": None, "compression": None,
-                                "open_timeout": 10, "proxy": None}
+                                "ping_interval": self.heartbeat_s,
+                                "ping_timeout": 3 * self.heartbeat_s,
+                                "close_timeout": min(10.0, self.heartbeat_s),
+                                "compression": None, "open_timeout": 10, "proxy": None}
         target = self.controller
         if target.startswith(("unix:", "/")):
             path = target[5:] if target.startswith("unix:") else target

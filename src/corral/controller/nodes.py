@@ -10,6 +10,7 @@ back in time re-adopts them. Operator drain/down survives controller restarts (s
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -77,6 +78,8 @@ class NodeTable:
         self.ctl = ctl
         self.nodes: dict[str, NodeRecord] = {}
         self.partitions: tuple[Partition, ...] = ()
+        self._last_check: float | None = None  # check_timeouts' previous run
+        self._closing: set[asyncio.Task[None]] = set()  # connections of lost agents
         self.configured = ctl.cfg.node_configs()
         for name, conf in self.configured.items():
             if not conf.discover:
@@ -220,12 +223,61 @@ class NodeTable:
         if rec is not None:
             rec.connected = False
 
+    def _lost(self, rec: NodeRecord, now: float) -> None:
+        """A connected agent that sent nothing for ``node_down_after_s`` (stopped, hung,
+        or its host's link cut while the TCP connection stays open here): close that
+        connection (the agent reconnects normally once it runs again) and count the node
+        as disconnected, so the timeout below takes it DOWN."""
+        log.warning("node %s: connected, but no frame from its agent for %.1f s: closing "
+                    "the connection", rec.name, now - (rec.last_seen or now))
+        hub = self.ctl.hub
+        conn = hub.conns.get(rec.name)
+        if conn is not None:
+            del hub.conns[rec.name]  # the reader's cleanup now leaves the node alone
+            self.ctl.metrics.agents_connected.set(len(hub.conns))
+            task = asyncio.get_running_loop().create_task(
+                self._close_quietly(conn), name=f"agent-drop-{rec.name}")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        rec.connected = False
+
+    @staticmethod
+    async def _close_quietly(conn: Any) -> None:
+        try:
+            await asyncio.wait_for(conn.close(), timeout=30)
+        except (TimeoutError, Exception):
+            pass
+
+    def _end_on_lost_node(self, job: JobRecord, now: float, name: str) -> None:
+        """End a job of a lost node: as its pending cancel or requeue asked, else as its
+        requeue policy says (requeue, or NODE_FAIL)."""
+        reason = f"node {name} failed"
+        if job.cancel_requested:
+            self.ctl.finish(job, JobState.CANCELLED, now, reason=job.end_reason or reason)
+        elif job.requeue_requested:
+            self.ctl.requeue_record(job, now, hold=job.requeue_hold)
+        elif job.sub.spec.requeue:
+            self.ctl.requeue_record(job, now)
+            job.reason_detail = f"requeued: {reason}"
+        else:
+            self.ctl.finish(job, JobState.NODE_FAIL, now, reason=reason)
+
     async def check_timeouts(self, now: float) -> None:
         c = self.ctl.cfg.controller
         changed_jobs: list[JobRecord] = []
+        # a controller whose own loop stalled has not read its agents' frames meanwhile:
+        # give the readers one turn before calling connected agents silent
+        stalled = self._last_check is not None and \
+            now - self._last_check > min(c.tick_s, 1.0) + 2.0
+        self._last_check = now
         for rec in self.nodes.values():
-            if rec.connected or rec.last_seen is None:
+            if rec.last_seen is None:
                 continue
+            if rec.connected:
+                if stalled or not c.node_down_after_s or \
+                        now - rec.last_seen < c.node_down_after_s:
+                    continue
+                self._lost(rec, now)
             if rec.state is not NodeState.DOWN and now - rec.last_seen >= c.node_down_after_s:
                 log.warning("node %s: no heartbeat for %.0f s: DOWN", rec.name,
                             now - rec.last_seen)
@@ -234,19 +286,21 @@ class NodeTable:
                 rec.down_since = now
                 self.ctl.metrics.set_nodes(self.nodes.values())
                 self.ctl.sched.trigger()
+                # a cancel or requeue that could not reach the agent needs nothing more
+                # from it: done now (as for a job whose agent was away when asked)
+                for jid in sorted(rec.jobs):
+                    job = self.ctl.jobs.get(jid)
+                    if job is not None and job.state.is_active and \
+                            (job.cancel_requested or job.requeue_requested):
+                        self._end_on_lost_node(job, now, rec.name)
+                        changed_jobs.append(job)
             if rec.state is NodeState.DOWN and rec.down_since is not None and \
                     now - rec.down_since >= c.node_fail_grace_s and rec.jobs:
                 for jid in sorted(rec.jobs):
                     job = self.ctl.jobs.get(jid)
                     if job is None or not job.state.is_active:
                         continue
-                    if job.sub.spec.requeue and not job.cancel_requested:
-                        self.ctl.requeue_record(job, now)
-                        job.reason_detail = f"requeued: node {rec.name} failed"
-                    else:
-                        self.ctl.finish(job, JobState.NODE_FAIL
-                                        if not job.cancel_requested else JobState.CANCELLED,
-                                        now, reason=f"node {rec.name} failed")
+                    self._end_on_lost_node(job, now, rec.name)
                     changed_jobs.append(job)
         if changed_jobs:
             await self.ctl.persist(updates=changed_jobs)
