@@ -102,7 +102,9 @@ Node record (``nodes()``, ``node(name)``)::
     gpus int, gpu_types {type: count}, features list[str], gres {name: count},
     alloc_cpus, alloc_mem_mb, alloc_gpus, jobs list[int], arch, weight,
     connected bool (agent connected now), last_seen float|None, agent_version str,
-    boot_time float|None, agent_stats dict (launches, launch_s, ack_s, poll_s, cpu_s: the
+    boot_time float|None, address str (the agent's peer address when it registered; "" over
+    the controller's Unix socket), hostname str (the host name the agent reported),
+    agent_stats dict (launches, launch_s, ack_s, poll_s, cpu_s: the
     agent's counters from its last heartbeat)
 
 Partition record (``partitions()``)::

@@ -313,7 +313,8 @@ class AgentDaemon:
         hello = {"t": "hello", "node": node_spec_to_json(self.spec),
                  "running": self._running(),
                  "exits": [e.to_json() for e in self.unacked.values()],
-                 "agent_version": __version__, "boot_time": _boot_time(), "pid": os.getpid()}
+                 "agent_version": __version__, "boot_time": _boot_time(), "pid": os.getpid(),
+                 "hostname": os.uname().nodename}
         await ws.send(encode_frame([hello]))
         out: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._out = out

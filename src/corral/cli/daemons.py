@@ -301,7 +301,7 @@ def agent(
     """Run a node agent in the foreground (jobs survive its restarts)."""
     cfg = _load(config)
     _setup_logging(cfg.controller.log_level)
-    key = os.environ.get("CORRAL_CLUSTER_KEY", "")
+    key = os.environ.pop("CORRAL_CLUSTER_KEY", "")  # not inherited by anything it starts
     if key_file is not None:
         try:
             key = key_file.read_text().strip()
@@ -340,8 +340,29 @@ def agent(
 def token(
     user: Annotated[str | None, typer.Option(help="For this user (root only)")] = None,
     ttl: Annotated[int, typer.Option(help="Lifetime in seconds")] = 86400,
+    agent_line: Annotated[bool, typer.Option(
+        "--agent", help="Print the command that joins a new node to this cluster instead "
+                        "(on the controller's host, as the user that runs it or root).")
+    ] = False,
+    url: Annotated[str | None, typer.Option(
+        help="With --agent: the controller's URL as the new node reaches it (default: "
+             "from its --listen address; for 0.0.0.0 this host's name).")] = None,
+    state_dir: StateDirOpt = None,
 ) -> None:
-    """Print a token for remote use: export CORRAL_URL=... CORRAL_TOKEN=<token>."""
+    """Print a token for remote use: export CORRAL_URL=... CORRAL_TOKEN=<token>.
+
+    With --agent: print the line to run on a new node,
+    ``CORRAL_CLUSTER_KEY=<key> corral agent --controller <url>``. It starts with a space,
+    so that bash (HISTCONTROL=ignorespace or ignoreboth, the default on many systems)
+    keeps it, and with it the cluster key, out of the shell's history; the key is in no
+    argument either, so other users do not see it in ps. Anyone with the key can join
+    nodes: hand it over as you would a password.
+    """
+    if agent_line:
+        typer.echo(_agent_join_line(_state_dir(state_dir), url))
+        typer.echo("corral: run this on the new node (the leading space keeps the key out "
+                   "of bash's history); add --name NAME to choose its node name", err=True)
+        return
     from corral.client import Client, CorralError
 
     try:
@@ -350,6 +371,40 @@ def token(
     except CorralError as exc:
         typer.echo(f"corral: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def _agent_join_line(sd: Path, url: str | None) -> str:
+    """`` CORRAL_CLUSTER_KEY=... corral agent --controller URL`` for the cluster of ``sd``:
+    the key from its cluster.key, the URL from controller.json (its listen address)."""
+    import shlex
+
+    try:
+        key = (sd / "cluster.key").read_text().strip()
+    except PermissionError:
+        typer.echo(f"corral: cannot read {sd / 'cluster.key'}: run this as the user that "
+                   "runs the controller, or as root", err=True)
+        raise typer.Exit(1) from None
+    except OSError:
+        typer.echo(f"corral: no cluster key in {sd} (is the controller's state directory "
+                   "elsewhere? pass --state-dir)", err=True)
+        raise typer.Exit(1) from None
+    if not url:
+        try:
+            info = json.loads((sd / "controller.json").read_text())
+        except (OSError, ValueError):
+            info = {}
+        pid = info.get("pid")
+        if not (isinstance(pid, int) and _pid_alive(pid)):
+            typer.echo(f"corral: no controller is running on {sd}: start it, or pass --url",
+                       err=True)
+            raise typer.Exit(1)
+        url = info.get("url")
+        if not url:
+            typer.echo("corral: the controller serves only its Unix socket, which other "
+                       "hosts cannot reach: restart it with --listen HOST:PORT (or "
+                       "[controller] listen), or pass --url", err=True)
+            raise typer.Exit(1)
+    return f" CORRAL_CLUSTER_KEY={shlex.quote(key)} corral agent --controller {shlex.quote(url)}"
 
 
 def register(app: typer.Typer) -> None:

@@ -143,8 +143,11 @@ NODE_COLUMNS = (
     Column("NODE", lambda n: text(n.get("name")), style="bold"),
     Column("STATE", lambda n: text(n.get("state"))),
     Column("PARTITIONS", lambda n: text(n.get("partitions"))),
+    Column("ADDRESS", lambda n: text(n.get("address") or n.get("hostname"), "-") or "-"),
     Column("CPUS(A/T)", lambda n: _used_total(n.get("alloc_cpus"), n.get("cpus")),
            justify="right"),
+    Column("S:C:T", lambda n: ":".join(text(n.get(k), "?") for k in (
+        "sockets", "cores_per_socket", "threads_per_core")), justify="right"),
     Column("MEMORY(A/T)", lambda n: f"{mem(n.get('alloc_mem_mb') or 0)}/{mem(n.get('mem_mb'))}",
            justify="right"),
     Column("GPUS(A/T)", _gpus, justify="right"),

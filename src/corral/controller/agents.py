@@ -196,7 +196,8 @@ class AgentHub:
         try:
             spec = node_spec_from_json(hello["node"])
             node = ctl.nodes.register(spec, str(hello.get("agent_version", "")),
-                                      hello.get("boot_time"))
+                                      hello.get("boot_time"), peer=getattr(ws, "client", None),
+                                      hostname=hello.get("hostname"))
         except Exception as exc:
             await ws.send_text(encode_frame([{"t": "reject", "message": str(exc)}]))
             await ws.close(code=4403, reason=str(exc)[:120])

@@ -68,6 +68,15 @@ def merge_spec(discovered: NodeSpec, conf: NodeConfig | None) -> NodeSpec:
     return dataclasses.replace(discovered, **changes)
 
 
+def _peer_host(peer: Any) -> str:
+    """The host part of a connection's peer (a Starlette ``Address`` or a (host, port)
+    tuple); "" when there is none (Unix socket)."""
+    host = getattr(peer, "host", None)
+    if host is None and isinstance(peer, (tuple, list)) and peer:
+        host = peer[0]
+    return str(host or "")
+
+
 def spec_from_config(conf: NodeConfig) -> NodeSpec:
     base = NodeSpec(name=conf.name, mem_mb=conf.mem_mb or 0)
     return merge_spec(base, conf)
@@ -102,6 +111,13 @@ class NodeTable:
             rec = NodeRecord(spec=spec, state=NodeState.UNKNOWN)
             rec.admin_state = row.admin_state or ""
             rec.reason = row.reason or ""
+            try:
+                data = json.loads(row.data or "{}")
+            except ValueError:
+                data = {}
+            if isinstance(data, dict):
+                rec.address = str(data.get("address") or "")
+                rec.hostname = str(data.get("hostname") or "")
             if rec.admin_state == "down":
                 rec.state = NodeState.DOWN
             self.nodes[row.name] = rec
@@ -110,7 +126,7 @@ class NodeTable:
     def _save(self, rec: NodeRecord) -> None:
         self.ctl.store.submit(Store.op_upsert_node(
             rec.name, node_spec_to_json(rec.spec), rec.admin_state, rec.reason,
-            {"boot_time": rec.boot_time}))
+            {"boot_time": rec.boot_time, "address": rec.address, "hostname": rec.hostname}))
 
     def _refresh_partitions(self) -> None:
         names = sorted(self.nodes)
@@ -179,7 +195,11 @@ class NodeTable:
     # ---- agent lifecycle -------------------------------------------------------------
 
     def register(self, discovered: NodeSpec, agent_version: str,
-                 boot_time: float | None) -> NodeRecord:
+                 boot_time: float | None, *, peer: Any = None,
+                 hostname: Any = None) -> NodeRecord:
+        """``peer``: the (host, port) the agent's connection comes from (None over the
+        Unix socket): the node's address (Slurm's NodeAddr); ``hostname``: the agent's
+        own host name (NodeHostName)."""
         name = discovered.name
         conf = self.configured.get(name)
         rec = self.nodes.get(name)
@@ -198,6 +218,8 @@ class NodeTable:
         rec.last_seen = time.time()
         rec.agent_version = agent_version
         rec.boot_time = boot_time
+        rec.address = _peer_host(peer)
+        rec.hostname = str(hostname or "")
         if rec.admin_state != "down":
             if rec.state in (NodeState.DOWN, NodeState.UNKNOWN, NodeState.FUTURE):
                 rec.state = node_transition(rec.state, NodeEvent.REGISTER)

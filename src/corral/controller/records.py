@@ -325,6 +325,8 @@ class NodeRecord:
     down_since: float | None = None
     agent_version: str = ""
     boot_time: float | None = None
+    address: str = ""  # peer address of the agent's connection at registration ("": unix)
+    hostname: str = ""  # the host name the agent reported
     jobs: set[int] = field(default_factory=set)
     alloc_cpus: int = 0
     alloc_mem_mb: int = 0
@@ -366,5 +368,7 @@ class NodeRecord:
             "last_seen": self.last_seen,
             "agent_version": self.agent_version,
             "boot_time": self.boot_time,
+            "address": self.address,
+            "hostname": self.hostname,
             "agent_stats": self.agent_stats,
         }

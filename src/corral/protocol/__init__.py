@@ -8,7 +8,8 @@ a ``"t"`` (type) key. Both sides process the messages of a frame in order.
 Agent -> controller:
 
 - ``hello``     ``node`` (NodeSpec JSON), ``running`` [{job_id, restarts}], ``exits``
-                [JobExit JSON], ``agent_version``, ``boot_time``, ``pid``. First frame.
+                [JobExit JSON], ``agent_version``, ``boot_time``, ``pid``, ``hostname``.
+                First frame.
 - ``heartbeat`` ``running`` [{job_id, restarts}] (the supervisors alive now)
 - ``exit``      ``exit`` (JobExit JSON; ``exit.restarts`` says which run)
 - ``launched``  ``job_id``, ``restarts``: the supervisor is started

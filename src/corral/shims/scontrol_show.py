@@ -145,6 +145,12 @@ def _gres(node: Record) -> str:
     return ",".join(parts) or "(null)"
 
 
+def node_addr(node: Record) -> str:
+    """Slurm's NodeAddr: the address the node's agent connected from, else its host
+    name (an agent on the controller's Unix socket), else the node name."""
+    return str(node.get("address") or node.get("hostname") or node["name"])
+
+
 def node_lines(node: Record, now: float) -> list[str]:
     cpus = int(node.get("cpus") or 0)
     alloc = int(node.get("alloc_cpus") or 0)
@@ -165,7 +171,7 @@ def node_lines(node: Record, now: float) -> list[str]:
         f"AvailableFeatures={feats}",
         f"ActiveFeatures={feats}",
         f"Gres={_gres(node)}",
-        f"NodeAddr={node.get('address') or node['name']} NodeHostName={node['name']} "
+        f"NodeAddr={node_addr(node)} NodeHostName={node.get('hostname') or node['name']} "
         f"Version={node.get('agent_version') or '22.05.8'}",
         f"OS={uname.sysname} {uname.release} {uname.version} ",
         f"RealMemory={mem} AllocMem={amem} FreeMem={node.get('free_mem_mb', 'N/A')} "

@@ -117,6 +117,19 @@ def _nodelist(g: Group) -> str:
     return compress([str(n["name"]) for n in g.nodes])
 
 
+def _hostnames(g: Group) -> str:
+    from corral.core.parse.hostlist import compress
+
+    return compress([str(n.get("hostname") or n["name"]) for n in g.nodes])
+
+
+def _nodeaddrs(g: Group) -> str:
+    from corral.core.parse.hostlist import compress
+    from corral.shims.scontrol_show import node_addr
+
+    return compress([node_addr(n) for n in g.nodes])
+
+
 def _timelimit(g: Group) -> str:
     v = g.part.get("max_time_s")
     return "infinite" if v is None else format_squeue_time_s(int(v), unlimited="infinite")
@@ -186,9 +199,9 @@ FIELDS: dict[str, tuple[str, Callable[[Group], str]]] = {
     "L": ("DEFAULTTIME", lambda g: "n/a" if g.part.get("default_time_s") is None
           else format_squeue_time_s(int(g.part["default_time_s"]))),
     "m": ("MEMORY", _mem),
-    "n": ("HOSTNAMES", _nodelist),
+    "n": ("HOSTNAMES", _hostnames),
     "N": ("NODELIST", _nodelist),
-    "o": ("NODE_ADDR", _nodelist),
+    "o": ("NODE_ADDR", _nodeaddrs),
     "O": ("CPU_LOAD", lambda g: "N/A"),
     "p": ("PRIO_TIER", lambda g: str(int(g.part.get("priority_tier") or 1))),
     "P": ("PARTITION", _partition),
