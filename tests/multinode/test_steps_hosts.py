@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,32 @@ def test_srun_pty_from_the_submit_host(mn_cluster: NetnsCluster) -> None:
         except ProcessLookupError:
             pass
         os.close(fd)
+
+
+def test_a_lost_host_ends_a_multi_node_job_on_every_host(
+        mn_cluster_factory: Callable[..., NetnsCluster]) -> None:
+    c = mn_cluster_factory(2, settings={"controller": {"node_fail_grace_s": 1}})
+    first, second = c.host(1), c.host(2)
+    marker = f"corral-lost-{os.getpid()}"
+    jid = c.sbatch(first, "-N2", "-w", f"{first.name},{second.name}", "--no-requeue",
+                   "-o", "/dev/null", "--wrap",
+                   f"srun -N2 bash -c 'exec -a {marker} sleep 300'")
+
+    def tasks_on(h: object) -> int:
+        r = subprocess.run(["ip", "netns", "pids", c.host(h).name],  # type: ignore[arg-type]
+                           capture_output=True, text=True)
+        n = 0
+        for pid in r.stdout.split():
+            try:
+                n += Path(f"/proc/{pid}/cmdline").read_bytes().startswith(marker.encode())
+            except OSError:
+                continue
+        return n
+
+    wait_for(lambda: tasks_on(first) == 1 and tasks_on(second) == 1, 60, what="both tasks")
+    with c.link_cut(second):
+        job = c.wait_done(jid, 30)
+        assert job["state"] == "NODE_FAIL", (job, c.logs())
+        # the first host's batch script and its task were killed too
+        wait_for(lambda: tasks_on(first) == 0, 20, what="the first host's task to die")
+    c.wait_all_up()

@@ -285,12 +285,14 @@ class AgentDaemon:
         from websockets.asyncio.client import connect, unix_connect
 
         headers = {"Authorization": f"Bearer {self.key}"}
-        # keepalive: a controller that answers no ping for 3 heartbeats (stopped, hung,
-        # or the link cut with the TCP connection still open here) is given up on, and
-        # the loop in run() reconnects instead of waiting on a dead connection forever
+        # keepalive: a controller that answers no ping for 3 heartbeats, and at least 10 s
+        # (stopped, hung, or the link cut with the TCP connection still open here), is
+        # given up on, and the loop in run() reconnects instead of waiting on a dead
+        # connection forever; the floor keeps a controller busy with a long commit from
+        # making every agent reconnect
         opts: dict[str, Any] = {"additional_headers": headers, "max_size": 256 * 1024 * 1024,
                                 "ping_interval": self.heartbeat_s,
-                                "ping_timeout": 3 * self.heartbeat_s,
+                                "ping_timeout": max(3 * self.heartbeat_s, 10.0),
                                 "close_timeout": min(10.0, self.heartbeat_s),
                                 "compression": None, "open_timeout": 10, "proxy": None}
         target = self.controller

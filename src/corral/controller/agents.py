@@ -131,8 +131,8 @@ class AgentHub:
 
     def release_shares(self, job_id: int, restarts: int, nodes: list[str]) -> None:
         """The job's run ended (its batch script exited, or it was requeued or failed):
-        kill what is left of it on its other nodes at once (``nodes``: all but the
-        first), as Slurm kills a job's remaining steps when its batch script ends."""
+        kill what is left of it on ``nodes`` at once, as Slurm kills a job's remaining
+        steps when its batch script ends."""
         for node in nodes:
             conn = self._conn(node)
             if conn is not None:

@@ -276,10 +276,11 @@ class Controller:
         self.metrics.set_jobs(len(self.pending), len(self.running))
 
     def _release_shares(self, rec: JobRecord) -> None:
-        """A run of a job of several nodes ended: its other nodes let go of it now."""
+        """A run of a job of several nodes ended: all its nodes let go of it now (the
+        first one too: the run may have ended without its batch script, e.g. another
+        node failed; a kill for a run already over there is ignored by its agent)."""
         if rec.allocation is not None and len(rec.allocation.nodes) > 1:
-            self.hub.release_shares(rec.id, rec.restarts,
-                                    list(rec.allocation.node_names[1:]))
+            self.hub.release_shares(rec.id, rec.restarts, list(rec.allocation.node_names))
 
     def requeue_record(self, rec: JobRecord, now: float, *, hold: bool = False) -> None:
         if rec.state is JobState.SUSPENDED:
