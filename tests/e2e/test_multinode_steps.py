@@ -387,11 +387,13 @@ def test_srun_pty_gives_a_terminal_on_the_first_node(two: TwoNodes) -> None:
     import pty
     import select
 
+    env = dict(two.env, PS1="pty-prompt$ ")
+    srun = shutil.which("srun", path=env["PATH"])
+    assert srun is not None
     pid, fd = pty.fork()
-    if pid == 0:  # the child: srun on a terminal of its own
+    if pid == 0:  # the child: srun on a terminal of its own (nothing but system calls)
         os.chdir(two.work)
-        os.execvpe("srun", ["srun", "-w", "mb", "--pty", "bash", "--norc", "-i"],
-                   dict(two.env, PS1="pty-prompt$ "))
+        os.execve(srun, [srun, "-w", "mb", "--pty", "bash", "--norc", "-i"], env)
     seen = b""
 
     def read_until(marker: bytes, timeout: float = 30) -> bytes:
@@ -407,12 +409,24 @@ def test_srun_pty_gives_a_terminal_on_the_first_node(two: TwoNodes) -> None:
         return seen
 
     try:
-        assert b"pty-prompt$ " in read_until(b"pty-prompt$ "), seen  # bash reads input now
+        if b"pty-prompt$ " not in read_until(b"pty-prompt$ "):  # bash reads input now
+            try:
+                where = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                where += Path(f"/proc/{pid}/wchan").read_bytes()
+            except OSError:
+                where = b"(gone)"
+            raise AssertionError(f"no prompt: {seen!r}; srun {where!r}\n"
+                                 + subprocess.run(["squeue", "-a"], capture_output=True,
+                                                  text=True, env=two.env).stdout
+                                 + two.logs())
         os.write(fd, b"tty; echo node-$SLURMD_NODENAME-end\n")
         assert b"node-mb-end" in read_until(b"node-mb-end"), seen
         assert b"/dev/pts/" in seen, seen
-        seen = b""
-        assert b"pty-prompt$ " in read_until(b"pty-prompt$ "), seen
+        # the prompt after the command's output (it may have come in the same read)
+        while b"pty-prompt$ " not in seen.split(b"node-mb-end", 2)[-1]:
+            before = len(seen)
+            read_until(seen[-1:] + b"never", timeout=0.5)
+            assert len(seen) > before or time.monotonic() < 0, seen  # no new output: stuck
         os.write(fd, b"sleep 100\n")
         time.sleep(0.5)  # let bash start the sleep (a race would only weaken the check)
         os.write(fd, b"\x03")  # Ctrl-C reaches the remote foreground job through the pty
