@@ -44,6 +44,7 @@ class ControllerConfig:
     min_job_age_s: float = 300.0  # finished jobs stay in the active view this long
     first_job_id: int = 1  # FirstJobId: ids start here (never below the highest id stored)
     token_ttl_s: int = 86400  # default lifetime of user tokens
+    max_token_ttl_s: int = 30 * 86400  # longest lifetime a token may be minted with
     log_level: str = "info"
 
 

@@ -37,7 +37,7 @@ from fastapi.responses import Response
 
 from corral import __version__
 from corral.config.load import config_to_json
-from corral.controller.auth import Authenticator, Identity
+from corral.controller.auth import Authenticator, Identity, token_ttl
 from corral.controller.errors import ApiError
 
 if TYPE_CHECKING:
@@ -287,7 +287,8 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
         who = identity(request)
         body = await _body(request)
         user = body.get("user") or who.user
-        ttl = int(body.get("ttl_s") or ctl.cfg.controller.token_ttl_s)
+        ttl = token_ttl(body.get("ttl_s"), ctl.cfg.controller.token_ttl_s,
+                        ctl.cfg.controller.max_token_ttl_s)
         if user != who.user:
             if who.uid != 0:
                 raise ApiError("forbidden", "only root may mint tokens for other users")

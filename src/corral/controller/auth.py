@@ -26,6 +26,22 @@ from typing import Any
 from corral.controller.errors import ApiError
 
 
+def token_ttl(value: Any, default: int, maximum: int) -> int:
+    """The lifetime of a token asked for with ``ttl_s`` = ``value`` (None: ``default``):
+    a positive whole number of seconds, at most ``maximum`` (``[controller]
+    max_token_ttl_s``); anything else is an ``invalid`` error naming the field."""
+    if value is None:
+        return min(default, maximum)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError("invalid", f"ttl_s: expected a whole number of seconds, got {value!r}")
+    if value <= 0:
+        raise ApiError("invalid", f"ttl_s: must be positive, got {value}")
+    if value > maximum:
+        raise ApiError("invalid", f"ttl_s: {value} exceeds the longest token lifetime, "
+                                  f"{maximum} s ([controller] max_token_ttl_s)")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Identity:
     user: str
