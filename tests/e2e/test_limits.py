@@ -3,18 +3,39 @@ lifetime cap, the default pids limit of every job, Slurm's memory-constraint kno
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from corral.agent.cgroups import detect_layout
 from corral.client import CorralError
 from tests.e2e.cluster import TEST_CONFIG, Cluster
 
 MAX_TTL = 3600
-CONFIG = TEST_CONFIG.replace("[controller]\n", f"[controller]\nmax_token_ttl_s = {MAX_TTL}\n", 1)
+MAX_PIDS = 20
+CONFIG = TEST_CONFIG.replace(
+    "[controller]\n", f"[controller]\nmax_token_ttl_s = {MAX_TTL}\n", 1) + f"""
+[cgroup]
+max_pids_per_job = {MAX_PIDS}
+"""
+
+FORKS = (f"#!{sys.executable}\n"  # the real interpreter (a pyenv shim would fork itself)
+         "import subprocess, sys\nps, errs = [], []\n"
+         "for i in range(int(sys.argv[1])):\n"
+         "    try:\n        ps.append(subprocess.Popen(['sleep', '30']))\n"
+         "    except OSError as exc:\n        errs.append(exc.errno)\n"
+         "for p in ps:\n    p.kill()\n    p.wait()\n"
+         "print('started=%d refused=%d errnos=%s' % (len(ps), len(errs), sorted(set(errs))))\n")
+
+
+def needs_cgroups() -> None:
+    if os.geteuid() != 0 or detect_layout().mode == "none":
+        pytest.skip("needs root and a cgroup filesystem (the agent enforces limits there)")
 
 
 @pytest.fixture(scope="module")
@@ -41,3 +62,18 @@ def test_token_within_the_cap_is_minted(cluster: Cluster) -> None:
     got = cluster.client.request("POST", "/tokens", {"ttl_s": MAX_TTL})
     assert got["ttl_s"] == MAX_TTL and got["token"]
     assert cluster.client.request("POST", "/tokens", {})["ttl_s"] == MAX_TTL  # default capped
+
+
+def test_default_pids_limit_stops_a_fork_bomb(cluster: Cluster) -> None:
+    needs_cgroups()
+    (cluster.work / "forks.py").write_text(FORKS)
+    bomb = cluster.submit(f"{sys.executable} {cluster.work}/forks.py 40 >bomb.out 2>&1")
+    normal = cluster.submit(f"{sys.executable} {cluster.work}/forks.py 10 >normal.out 2>&1")
+    for jid in (bomb, normal):
+        assert cluster.wait_done(jid)["state"] == "COMPLETED"
+    # the job's shell (sh -c), python, and 18 children fill the limit of 20; the rest of
+    # the forks fail with EAGAIN (11) and the job goes on
+    bomb_out = (cluster.work / "bomb.out").read_text()
+    assert f"started={MAX_PIDS - 2} refused={40 - MAX_PIDS + 2} errnos=[11]" in bomb_out, bomb_out
+    normal_out = (cluster.work / "normal.out").read_text()
+    assert "started=10 refused=0" in normal_out, normal_out

@@ -59,6 +59,13 @@ class AgentConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CgroupConfig:
+    """Limits of every job's cgroup on the nodes (the controller puts them into each launch)."""
+
+    max_pids_per_job: int = 4096  # pids.max of a job's cgroup, threads included (0: none)
+
+
+@dataclass(frozen=True, slots=True)
 class NodeConfig:
     """A node; ``discover = true`` takes unset hardware facts from the machine itself."""
 
@@ -233,6 +240,7 @@ class ClusterConfig:
     accept_unknown_nodes: bool = True  # agents not listed in [[nodes]] may register
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    cgroup: CgroupConfig = field(default_factory=CgroupConfig)
     scheduler: SchedulerSection = field(default_factory=SchedulerSection)
     weights: WeightsSection = field(default_factory=WeightsSection)
     preemption: PreemptionSection = field(default_factory=PreemptionSection)
