@@ -66,6 +66,44 @@ async def _body(request: Request) -> Any:
         raise ApiError("invalid", f"the request body is not valid JSON: {exc}") from None
 
 
+# The types of the JSON bodies' known keys (issue 11): a wrong type is a 400 naming the
+# field, never an exception deeper down (a 500). Unknown keys are ignored.
+_IDS = list[str | int] | None
+QUERY_BODY: dict[str, Any] = {
+    "ids": _IDS, "states": list[str] | None, "fields": list[str] | None,
+    "user": str | None, "partition": str | None, "account": str | None,
+    "name": str | None, "include_finished": bool | None,
+}
+HISTORY_BODY: dict[str, Any] = {
+    "ids": _IDS, "states": list[str] | None, "user": str | None, "all_users": bool | None,
+    "since": float | None, "until": float | None, "account": str | None,
+    "partition": str | None, "limit": int | None,
+}
+ACTION_BODY: dict[str, Any] = {
+    "ids": list[str | int], "signal": str | int | None, "scope": str | None,
+    "admin": bool | None, "batch_only": bool | None, "hold": bool | None,
+}
+TOKEN_BODY: dict[str, Any] = {"user": str | None}
+NODE_BODY: dict[str, Any] = {"reason": str | None}
+
+
+def checked(body: Any, shape: dict[str, Any], what: str) -> dict[str, Any]:
+    """``body`` as a JSON object whose known keys have the types of ``shape``."""
+    from corral.wirecheck import FieldError, checker
+
+    if not isinstance(body, dict):
+        raise ApiError("invalid", f"{what} is a JSON object")
+    for key, tp in shape.items():
+        if key in body:
+            try:
+                checker(tp)(body[key], key)
+            except FieldError as exc:
+                raise ApiError("invalid", f"bad field {exc.field}: {exc.message}") from None
+    if "limit" in shape and isinstance(body.get("limit"), int) and body["limit"] < 0:
+        raise ApiError("invalid", "bad field limit: must not be negative")
+    return body
+
+
 def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     app = FastAPI(title="Corral controller API", version=__version__,
                   description="Submit and manage jobs, nodes and partitions of a Corral "
@@ -120,10 +158,7 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     @app.post(PREFIX + "/jobs/query", summary="List jobs with a filter body")
     async def query_jobs(request: Request) -> Response:
         identity(request)
-        flt = await _body(request)
-        if not isinstance(flt, dict):
-            raise ApiError("invalid", "the filter is a JSON object")
-        return _list(flt)
+        return _list(checked(await _body(request), QUERY_BODY, "the filter"))
 
     @app.get(PREFIX + "/jobs/{job_id}", summary="One job in detail")
     async def get_job(request: Request, job_id: str) -> Response:
@@ -174,9 +209,9 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
 
     async def _action(request: Request, action: str) -> Response:
         who = identity(request)
-        body = await _body(request)
-        if not isinstance(body, dict) or not isinstance(body.get("ids"), list):
-            raise ApiError("invalid", "expected {\"ids\": [...]}")
+        body = checked(await _body(request), ACTION_BODY, "an action ({\"ids\": [...]})")
+        if "ids" not in body:
+            raise ApiError("invalid", "bad field ids: required field missing")
         refs = [str(i) for i in body["ids"]]
         return _json({"results": await ctl.act(action, refs, who, body)})
 
@@ -199,9 +234,7 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     @app.post(PREFIX + "/history", summary="Accounting records from the database")
     async def history(request: Request) -> Response:
         who = identity(request)
-        flt = await _body(request)
-        if not isinstance(flt, dict):
-            raise ApiError("invalid", "the filter is a JSON object")
+        flt = checked(await _body(request), HISTORY_BODY, "the filter")
         return _json({"jobs": await ctl.history(flt, who)})
 
     # ---- nodes, partitions, cluster -------------------------------------------------------
@@ -226,8 +259,8 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     @app.post(PREFIX + "/nodes/{name}/drain", summary="Drain a node (operators)")
     async def drain(request: Request, name: str) -> Response:
         _operator(request)
-        body = await _body(request)
-        rec = ctl.nodes.drain(name, str(body.get("reason", "")))
+        body = checked(await _body(request), NODE_BODY, "the request")
+        rec = ctl.nodes.drain(name, str(body.get("reason") or ""))
         ctl.sched.trigger()
         return _json(rec.to_api())
 
@@ -241,8 +274,8 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     @app.post(PREFIX + "/nodes/{name}/down", summary="Set a node down (operators)")
     async def down(request: Request, name: str) -> Response:
         _operator(request)
-        body = await _body(request)
-        rec = ctl.nodes.set_down(name, str(body.get("reason", "")))
+        body = checked(await _body(request), NODE_BODY, "the request")
+        rec = ctl.nodes.set_down(name, str(body.get("reason") or ""))
         return _json(rec.to_api())
 
     @app.get(PREFIX + "/partitions", summary="Partitions")
@@ -285,7 +318,7 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     @app.post(PREFIX + "/tokens", summary="Mint a token for HTTP use")
     async def tokens(request: Request) -> Response:
         who = identity(request)
-        body = await _body(request)
+        body = checked(await _body(request), TOKEN_BODY, "a token request")
         user = body.get("user") or who.user
         ttl = token_ttl(body.get("ttl_s"), ctl.cfg.controller.token_ttl_s,
                         ctl.cfg.controller.max_token_ttl_s)
@@ -429,9 +462,7 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
                     host = str(extra.get("submit_host", "")) if isinstance(extra, dict) else ""
                     out = json.dumps(await ctl.submit(body, caller, host)).encode()
                 else:
-                    if not isinstance(body, dict):
-                        raise ApiError("invalid", "the filter is a JSON object")
-                    out = list_body(ctl, body)
+                    out = list_body(ctl, checked(body, QUERY_BODY, "the filter"))
             except ApiError as exc:
                 await send_json(scope, send, exc.status, json.dumps(exc.to_json()).encode())
                 return

@@ -32,3 +32,20 @@ class ApiError(Exception):
         if self.slurm:
             err["slurm"] = self.slurm
         return {"error": err}
+
+
+JOB_ID_MAX = 2 ** 63 - 1
+
+
+def is_number(text: str) -> bool:
+    """ASCII digits only (``str.isdigit`` also accepts ``¹`` and ``①``, which ``int``
+    then refuses), at most 19 of them."""
+    return text.isascii() and text.isdigit() and len(text) <= 19
+
+
+def job_number(text: str, ref: object = None) -> int:
+    """A job (or task, step) number from an id reference, or a 400 naming the reference."""
+    if not is_number(text) or int(text) > JOB_ID_MAX:
+        raise ApiError("invalid", f"Invalid job id {ref if ref is not None else text}",
+                       slurm="Invalid job id specified")
+    return int(text)

@@ -23,11 +23,16 @@ from corral.controller.records import JobRecord
 from corral.core.model.job import DependencySpec, HoldKind, JobSpec
 from corral.core.parse.errors import ParseError
 from corral.submission import JobSubmission
+from corral.wirecheck import FieldError, check
 
 
 def decode_submission(body: Any) -> JobSubmission:
     if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
         raise ApiError("invalid", "a submission is a JSON object with a 'spec' object")
+    try:
+        check(JobSubmission, body)
+    except FieldError as exc:
+        raise ApiError("invalid", f"bad submission field {exc.field}: {exc.message}") from None
     try:
         return JobSubmission.from_json(body)
     except TypeError as exc:

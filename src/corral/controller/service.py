@@ -27,7 +27,7 @@ from corral.agent.launch import JobExit
 from corral.config.schema import ClusterConfig
 from corral.controller import allocations, intake
 from corral.controller.auth import Identity
-from corral.controller.errors import ApiError
+from corral.controller.errors import ApiError, is_number, job_number
 from corral.controller.metrics import Metrics
 from corral.controller.nodes import NodeTable
 from corral.controller.records import JobRecord
@@ -402,15 +402,13 @@ class Controller:
 
         ``None`` when the reference is well formed but not in memory."""
         base, sep, task = ref.partition("_")
-        if not base.isdigit():
-            raise ApiError("invalid", f"Invalid job id {ref}", slurm="Invalid job id specified")
-        jid = int(base)
+        jid = job_number(base, ref)
         if not sep:
             if jid in self.arrays:
                 return [self.jobs[t] for t in self.arrays[jid] if t in self.jobs]
             rec = self.jobs.get(jid)
             return [rec] if rec is not None else None
-        wanted = _task_set(ref, task)
+        wanted = _task_set(ref, task, self.cfg.scheduler.max_array_size)
         tasks = [self.jobs[t] for t in self.arrays.get(jid, ()) if t in self.jobs]
         if wanted is None:
             return tasks or None
@@ -423,7 +421,7 @@ class Controller:
         if found is not None:
             return found
         base, sep, task = ref.partition("_")
-        jid = int(base)
+        jid = job_number(base, ref)
         loop = asyncio.get_running_loop()
         rows = await loop.run_in_executor(
             None, lambda: self.store.history(ids=[jid], array_ids=[jid]))
@@ -431,7 +429,7 @@ class Controller:
         for r in recs:
             r.default_partition = self.default_partition
         if sep:
-            wanted = _task_set(ref, task)
+            wanted = _task_set(ref, task, self.cfg.scheduler.max_array_size)
             recs = [r for r in recs if r.array_job_id == jid
                     and (wanted is None or r.array_task_id in wanted)]
         else:
@@ -445,7 +443,7 @@ class Controller:
             raise ApiError("not_found", f"Invalid job id specified: {ref}",
                            slurm="Invalid job id specified")
         rec = recs[0] if len(recs) == 1 else next(
-            (r for r in recs if r.id == int(ref.partition("_")[0])), recs[0])
+            (r for r in recs if r.id == job_number(ref.partition("_")[0], ref)), recs[0])
         private = who.is_admin or who.uid == rec.uid
         out = rec.to_api(time.time(), detail=True, private=private)
         from corral.controller.steps import steps_api
@@ -500,11 +498,12 @@ class Controller:
         if flt.get("ids"):
             ids, array_ids = [], []
             for ref in flt["ids"]:
-                base = str(ref).partition("_")[0]
-                if not base.isdigit():
-                    raise ApiError("invalid", f"Invalid job id {ref}")
-                ids.append(int(base))
-                array_ids.append(int(base))
+                base, sep, task = str(ref).partition("_")
+                jid = job_number(base, ref)
+                if sep:  # well formed, or a 400 (the store is asked for the whole array)
+                    _task_set(str(ref), task, self.cfg.scheduler.max_array_size)
+                ids.append(jid)
+                array_ids.append(jid)
         loop = asyncio.get_running_loop()
         rows = await loop.run_in_executor(None, lambda: self.store.history(
             user=user, since=flt.get("since"), until=flt.get("until"),
@@ -647,17 +646,19 @@ class _Probe:
         self.sub = sub
 
 
-def _task_set(ref: str, task: str) -> set[int] | None:
+def _task_set(ref: str, task: str, max_array_size: int) -> set[int] | None:
+    """The task ids ``task`` names (None: all); indices are bounded by the cluster's
+    ``max_array_size``, so ``12_[0-4000000000]`` is a 400, not gigabytes of set."""
     if task in ("*", ""):
         return None
-    if task.isdigit():
-        return {int(task)}
+    if is_number(task):
+        return {job_number(task, ref)}
     if task.startswith("[") and task.endswith("]"):
         from corral.core.parse.arrayspec import parse_array
         from corral.core.parse.errors import ParseError
 
         try:
-            return set(parse_array(task[1:-1]).indices)
+            return set(parse_array(task[1:-1], max_array_size=max_array_size).indices)
         except ParseError:
             pass
     raise ApiError("invalid", f"Invalid job id {ref}", slurm="Invalid job id specified")

@@ -14,18 +14,24 @@ Invariants:
   job's end killed them), or the job's own state for ``NODE_FAIL``/``OUT_OF_MEMORY``; a
   later end report of such a step changes nothing;
 - the steps of active jobs are in memory (``JobRecord.steps``, loaded at start); those of
-  jobs that left memory are read from the store when a detail or history record asks.
+  jobs that left memory are read from the store when a detail or history record asks;
+- an end report may carry the step's resource use (``usage``: per node CPU seconds, peak
+  RSS, pids; checked against the step's nodes and tasks, else 4xx): it is kept with the
+  step (the row's JSON ``data``; rows written before it simply have none) and shown by
+  ``to_api`` (``usage``, ``cpu_time_s``, ``max_rss_mb``; None when not measured). The
+  ``.batch`` step has none here: its use is the job's own (``JobRecord.cpu_time_s``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from corral.controller.errors import ApiError
+from corral.controller.errors import ApiError, is_number
 from corral.core.model.job import JobState
 
 if TYPE_CHECKING:
@@ -53,25 +59,39 @@ class StepRecord:
     end_time: float | None = None
     exit_code: int | None = None
     signal: int = 0
+    # global task ids on each node (same order as ``nodes``; [] when not known: steps
+    # recorded without a launch)
+    node_tasks: list[list[int]] = field(default_factory=list)
+    # what the end report measured (``check_usage``'s form), None when not measured
+    usage: dict[str, Any] | None = None
 
     @property
     def is_open(self) -> bool:
         return self.end_time is None
 
     def to_api(self) -> dict[str, Any]:
+        usage = self.usage
         return {
             "step_id": self.step_id, "job_id": self.job_id, "restarts": self.restarts,
             "name": self.name, "argv": list(self.argv), "ntasks": self.ntasks,
             "nodes": list(self.nodes), "num_cpus": self.num_cpus,
             "start_time": self.start_time, "end_time": self.end_time, "state": self.state,
             "exit_code": self.exit_code, "signal": self.signal, "pid": self.pid,
+            "node_tasks": [list(t) for t in self.node_tasks],
+            "usage": _copy_usage(usage) if usage is not None else None,
+            "cpu_time_s": usage.get("cpu_time_s") if usage is not None else None,
+            "max_rss_mb": usage.get("max_rss_mb") if usage is not None else None,
         }
 
     def _data(self) -> str:
-        return json.dumps({"argv": self.argv, "ntasks": self.ntasks, "nodes": self.nodes,
-                           "num_cpus": self.num_cpus, "pid": self.pid,
-                           "exit_code": self.exit_code, "signal": self.signal},
-                          separators=(",", ":"))
+        data: dict[str, Any] = {"argv": self.argv, "ntasks": self.ntasks, "nodes": self.nodes,
+                                "num_cpus": self.num_cpus, "pid": self.pid,
+                                "exit_code": self.exit_code, "signal": self.signal}
+        if self.node_tasks:
+            data["tasks"] = self.node_tasks
+        if self.usage is not None:
+            data["usage"] = self.usage
+        return json.dumps(data, separators=(",", ":"))
 
     def insert_row(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "restarts": self.restarts, "step_id": self.step_id,
@@ -91,7 +111,34 @@ class StepRecord:
             ntasks=int(data.get("ntasks") or 1), nodes=[str(n) for n in data.get("nodes") or []],
             num_cpus=int(data.get("num_cpus") or 0), start_time=float(row.start_time),
             pid=data.get("pid"), state=str(row.state), end_time=row.end_time,
-            exit_code=data.get("exit_code"), signal=int(data.get("signal") or 0))
+            exit_code=data.get("exit_code"), signal=int(data.get("signal") or 0),
+            node_tasks=_stored_tasks(data.get("tasks")), usage=_stored_usage(data.get("usage")))
+
+
+def _copy_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    nodes = usage.get("nodes") or {}
+    return {"nodes": {k: dict(v, pids=list(v.get("pids") or [])) for k, v in nodes.items()},
+            "cpu_time_s": usage.get("cpu_time_s"), "max_rss_mb": usage.get("max_rss_mb")}
+
+
+def _stored_tasks(raw: Any) -> list[list[int]]:
+    """A stored row's per-node task ids (rows written before they were kept have none)."""
+    if not isinstance(raw, list):
+        return []
+    try:
+        return [[int(t) for t in ids] for ids in raw]
+    except (TypeError, ValueError):
+        return []
+
+
+def _stored_usage(raw: Any) -> dict[str, Any] | None:
+    """A stored row's usage, as ``check_usage`` wrote it (None for older rows)."""
+    if not isinstance(raw, dict):
+        return None
+    nodes = raw.get("nodes")
+    return {"nodes": {str(k): v for k, v in nodes.items() if isinstance(v, dict)}
+            if isinstance(nodes, dict) else {},
+            "cpu_time_s": raw.get("cpu_time_s"), "max_rss_mb": raw.get("max_rss_mb")}
 
 
 def close_open_steps(rec: JobRecord, job_state: JobState, now: float) -> None:
@@ -189,6 +236,7 @@ async def start_step(ctl: Controller, ref: str, body: Any, who: Identity) -> dic
     launch = _launch_of(body, rec, step_id) if body.get("launch") is not None else None
     if launch is not None:
         st.nodes = list(launch["nodes"])
+        st.node_tasks = [list(ids) for ids in launch["tasks"]]
     rec.steps.append(st)
     await asyncio.wrap_future(ctl.store.submit(ctl.store.op_insert_step(st.insert_row())))
     out: dict[str, Any] = {"job_id": rec.id, "step_id": step_id}
@@ -230,13 +278,87 @@ def _launch_of(body: dict[str, Any], rec: JobRecord, step_id: int) -> dict[str, 
     return launch.to_json()
 
 
+_USAGE_NODE_KEYS = ("node", "cpu_time_s", "max_rss_mb", "pids")
+
+
+def _usage_number(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or value < 0 or value > 1e15):
+        raise ApiError("invalid", f"{where} must be a finite number >= 0, not {value!r}")
+    return float(value)
+
+
+def check_usage(raw: Any, st: StepRecord) -> dict[str, Any] | None:
+    """An end report's ``usage`` checked against the step: ``{"nodes": {node: {node,
+    cpu_time_s, max_rss_mb, pids}}, "cpu_time_s", "max_rss_mb"}`` (numbers finite and
+    >= 0, None where a node did not say; at most one entry per node of the step, no more
+    pids on a node than its tasks). The totals are the sum (CPU) and the maximum (RSS) of
+    the nodes' when nodes are given. None: nothing measured (no usage, or no node
+    reported). Raises ``ApiError`` (400) naming the bad field."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ApiError("invalid", "usage must be a JSON object {nodes, cpu_time_s, "
+                                  f"max_rss_mb}}, not {type(raw).__name__}")
+    total_cpu = _usage_number(raw.get("cpu_time_s"), "usage.cpu_time_s")
+    total_rss = _usage_number(raw.get("max_rss_mb"), "usage.max_rss_mb")
+    if "nodes" not in raw:
+        if total_cpu is None and total_rss is None:
+            return None
+        return {"nodes": {}, "cpu_time_s": total_cpu, "max_rss_mb": total_rss}
+    nodes_raw = raw["nodes"]
+    if not isinstance(nodes_raw, dict):
+        raise ApiError("invalid", "usage.nodes must map node names to {node, cpu_time_s, "
+                                  "max_rss_mb, pids}")
+    if len(nodes_raw) > max(len(st.nodes), 1):
+        raise ApiError("invalid", f"usage.nodes has {len(nodes_raw)} entries: step "
+                                  f"{st.job_id}.{st.step_id} ran on {len(st.nodes)} node(s)")
+    index = {n: i for i, n in enumerate(st.nodes)}
+    nodes: dict[str, dict[str, Any]] = {}
+    for name, entry in nodes_raw.items():
+        where = f"usage.nodes[{name!r}]"
+        if st.nodes and name not in index:
+            raise ApiError("invalid", f"{where}: {name!r} is not a node of step "
+                                      f"{st.job_id}.{st.step_id} ({','.join(st.nodes)})")
+        if not isinstance(entry, dict):
+            raise ApiError("invalid", f"{where} must be a JSON object {{node, cpu_time_s, "
+                                      "max_rss_mb, pids}")
+        node = entry.get("node", name)
+        if node != name:
+            raise ApiError("invalid", f"{where}.node must be {name!r}, not {node!r}")
+        pids = entry.get("pids", [])
+        i = index.get(name)
+        most = (len(st.node_tasks[i]) if i is not None and i < len(st.node_tasks)
+                else st.ntasks)
+        if (not isinstance(pids, list) or len(pids) > most or not all(
+                isinstance(p, int) and not isinstance(p, bool) and 0 < p < 1 << 31
+                for p in pids)):
+            raise ApiError("invalid", f"{where}.pids must be a list of at most {most} "
+                                      "process ids")
+        nodes[name] = {"node": name,
+                       "cpu_time_s": _usage_number(entry.get("cpu_time_s"),
+                                                   f"{where}.cpu_time_s"),
+                       "max_rss_mb": _usage_number(entry.get("max_rss_mb"),
+                                                   f"{where}.max_rss_mb"),
+                       "pids": list(pids)}
+    if not nodes:
+        return None  # srun heard from no node: nothing was measured
+    cpus = [u["cpu_time_s"] for u in nodes.values() if u["cpu_time_s"] is not None]
+    rss = [u["max_rss_mb"] for u in nodes.values() if u["max_rss_mb"] is not None]
+    return {"nodes": nodes,
+            "cpu_time_s": round(sum(cpus), 6) if cpus else total_cpu,
+            "max_rss_mb": max(rss) if rss else total_rss}
+
+
 async def end_step(ctl: Controller, ref: str, step: str, body: Any,
                    who: Identity) -> dict[str, Any]:
-    """Record the end of a step: ``{state, exit_code, signal, end_time}``."""
+    """Record the end of a step: ``{state, exit_code, signal, end_time, usage}``."""
     if not isinstance(body, dict):
         raise ApiError("invalid", "a step end is a JSON object {state, exit_code, signal, "
                                   "end_time}")
-    if not step.isdigit():
+    if not is_number(step) or int(step) >= 2 ** 31:
         raise ApiError("invalid", f"bad step id {step!r}: a step id is a number")
     exit_code = _int(body, "exit_code", 0)
     signal = _int(body, "signal", 0)
@@ -256,7 +378,9 @@ async def end_step(ctl: Controller, ref: str, step: str, body: Any,
     if st is None:
         raise ApiError("not_found", f"job {rec.display_id} has no step {step} in its current "
                                     "run", slurm="Invalid job id specified")
+    usage = check_usage(body.get("usage"), st)
     if st.is_open:
+        st.usage = usage
         st.state = str(state)
         st.exit_code = exit_code
         st.signal = signal

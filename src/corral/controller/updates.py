@@ -31,6 +31,8 @@ def _int_or_none(key: str, v: Any) -> int | None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         raise ApiError("invalid", f"{key} must be a whole number or null")
+    if not -(2 ** 63) <= v < 2 ** 63:
+        raise ApiError("invalid", f"{key}: integer out of range (64 bits)")
     return v
 
 
@@ -86,6 +88,9 @@ def apply_update(ctl: Controller, rec: JobRecord, fields: dict[str, Any], who: I
         changes["requeue"] = bool(fields["requeue"])
     if "partition" in fields or "partitions" in fields:
         raw = fields.get("partitions", fields.get("partition"))
+        if raw is not None and not isinstance(raw, str) and not (
+                isinstance(raw, list) and all(isinstance(p, str) for p in raw)):
+            raise ApiError("invalid", "partitions must be a string or a list of strings")
         parts = tuple(raw.split(",")) if isinstance(raw, str) else tuple(raw or ())
         names = {p.name for p in ctl.cfg.partitions}
         for p in parts:
@@ -98,12 +103,15 @@ def apply_update(ctl: Controller, rec: JobRecord, fields: dict[str, Any], who: I
         raise ApiError("invalid", f"invalid qos specified: {changes['qos']}")
     if "begin_time" in fields:
         v = fields["begin_time"]
-        if v is not None and not isinstance(v, (int, float)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not -1e18 < v < 1e18):
             raise ApiError("invalid", "begin_time must be epoch seconds or null")
         changes["begin_time"] = None if v is None else float(v)
     for key in ("nodes_min", "nodes_max", "ntasks", "cpus_per_task"):
         if key in fields:
             changes[key] = _int_or_none(key, fields[key])
+            if changes[key] is None and key in ("nodes_min", "cpus_per_task"):
+                raise ApiError("invalid", f"{key} must be a whole number")
     if "dependency" in fields:
         v = fields["dependency"]
         if v in (None, ""):

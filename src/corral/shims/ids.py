@@ -46,15 +46,26 @@ def _split_top(text: str) -> list[str]:
     return out
 
 
+MAX_JOB_ID = 2 ** 63 - 1
+MAX_TASK_ID = 4_000_000
+
+
+def _number(text: str) -> bool:
+    """ASCII digits (``str.isdigit`` alone accepts ``¹`` and ``①``), at most 19."""
+    return text.isascii() and text.isdigit() and len(text) <= 19
+
+
 def _task_set(word: str, body: str) -> frozenset[int]:
     tasks: set[int] = set()
     for part in body.split(","):
         part = part.split("%", 1)[0]
         lo, dash, hi = part.partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()):
+        if not _number(lo) or (dash and not _number(hi)):
             raise IdError(word)
         a, b = int(lo), int(hi) if dash else int(lo)
-        if b < a:
+        # no array index reaches Slurm's largest MaxArraySize (4000001): a bigger range
+        # names no task and would only build a huge set
+        if b < a or b > MAX_TASK_ID:
             raise IdError(word)
         tasks.update(range(a, b + 1))
     return frozenset(tasks)
@@ -68,13 +79,13 @@ def parse_job_ref(word: str) -> JobRef:
         if not step:
             raise IdError(word)
     base_s, us, task_s = text.partition("_")
-    if not base_s.isdigit() or not base_s.isascii():
+    if not _number(base_s) or int(base_s) > MAX_JOB_ID:
         raise IdError(word)
     tasks: frozenset[int] | None = None
     if us:
         if task_s.startswith("[") and task_s.endswith("]"):
             tasks = _task_set(word, task_s[1:-1])
-        elif task_s.isdigit():
+        elif _number(task_s) and int(task_s) <= MAX_TASK_ID:
             tasks = frozenset({int(task_s)})
         else:
             raise IdError(word)

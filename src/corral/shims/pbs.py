@@ -57,12 +57,12 @@ def parse_pbs_id(word: str) -> PbsRef:
         inner = rest[:-1]
         if inner == "":
             array = True
-        elif inner.isdigit():
+        elif inner.isascii() and inner.isdigit() and len(inner) <= 9:
             index = int(inner)
         else:
             raise PbsIdError(word)
         head = base
-    if not head.isdigit():
+    if not (head.isascii() and head.isdigit() and len(head) <= 18):
         raise PbsIdError(word)
     return PbsRef(word, int(head), array, index, server if dot else None)
 

@@ -72,7 +72,7 @@ def _uid_from_reason(text: str) -> int | None:
     words = text.split()
     if len(words) >= 3 and words[0].lower() == "cancelled" and words[1] == "by":
         who = words[2]
-        if who.isdigit():
+        if who.isascii() and who.isdigit():
             return int(who)
         import pwd
 

@@ -62,7 +62,7 @@ USAGE = (
 def signal_name(text: str) -> str | None:
     """Canonical name (``USR2``) of a signal given as ``SIGUSR2``, ``usr2`` or ``12``."""
     t = text.strip().upper()
-    if t.isdigit():
+    if t.isascii() and t.isdigit() and len(t) <= 3:
         try:
             return _signal.Signals(int(t)).name[3:]
         except ValueError:

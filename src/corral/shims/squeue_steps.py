@@ -64,7 +64,9 @@ def parse_step_list(words: list[str]) -> list[JobRef]:
     Raises ``IdError`` naming the bad word."""
     refs = parse_job_refs(words)
     for ref in refs:
-        if ref.step is not None and not (ref.step.isdigit() or ref.step in NAMED_STEPS):
+        step = ref.step
+        if step is not None and not ((step.isascii() and step.isdigit() and len(step) <= 10)
+                                     or step in NAMED_STEPS):
             raise IdError(ref.word)
     return refs
 

@@ -14,7 +14,7 @@ class UserError(ValueError):
 def resolve_users(words: list[str]) -> set[int]:
     uids: set[int] = set()
     for w in words:
-        if w.isdigit():
+        if w.isascii() and w.isdigit() and len(w) <= 10:
             uids.add(int(w))
             continue
         try:
