@@ -24,7 +24,8 @@ Algorithm:
 3. Loop on ``sigtimedwait`` (SIGCHLD, SIGUSR1 = "a command is queued", and the usual
    termination signals, which it ignores) with a timeout to the next deadline: warning
    signal (``--signal``), time limit (SIGCONT+SIGTERM to every job process and the Slurm
-   message in the stderr file), SIGKILL after the grace, memory watchdog ticks.
+   message in the stderr file, appended as the job's user: ``append_message``), SIGKILL
+   after the grace, memory watchdog ticks.
 4. When the batch process exits, SIGKILL whatever remains of the job (as slurmstepd does),
    reap it, read accounting (cgroup counters, else rusage), decide the state, write
    ``exit.json`` atomically and notify the agent with a datagram.
@@ -48,8 +49,10 @@ from __future__ import annotations
 
 import gc
 import os
+import select
 import signal
 import socket
+import stat
 import time
 import traceback
 from collections.abc import Callable
@@ -183,15 +186,10 @@ class Supervisor:
         if not self.stderr_path:
             return
         line = f"slurmstepd-{self.cfg.node_name}: error: {text}\n".encode()
-        try:
-            fd = os.open(self.stderr_path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        except OSError as exc:
-            self.log(f"cannot append to {self.stderr_path}: {exc}")
-            return
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        creds = (self.req.uid, self.req.gid, self.cfg.groups) if self.cfg.switch_user else None
+        failure = append_message(self.stderr_path, line, creds)
+        if failure:
+            self.log(f"cannot append to {self.stderr_path}: {failure}")
 
     def claim_status(self) -> bool:
         """Create ``status.json`` (state STARTING) unless it exists: the run's claim."""
@@ -740,6 +738,97 @@ _spawn_ok: bool | None = None
 _spawner: spawn.Spawner | None = None
 _notify_sock: socket.socket | None = None
 _own_ticks: int | None = None
+
+
+_APPEND = (os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+           | os.O_CLOEXEC)
+
+
+def _append_file(path: str, data: bytes) -> str:
+    """Append ``data`` to the existing regular file ``path`` with this process's
+    credentials, never following a symbolic link as the last component; "" or why not."""
+    try:
+        fd = os.open(path, _APPEND)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "not a regular file"
+        os.write(fd, data)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        os.close(fd)
+    return ""
+
+
+def append_message(path: str, data: bytes,
+                   creds: tuple[int, int, tuple[int, ...]] | None,
+                   timeout_s: float = 10.0) -> str:
+    """Append ``data`` to the job's file ``path``; "" or why it was not written.
+
+    ``creds`` (uid, gid, supplementary groups): the job runs as another user than this
+    (root) process, so a short-lived child takes on the user's identity first and opens
+    the file as the user: a symbolic link (in the last or any earlier component) that the
+    user planted can only lead where the user could write anyway. Without ``creds`` the
+    file is opened here. Either way ``O_NOFOLLOW`` (a link as the last component is
+    refused), ``O_NONBLOCK`` (a FIFO without a reader does not block the supervisor) and
+    only a regular file is written. A child that has not finished within ``timeout_s``
+    (a hung file system) is killed."""
+    if creds is None:
+        return _append_file(path, data)
+    uid, gid, groups = creds
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    gc_on = gc.isenabled()
+    gc.disable()  # no collection in the child: it would touch (copy) the whole heap
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(err_r)
+        os.close(err_w)
+        return f"fork: {exc.strerror or exc}"
+    finally:
+        if gc_on:
+            gc.enable()
+    if pid == 0:  # the child: as the user, then gone
+        why = "cannot switch user"
+        try:
+            os.close(err_r)
+            os.setgroups(list(groups))
+            os.setgid(gid)
+            os.setuid(uid)
+            why = _append_file(path, data)
+        except BaseException as exc:  # noqa: B036 - report anything, then leave
+            why = f"{why}: {exc}"
+        finally:
+            try:
+                if why:
+                    os.write(err_w, why.encode()[:1000])
+            finally:
+                os._exit(0)
+    os.close(err_w)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    killed = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([err_r], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)  # reaped now or later by ``reap``
+                chunks.append(b"timed out")
+                killed = True
+                break
+            chunk = os.read(err_r, 1024)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(err_r)
+    try:
+        os.waitpid(pid, os.WNOHANG if killed else 0)
+    except ChildProcessError:
+        pass
+    return b"".join(chunks).decode(errors="replace")
 
 
 def _has_children() -> bool:
