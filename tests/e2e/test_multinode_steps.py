@@ -461,3 +461,35 @@ def test_sigterm_to_srun_ends_the_step_on_every_node(two: TwoNodes) -> None:
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_time_limit_ends_the_steps_on_every_node(two: TwoNodes) -> None:
+    from corral.core.model.job import JobSpec
+    from corral.submission import JobSubmission
+
+    marker = f"corral-tl-{os.getpid()}"
+    out = two.work / "timelimit.out"
+    # a 3-second limit (sbatch's -t counts whole minutes): through the API
+    sub = JobSubmission(
+        spec=JobSpec(name="tl", user="root", uid=os.getuid(), gid=os.getgid(), nodes_min=2,
+                     nodes_max=2, time_limit_s=3),
+        script=f"#!/bin/bash\nsrun -N2 bash -c 'exec -a {marker} sleep 300'\n",
+        workdir=str(two.work), stdout=str(out), env={"PATH": two.env["PATH"]})
+    with two.client() as c:
+        jid = c.submit(sub)[0]
+
+    def tasks() -> int:
+        r = subprocess.run(["pgrep", "-f", f"^{marker} "], capture_output=True, text=True)
+        return len(r.stdout.split())
+
+    try:
+        wait_for(lambda: tasks() == 2, 30, what="both tasks")
+    except AssertionError:
+        with two.client() as c:
+            job = c.job(jid)
+        raise AssertionError(f"{job['state']} {out.read_text() if out.exists() else ''}") \
+            from None
+    job = two.wait_done(jid, 60)
+    assert job["state"] == "TIMEOUT", job
+    wait_for(lambda: tasks() == 0, 15, what="the tasks on both nodes to end")
+    assert "DUE TO TIME LIMIT" in out.read_text()

@@ -180,12 +180,22 @@ class AgentDaemon:
     def _with_contact(self, req: LaunchRequest) -> LaunchRequest:
         """Tell a job how its steps reach the controller and this node: ``CORRAL_URL``
         (this agent's controller, unless the job brought one) and ``CORRAL_NODE_ADDR``
-        (the address this node reaches the controller from: srun's I/O listener)."""
-        if not self.node_addr or self.controller.startswith(("unix:", "/")):
+        (the address this node reaches the controller from: srun's I/O listener); on
+        the controller's own host, its socket (``CORRAL_SOCKET``) unless the job knows
+        how to reach it already."""
+        target = self.controller
+        if target.startswith(("unix:", "/")):  # the controller's host: its socket
+            if "CORRAL_SOCKET" in req.env or "CORRAL_URL" in req.env \
+                    or "CORRAL_STATE_DIR" in req.env:
+                return req
+            env = dict(req.env)
+            env["CORRAL_SOCKET"] = target[5:] if target.startswith("unix:") else target
+        elif not self.node_addr:
             return req
-        env = dict(req.env)
-        env.setdefault("CORRAL_URL", self.controller_url)
-        env["CORRAL_NODE_ADDR"] = self.node_addr
+        else:
+            env = dict(req.env)
+            env.setdefault("CORRAL_URL", self.controller_url)
+            env["CORRAL_NODE_ADDR"] = self.node_addr
         import dataclasses
 
         return dataclasses.replace(req, env=env)

@@ -167,7 +167,11 @@ def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: l
                                   if env.get("SLURM_CPUS_PER_TASK", "").isdigit() else None)
     open_mode = opts.open_mode or {"a": "append", "t": "truncate"}.get(
         env.get("SLURM_OPEN_MODE", ""), "append")
-    if client is not None and _launch_mode(env, nodes, opts) == "agents":
+    if _launch_mode(env, nodes, opts) == "agents":
+        if client is None:
+            _err(f"srun: error: cannot reach the controller to start a step on "
+                 f"{','.join(nodes)} (set CORRAL_URL or CORRAL_SOCKET)")
+            return 1
         return _run_remote(ctx, client, opts, command, env, job_id, ntasks, nodes, layout,
                            cpus, open_mode, mpi)
     recorder = StepRecorder(client, job_id, env.get("SLURM_RESTART_COUNT", "0"), env)
