@@ -209,3 +209,35 @@ def test_config_check(tmp_path: Path) -> None:
     assert res.exit_code == 0 and json.loads(res.stdout)["config"]["cluster_name"] == "lab"
     res = runner.invoke(app, ["config", "show", "--file", str(good)])
     assert tomllib.loads(res.stdout)["cluster_name"] == "lab"
+
+
+def test_cgroup_conf_next_to_slurm_conf(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("TaskPlugin=task/cgroup,task/affinity\n"
+                    "NodeName=n1 CPUs=4 RealMemory=1000\nPartitionName=p Nodes=ALL\n")
+    (tmp_path / "cgroup.conf").write_text(
+        "CgroupPlugin=autodetect\nConstrainCores=yes\nConstrainRAMSpace=yes\n"
+        "MinRAMSpace=64\nAllowedRAMSpace=105\nConstrainSwapSpace=yes\n"
+        "AllowedSwapSpace=10\nMaxRAMPercent=90\nConstrainDevices=maybe\n")
+    res = import_slurm_conf(str(conf))
+    assert res.data["cgroup"] == {"constrain_ram_space": True, "min_ram_space_mb": 64,
+                                  "allowed_ram_space": 105.0, "constrain_swap_space": True,
+                                  "allowed_swap_space": 10.0}
+    why = {u.key: u for u in res.unmapped}
+    assert {"CgroupPlugin", "ConstrainCores", "MaxRAMPercent", "ConstrainDevices"} <= set(why)
+    assert why["MaxRAMPercent"].where.endswith("cgroup.conf:8")
+    cfg = parse_config(tomllib.loads(dumps(res.data)))
+    assert cfg.cgroup.min_ram_space_mb == 64 and cfg.cgroup.constrain_swap_space
+    fields = cfg.cgroup.launch_fields()
+    assert fields["allowed_ram_pct"] == 105.0 and fields["allowed_swap_pct"] == 10.0
+    # a site that does not enforce memory (Slurm's default: ConstrainRAMSpace=no)
+    (tmp_path / "cgroup.conf").write_text("ConstrainRAMSpace=no\n")
+    cli = runner.invoke(app, ["config", "import-slurm", str(conf), "-o",
+                              str(tmp_path / "corral.toml")])
+    assert cli.exit_code == 0, cli.output
+    assert load_config(tmp_path / "corral.toml").cgroup.constrain_ram_space is False
+    # no ConstrainRAMSpace at all: Corral still enforces, and says so
+    (tmp_path / "cgroup.conf").write_text("ConstrainCores=yes\n")
+    res2 = import_slurm_conf(str(conf))
+    assert "cgroup" not in res2.data
+    assert any("ConstrainRAMSpace" in n for n in res2.notes)

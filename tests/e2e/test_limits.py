@@ -77,3 +77,12 @@ def test_default_pids_limit_stops_a_fork_bomb(cluster: Cluster) -> None:
     assert f"started={MAX_PIDS - 2} refused={40 - MAX_PIDS + 2} errnos=[11]" in bomb_out, bomb_out
     normal_out = (cluster.work / "normal.out").read_text()
     assert "started=10 refused=0" in normal_out, normal_out
+
+
+def test_tiny_mem_request_gets_slurms_floor(cluster: Cluster) -> None:
+    needs_cgroups()
+    script = f"{sys.executable} -c \"b = b'x' * (8 << 20); print('ran')\" >mem5.out 2>&1"
+    jid = cluster.submit(script, mem_per_node_mb=5)  # sbatch --mem=5
+    job = cluster.wait_done(jid)
+    assert job["state"] == "COMPLETED", (job, (cluster.work / "mem5.out").read_text())
+    assert "ran" in (cluster.work / "mem5.out").read_text()

@@ -6,13 +6,15 @@ per supervisor instead, ``sup_<pid>``, reset between jobs: ``cgslot.py``.)
 Layouts (``detect_layout`` reads /proc/self/mounts):
 
 - **v2**: a cgroup2 mount whose ``cgroup.controllers`` offers ``memory``. The job cgroup is
-  ``<mount>/<cgroup_root>/job_<id>`` with ``memory.max``, ``memory.swap.max=0``,
+  ``<mount>/<cgroup_root>/job_<id>`` with ``memory.max``, ``memory.swap.max`` (when swap is
+  constrained),
   ``cpuset.cpus``/``cpuset.mems``, ``pids.max``; accounting from ``cpu.stat``
   (``usage_usec``), ``memory.peak`` (kernel 5.19+) and ``memory.events`` (``oom_kill``);
   ``cgroup.kill`` (5.14+) ends the whole tree. The parents get the controllers enabled in
   ``cgroup.subtree_control`` (they hold no processes: the "no internal processes" rule).
 - **v1** (hybrid hosts such as this one): one hierarchy per controller. The job gets a
-  directory in ``memory`` (``memory.limit_in_bytes`` and ``memory.memsw.limit_in_bytes``,
+  directory in ``memory`` (``memory.limit_in_bytes``, ``memory.memsw.limit_in_bytes`` when
+  swap is constrained,
   ``max_usage_in_bytes``, the ``oom_kill`` counter of ``memory.oom_control`` — ``failcnt``
   stays 0 on these kernels), in ``cpuset`` when it is pinned to CPUs (cpus + mems, both
   required before attaching; parents get their parent's values copied), in ``pids`` when
@@ -282,7 +284,10 @@ class JobCgroup:
 
     @classmethod
     def create(cls, layout: CgroupLayout, rel: str, *, mem_mb: int = 0,
-               cpus: tuple[int, ...] = (), max_pids: int = 0) -> JobCgroup:
+               cpus: tuple[int, ...] = (), max_pids: int = 0,
+               memsw_mb: int = 0) -> JobCgroup:
+        """``mem_mb``: the RAM limit, ``memsw_mb`` the RAM + swap limit (0: none; see
+        ``launch.memory_limits_mb``)."""
         if layout.mode == "none":
             raise CgroupError(layout.reason)
         dirs: dict[str, str] = {}
@@ -296,13 +301,14 @@ class JobCgroup:
                 dirs["tracking"] = os.path.join(layout.tracking, rel)
         cg = cls(layout, dirs)
         try:
-            cg._make(mem_mb, cpus, max_pids)
+            cg._make(mem_mb, cpus, max_pids, memsw_mb)
         except OSError as exc:
             cg.remove(wait_s=0.0)
             raise CgroupError(f"cannot set up cgroup {rel}: {exc}") from exc
         return cg
 
-    def _make(self, mem_mb: int, cpus: tuple[int, ...], max_pids: int) -> None:
+    def _make(self, mem_mb: int, cpus: tuple[int, ...], max_pids: int,
+              memsw_mb: int = 0) -> None:
         for path in self.dirs.values():
             try:
                 os.mkdir(path, 0o755)
@@ -310,13 +316,14 @@ class JobCgroup:
                 if (_read(os.path.join(path, "cgroup.procs")) or "").strip():
                     raise OSError(errno.EBUSY, f"{path} exists and still has processes") from None
         limit = mem_mb * 1024 * 1024
+        memsw = memsw_mb * 1024 * 1024
         mems = numa_nodes_of(cpus) if cpus else []
         if "v2" in self.dirs:
             d = self.dirs["v2"]
             if limit:
                 _write(os.path.join(d, "memory.max"), str(limit))
-                if os.path.exists(os.path.join(d, "memory.swap.max")):
-                    _write(os.path.join(d, "memory.swap.max"), "0")
+            if memsw and os.path.exists(os.path.join(d, "memory.swap.max")):
+                _write(os.path.join(d, "memory.swap.max"), str(max(memsw - limit, 0)))
             if cpus and os.path.exists(os.path.join(d, "cpuset.cpus")):
                 _write(os.path.join(d, "cpuset.cpus"), cpulist(cpus))
                 if mems:
@@ -327,8 +334,8 @@ class JobCgroup:
         if "memory" in self.dirs and limit:
             d = self.dirs["memory"]
             _write(os.path.join(d, "memory.limit_in_bytes"), str(limit))
-            if _has_memsw(d):
-                _write(os.path.join(d, "memory.memsw.limit_in_bytes"), str(limit))
+            if memsw and _has_memsw(d):
+                _write(os.path.join(d, "memory.memsw.limit_in_bytes"), str(memsw))
         if "cpuset" in self.dirs:
             d = self.dirs["cpuset"]
             parent = os.path.dirname(d)

@@ -11,9 +11,10 @@ Invariants, so that a job sees exactly what a fresh cgroup would give it:
 
 - it is empty: a supervisor takes another job only when every process of the last one is
   gone, and ``reset`` checks ``cgroup.procs`` again;
-- limits are the new job's: memory (v1: swap limit lifted, memory limit, swap limit =
-  memory limit, in that order, as v1 demands swap >= memory at every step; v2:
-  ``memory.max``), CPU set (the parent's when the job is not pinned), pids (``max``);
+- limits are the new job's: memory (v1: swap limit lifted, memory limit, then the RAM +
+  swap limit when swap is constrained, in that order, as v1 demands swap >= memory at
+  every step; v2: ``memory.max``, ``memory.swap.max``), CPU set (the parent's when the
+  job is not pinned), pids (``max``);
 - memory left charged by the last job (page cache, tmpfs files) is reclaimed
   (``memory.force_empty`` / ``memory.reclaim``); if more than ``LEFTOVER_MAX`` cannot be
   (tmpfs files the job left behind: they stay charged where they were written), the slot
@@ -77,8 +78,9 @@ class SlotCgroup(JobCgroup):
 
     @classmethod
     def open(cls, layout: CgroupLayout, rel: str, *, mem_mb: int, cpus: tuple[int, ...],
-             max_pids: int) -> SlotCgroup:
-        cg = JobCgroup.create(layout, rel, mem_mb=mem_mb, cpus=cpus, max_pids=max_pids)
+             max_pids: int, memsw_mb: int = 0) -> SlotCgroup:
+        cg = JobCgroup.create(layout, rel, mem_mb=mem_mb, cpus=cpus, max_pids=max_pids,
+                              memsw_mb=memsw_mb)
         slot = cls(layout, cg.dirs, rel)
         slot._baselines()
         return slot
@@ -132,7 +134,8 @@ class SlotCgroup(JobCgroup):
         self._fds.clear()
 
     # ---- between jobs ---------------------------------------------------------------------
-    def reset(self, mem_mb: int, cpus: tuple[int, ...], max_pids: int) -> bool:
+    def reset(self, mem_mb: int, cpus: tuple[int, ...], max_pids: int,
+              memsw_mb: int = 0) -> bool:
         """Make this the next job's cgroup. False when it cannot be (then ``discard`` it
         and open another): not empty, memory left over, or no way to reset accounting."""
         if not self.reusable or self.procs():
@@ -141,7 +144,7 @@ class SlotCgroup(JobCgroup):
             if not self._reclaim():
                 return False
             self._add_missing(cpus, max_pids)
-            self._limits(mem_mb, cpus, max_pids)
+            self._limits(mem_mb, cpus, max_pids, memsw_mb)
             if self._maybe_frozen:
                 self.thaw()
                 self._maybe_frozen = False
@@ -186,12 +189,17 @@ class SlotCgroup(JobCgroup):
                 self.dirs[ctl] = path
                 self._last_raw = None  # counters of a new directory: read them afresh
 
-    def _limits(self, mem_mb: int, cpus: tuple[int, ...], max_pids: int) -> None:
+    def _limits(self, mem_mb: int, cpus: tuple[int, ...], max_pids: int,
+                memsw_mb: int = 0) -> None:
         limit = mem_mb * 1024 * 1024
+        memsw = memsw_mb * 1024 * 1024
         mems = numa_nodes_of(cpus) if cpus else []
         if "v2" in self.dirs:
             d = self.dirs["v2"]
             self._ensure(os.path.join(d, "memory.max"), str(limit) if limit else "max")
+            if self._exists(os.path.join(d, "memory.swap.max")):
+                self._ensure(os.path.join(d, "memory.swap.max"),
+                             str(max(memsw - limit, 0)) if memsw else "max")
             if self._exists(os.path.join(d, "cpuset.cpus")):
                 self._ensure(os.path.join(d, "cpuset.cpus"), cpulist(cpus) if cpus else "")
                 self._ensure(os.path.join(d, "cpuset.mems"), cpulist(mems) if mems else "")
@@ -204,11 +212,11 @@ class SlotCgroup(JobCgroup):
             mem_value = str(limit) if limit else "-1"
             if _has_memsw(d):
                 sw_path = os.path.join(d, "memory.memsw.limit_in_bytes")
-                sw_value = str(limit) if limit else "-1"
+                sw_value = str(memsw) if memsw else "-1"
                 if not (self._is_set(mem_path, mem_value) and self._is_set(sw_path, sw_value)):
                     self._set(sw_path, "-1")
                     self._set(mem_path, mem_value)
-                    if limit:
+                    if memsw:
                         self._set(sw_path, sw_value)
             else:
                 self._ensure(mem_path, mem_value)

@@ -35,7 +35,7 @@ from corral.agent.cgroups import (
 )
 from corral.agent.cgslot import PREFIX as SLOT_PREFIX
 from corral.agent.cgslot import SlotCgroup
-from corral.agent.launch import LaunchRequest
+from corral.agent.launch import LaunchRequest, memory_limits_mb
 
 RLIMIT_DATA_FACTOR = 2
 _layout_cache: dict[str, CgroupLayout] = {}
@@ -54,7 +54,9 @@ class Isolation:
         self.cgroup = cgroup
         ctls = cgroup.controllers if cgroup is not None else set()
         self.has_memory_cgroup = "memory" in ctls
-        self.needs_watchdog = req.mem_mb > 0 and not self.has_memory_cgroup
+        # the limit enforced (the request's mem_mb under Slurm's knobs; 0: none)
+        self.mem_limit_mb = memory_limits_mb(req)[0]
+        self.needs_watchdog = self.mem_limit_mb > 0 and not self.has_memory_cgroup
 
     @property
     def kind(self) -> str:
@@ -69,13 +71,13 @@ class Isolation:
 
     @property
     def needs_rlimit(self) -> bool:
-        return self.req.mem_mb > 0 and not self.has_memory_cgroup
+        return self.mem_limit_mb > 0 and not self.has_memory_cgroup
 
     def child_limits(self, pid: int = 0) -> None:
         """The rlimit backstop when needed: called in the job process before it execs
         (``pid`` 0), or for a job process stopped before its exec (``prlimit``)."""
         if self.needs_rlimit:
-            limit = self.req.mem_mb * 1024 * 1024 * RLIMIT_DATA_FACTOR
+            limit = self.mem_limit_mb * 1024 * 1024 * RLIMIT_DATA_FACTOR
             _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
             if hard != resource.RLIM_INFINITY:
                 limit = min(limit, hard)
@@ -131,8 +133,10 @@ def make_isolation(mode: str, cgroup_root: str, req: LaunchRequest,
         if reuse:
             cg = _slot_for(layout, cgroup_root.strip("/"), req)
         else:
+            ram_mb, memsw_mb = memory_limits_mb(req)
             cg = JobCgroup.create(layout, f"{cgroup_root.strip('/')}/job_{req.job_id}",
-                                  mem_mb=req.mem_mb, cpus=req.cpus, max_pids=req.max_pids)
+                                  mem_mb=ram_mb, cpus=req.cpus, max_pids=req.max_pids,
+                                  memsw_mb=memsw_mb)
     except CgroupError as exc:
         if mode == "cgroup":
             raise
@@ -147,14 +151,16 @@ _slot_gen = 0
 def _slot_for(layout: CgroupLayout, parent: str, req: LaunchRequest) -> SlotCgroup:
     """This process's slot, reset for ``req``; a new one when it cannot be reused."""
     global _slot, _slot_gen
+    ram_mb, memsw_mb = memory_limits_mb(req)
     if _slot is not None:
-        if _slot.reset(req.mem_mb, req.cpus, req.max_pids):
+        if _slot.reset(ram_mb, req.cpus, req.max_pids, memsw_mb):
             return _slot
         release_slot()
     _slot_gen += 1
     suffix = "" if _slot_gen == 1 else f"_{_slot_gen}"
     _slot = SlotCgroup.open(layout, f"{parent}/{SLOT_PREFIX}{os.getpid()}{suffix}",
-                            mem_mb=req.mem_mb, cpus=req.cpus, max_pids=req.max_pids)
+                            mem_mb=ram_mb, cpus=req.cpus, max_pids=req.max_pids,
+                            memsw_mb=memsw_mb)
     return _slot
 
 

@@ -8,6 +8,7 @@ limits to enforce. ``JobExit`` is the final report. Both travel as JSON (``to_js
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,12 @@ class LaunchRequest:
     restarts: int = 0
     extra: dict[str, str] = field(default_factory=dict)
     max_pids: int = 0  # pids limit of the job's cgroup (0: none)
+    # Slurm's cgroup.conf memory knobs ([cgroup] of corral.toml; ``memory_limits_mb``)
+    constrain_ram: bool = True  # ConstrainRAMSpace: mem_mb is enforced (else no RAM limit)
+    min_ram_mb: int = 30  # MinRAMSpace: the lowest limit a job gets
+    allowed_ram_pct: float = 100.0  # AllowedRAMSpace: the limit in percent of mem_mb
+    constrain_swap: bool = False  # ConstrainSwapSpace: RAM + swap limited as well
+    allowed_swap_pct: float = 0.0  # AllowedSwapSpace: swap on top, in percent of mem_mb
 
     def to_json(self) -> dict[str, Any]:
         # not dataclasses.asdict: this is on the launch hot path and asdict deep-copies
@@ -60,6 +67,21 @@ class LaunchRequest:
 
 
 _LAUNCH_FIELDS = tuple(f.name for f in dataclasses.fields(LaunchRequest))
+
+
+def memory_limits_mb(req: LaunchRequest) -> tuple[int, int]:
+    """The job's (RAM limit, RAM + swap limit) in MB on this node, 0 meaning none, from its
+    ``mem_mb`` and Slurm's knobs: RAM ``max(MinRAMSpace, mem × AllowedRAMSpace %)`` when
+    ConstrainRAMSpace; RAM + swap that plus ``mem × AllowedSwapSpace %`` when
+    ConstrainSwapSpace (with RAM unconstrained, RAM alone may then use all of it, as
+    Slurm does on cgroup v1). A job without ``mem_mb`` gets no limit."""
+    if req.mem_mb <= 0 or not (req.constrain_ram or req.constrain_swap):
+        return 0, 0
+    ram = max(req.min_ram_mb, math.ceil(req.mem_mb * req.allowed_ram_pct / 100))
+    total = 0
+    if req.constrain_swap:
+        total = ram + math.ceil(req.mem_mb * req.allowed_swap_pct / 100)
+    return (ram if req.constrain_ram else total), total
 
 
 @dataclass(frozen=True)

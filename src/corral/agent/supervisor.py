@@ -612,7 +612,7 @@ class Supervisor:
         """Without a memory cgroup: kill the job when its total RSS passes the limit."""
         rss = rss_bytes(sorted(self.job_pids()))
         self.run.mem_peak = max(self.run.mem_peak, rss)
-        limit = self.req.mem_mb * 1024 * 1024
+        limit = (self.iso.mem_limit_mb if self.iso else self.req.mem_mb) * 1024 * 1024
         if rss > limit and self.run.ending != "OUT_OF_MEMORY" and not self.run.ending:
             self.slurm_message(f"Job {self.req.job_id} exceeded memory limit "
                                f"({rss // 1024} > {limit // 1024}), being killed")
@@ -684,7 +684,8 @@ class Supervisor:
         elif run.ending in ("CANCELLED", "TIMEOUT"):
             state = run.ending
         elif oom:
-            state, reason = "OUT_OF_MEMORY", f"memory limit of {req.mem_mb} MB exceeded"
+            limit_mb = self.iso.mem_limit_mb if self.iso else req.mem_mb
+            state, reason = "OUT_OF_MEMORY", f"memory limit of {limit_mb} MB exceeded"
         elif exit_code == 0 and sig == 0:
             state = "COMPLETED"
         else:

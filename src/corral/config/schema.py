@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.core.config import (
     BackfillMode,
@@ -63,6 +64,22 @@ class CgroupConfig:
     """Limits of every job's cgroup on the nodes (the controller puts them into each launch)."""
 
     max_pids_per_job: int = 4096  # pids.max of a job's cgroup, threads included (0: none)
+    # Slurm's cgroup.conf memory knobs (ConstrainRAMSpace, MinRAMSpace, AllowedRAMSpace,
+    # ConstrainSwapSpace, AllowedSwapSpace; ``corral.agent.launch.memory_limits_mb``)
+    constrain_ram_space: bool = True  # enforce each job's memory on its nodes
+    min_ram_space_mb: int = 30  # the lowest memory limit a job gets (Slurm's default)
+    allowed_ram_space: float = 100.0  # the limit in percent of the job's memory
+    constrain_swap_space: bool = False  # limit RAM + swap too
+    allowed_swap_space: float = 0.0  # swap allowed on top, in percent of the job's memory
+
+    def launch_fields(self) -> dict[str, Any]:
+        """The ``LaunchRequest`` fields these settings give every launch."""
+        return {"max_pids": self.max_pids_per_job,
+                "constrain_ram": self.constrain_ram_space,
+                "min_ram_mb": self.min_ram_space_mb,
+                "allowed_ram_pct": self.allowed_ram_space,
+                "constrain_swap": self.constrain_swap_space,
+                "allowed_swap_pct": self.allowed_swap_space}
 
 
 @dataclass(frozen=True, slots=True)

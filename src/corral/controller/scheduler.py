@@ -318,7 +318,7 @@ class SchedulerLoop:
             time_limit_s=rec.time_limit_s, kill_grace_s=ctl.cfg.controller.kill_grace_s,
             signal=sub.signal, tasks=na.tasks, array_job_id=rec.array_job_id,
             array_task_id=rec.array_task_id, nodes=rec.allocation.node_names, node_index=0,
-            restarts=rec.restarts, max_pids=ctl.cfg.cgroup.max_pids_per_job,
+            restarts=rec.restarts, **ctl.cfg.cgroup.launch_fields(),
         )
         try:
             out, err = output_paths(req, na.node)
@@ -376,7 +376,7 @@ class SchedulerLoop:
             kill_grace_s=self.ctl.cfg.controller.kill_grace_s, tasks=na.tasks,
             array_job_id=rec.array_job_id, array_task_id=rec.array_task_id,
             nodes=names, node_index=index, restarts=rec.restarts,
-            max_pids=self.ctl.cfg.cgroup.max_pids_per_job)
+            **self.ctl.cfg.cgroup.launch_fields())
 
 
 _INELIGIBLE = frozenset({"BeginTime", "Dependency", "DependencyNeverSatisfied",

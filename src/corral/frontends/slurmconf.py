@@ -17,8 +17,10 @@ Translation (``translate``): nodes (hostlist names kept, ``Boards x SocketsPerBo
 ``SchedulerParameters`` bf_window/bf_max_job_test/bf_resolution/bf_continue/
 default_queue_depth, ``SelectTypeParameters``), preemption (``PreemptType``,
 ``PreemptMode``), ``DefMemPerCPU``, ``MaxArraySize``, ``MinJobAge``, ``KillWait``,
-``ClusterName``. Every other line, key or sub-option is reported in ``unmapped`` with
-its file, line and the reason, so nothing is silently dropped.
+``ClusterName``. A ``cgroup.conf`` next to slurm.conf gives the ``[cgroup]`` memory
+knobs (``ConstrainRAMSpace``, ``MinRAMSpace``, ``AllowedRAMSpace``, ``ConstrainSwapSpace``,
+``AllowedSwapSpace``: ``translate_cgroup_conf``). Every other line, key or sub-option is
+reported in ``unmapped`` with its file, line and the reason, so nothing is silently dropped.
 """
 
 from __future__ import annotations
@@ -570,12 +572,83 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
         c.skip(line, key, value, "value not understood")
 
 
+#: cgroup.conf keys -> (``[cgroup]`` key, kind).
+_CGROUP_MAPPED = {
+    "constrainramspace": ("constrain_ram_space", "bool"),
+    "minramspace": ("min_ram_space_mb", "int"),
+    "allowedramspace": ("allowed_ram_space", "percent"),
+    "constrainswapspace": ("constrain_swap_space", "bool"),
+    "allowedswapspace": ("allowed_swap_space", "percent"),
+}
+_CGROUP_REASONS = {
+    "cgroupplugin": "the agent detects cgroup v1 or v2 itself",
+    "cgroupmountpoint": "the agent finds the cgroup mounts itself ([agent] cgroup_root "
+                        "names the subtree)",
+    "cgroupautomount": "the agent uses the cgroup filesystems that are mounted",
+    "cgroupreleaseagentdir": "not needed: the agent removes job cgroups itself",
+    "ignoresystemd": "the agent manages cgroupfs directly, never through systemd",
+    "ignoresystemdonfailure": "the agent manages cgroupfs directly, never through systemd",
+    "enablecontrollers": "the agent enables the controllers it needs",
+    "constraincores": "the agent confines jobs to their cores ([agent] pin_cpus)",
+    "constraindevices": "GPU device confinement is not configurable here",
+    "maxrampercent": "no node-wide cap on a job's memory limit",
+    "maxswappercent": "no node-wide cap on a job's swap limit",
+    "memoryswappiness": "not supported",
+    "constrainkmemspace": "kernel memory limits are not supported",
+    "allowedkmemspace": "kernel memory limits are not supported",
+    "maxkmempercent": "kernel memory limits are not supported",
+    "minkmemspace": "kernel memory limits are not supported",
+}
+
+
+def _cgroup_value(kind: str, value: str) -> bool | int | float:
+    v = value.strip()
+    if kind == "bool":
+        if v.upper() not in ("YES", "Y", "NO", "N", "TRUE", "FALSE", "1", "0"):
+            raise ValueError(v)
+        return _yes(v)
+    if kind == "int":
+        n = int(v)
+        if n < 0:
+            raise ValueError(v)
+        return n
+    pct = float(v.rstrip("%"))
+    if not 0 <= pct < 1e6:
+        raise ValueError(v)
+    return pct
+
+
+def translate_cgroup_conf(lines: list[ConfLine], result: ImportResult) -> None:
+    """Add a ``cgroup.conf``'s memory knobs to ``result`` (``[cgroup]``), every other key
+    to its ``unmapped``."""
+    out: dict[str, Any] = {}
+    for line in lines:
+        for key, value in line.pairs:
+            low = key.lower()
+            hit = _CGROUP_MAPPED.get(low)
+            if hit is None:
+                result.unmapped.append(Unmapped(line.where, key, value, _CGROUP_REASONS.get(
+                    low, "no Corral equivalent")))
+                continue
+            try:
+                out[hit[0]] = _cgroup_value(hit[1], value)
+            except ValueError:
+                result.unmapped.append(Unmapped(line.where, key, value, "value not understood"))
+    if lines and not any(k.lower() == "constrainramspace" for ln in lines for k, _v in ln.pairs):
+        result.notes.append(
+            f"{lines[0].file}: no ConstrainRAMSpace; Slurm's default is no (memory not "
+            "enforced), Corral's [cgroup] constrain_ram_space defaults to true")
+    if out:
+        result.data["cgroup"] = out
+
+
 def import_slurm_conf(path: str, read_text: Callable[[str], str] | None = None,
                       topology: str | None = None) -> ImportResult:
     """Read and translate ``path``; the result's ``data`` is ready for ``corral.toml``.
 
     The switch tree comes from ``topology`` (a topology.conf) or, when slurm.conf sets
     ``TopologyPlugin=topology/tree``, from the ``topology.conf`` next to it, as Slurm does.
+    The ``cgroup.conf`` next to ``path``, if there is one, gives ``[cgroup]``.
     """
     import os
 
@@ -586,4 +659,14 @@ def import_slurm_conf(path: str, read_text: Callable[[str], str] | None = None,
         topology = os.path.join(os.path.dirname(path), "topology.conf")
     if topology is not None:
         lines = lines + read_conf(topology, read_text)
-    return translate(lines)
+    result = translate(lines)
+    cgroup_conf = os.path.join(os.path.dirname(path), "cgroup.conf")
+    if read_text is not None or os.path.exists(cgroup_conf):
+        try:
+            cg_lines = read_conf(cgroup_conf, read_text)
+        except SlurmConfError:
+            if read_text is None:
+                raise
+        else:
+            translate_cgroup_conf(cg_lines, result)
+    return result
