@@ -118,3 +118,38 @@ def test_wrong_typed_submission_is_rejected(cluster: Cluster, key: str, value: A
     # and the cluster still schedules: a good job starts and ends
     jid = cluster.submit("true")
     assert cluster.wait_done(jid)["state"] == "COMPLETED"
+
+
+def test_a_bad_stored_record_is_held_and_others_run(fresh_cluster: Cluster) -> None:
+    """A record that the API would refuse (a string begin_time), written straight into
+    the store of a stopped cluster: after the restart the core cannot evaluate it; it is
+    held with the error as its reason and every other job still starts."""
+    import json
+    import sqlite3
+
+    c = fresh_cluster
+    bad = c.submit("true", hold=True)
+    c.down()
+    db = sqlite3.connect(c.state_dir / "corral.db")
+    (text,) = db.execute("select submission from jobs where id = ?", (bad,)).fetchone()
+    sub = json.loads(text)
+    sub["spec"]["begin_time"] = "tomorrow"
+    sub["env"] = ["not", "a", "dict"]
+    data = json.loads(db.execute("select data from jobs where id = ?", (bad,)).fetchone()[0])
+    data["hold"] = "NONE"
+    data["reason"] = "None"
+    db.execute("update jobs set submission = ?, data = ? where id = ?",
+               (json.dumps(sub), json.dumps(data), bad))
+    db.commit()
+    db.close()
+    c.up()
+    good = c.submit("true")
+    assert c.wait_done(good)["state"] == "COMPLETED"
+    job = c.wait_state(bad, "PENDING")
+    from tests.e2e.cluster import wait_for
+
+    job = wait_for(lambda: (lambda j: j if j["reason"] == "JobHeldAdmin" else None)(c.job(bad)),
+                   10, what="the bad job held")
+    assert "cannot evaluate" in str(job.get("reason_detail", job)), job
+    again = c.submit("true")  # and the cycles after it go on
+    assert c.wait_done(again)["state"] == "COMPLETED"

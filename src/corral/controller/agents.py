@@ -274,7 +274,12 @@ class AgentHub:
 
     async def _reconcile(self, conn: AgentConn, hello: dict[str, Any]) -> None:
         ctl = self.ctl
-        exits = [JobExit.from_json(e) for e in hello.get("exits") or ()]
+        exits = []
+        for e in hello.get("exits") or ():
+            try:
+                exits.append(JobExit.from_json(e))
+            except Exception:
+                log.exception("agent %s: ignoring an unreadable exit record", conn.node)
         if exits:
             await self._apply_exits(conn, exits)
         exited = {(e.job_id, e.restarts) for e in exits}
@@ -282,41 +287,45 @@ class AgentHub:
                     for r in hello.get("running") or ()}
         relaunched = 0
         for rec in list(ctl.running.values()):
-            if rec.allocation is None:
-                continue
-            if rec.allocation.nodes[0].node != conn.node:
-                if conn.node in rec.allocation.node_names and \
-                        reported.get(rec.id) != rec.restarts and \
-                        not (rec.cancel_requested or rec.requeue_requested):
-                    share = ctl.sched.share_request(rec, conn.node)  # never reached it
-                    if share is not None:
-                        conn.send({"t": "launch", "req": share.to_json()})
-                        relaunched += 1
-                elif reported.get(rec.id) == rec.restarts and rec.state is JobState.SUSPENDED:
-                    self.suspend(rec)
-                continue
-            if reported.get(rec.id) == rec.restarts:
-                rec.dispatched = True
+            try:  # one job that cannot be reconciled must not fail the handshake
+                if rec.allocation is None:
+                    continue
+                if rec.allocation.nodes[0].node != conn.node:
+                    if conn.node in rec.allocation.node_names and \
+                            reported.get(rec.id) != rec.restarts and \
+                            not (rec.cancel_requested or rec.requeue_requested):
+                        share = ctl.sched.share_request(rec, conn.node)  # never reached it
+                        if share is not None:
+                            conn.send({"t": "launch", "req": share.to_json()})
+                            relaunched += 1
+                    elif reported.get(rec.id) == rec.restarts and rec.state is JobState.SUSPENDED:
+                        self.suspend(rec)
+                    continue
+                if reported.get(rec.id) == rec.restarts:
+                    rec.dispatched = True
+                    if rec.cancel_requested or rec.requeue_requested:
+                        self.cancel(rec)
+                    elif rec.state is JobState.SUSPENDED:
+                        self.suspend(rec)  # idempotent: covers a message lost in a crash
+                    elif rec.suspended_s:
+                        self.resume(rec)
+                    continue
+                if (rec.id, rec.restarts) in exited:
+                    continue
                 if rec.cancel_requested or rec.requeue_requested:
-                    self.cancel(rec)
-                elif rec.state is JobState.SUSPENDED:
-                    self.suspend(rec)  # idempotent: covers a message lost in a crash
-                elif rec.suspended_s:
-                    self.resume(rec)
-                continue
-            if (rec.id, rec.restarts) in exited:
-                continue
-            if rec.cancel_requested or rec.requeue_requested:
-                # it never ran here (or its exit is lost): end it as asked
-                now = time.time()
-                if rec.requeue_requested:
-                    ctl.requeue_record(rec, now, hold=rec.requeue_hold)
-                else:
-                    ctl.finish(rec, JobState.CANCELLED, now, reason=rec.end_reason)
-                await ctl.persist(updates=[rec])
-                continue
-            conn.send({"t": "launch", "req": ctl.sched.launch_request(rec).to_json()})
-            relaunched += 1
+                    # it never ran here (or its exit is lost): end it as asked
+                    now = time.time()
+                    if rec.requeue_requested:
+                        ctl.requeue_record(rec, now, hold=rec.requeue_hold)
+                    else:
+                        ctl.finish(rec, JobState.CANCELLED, now, reason=rec.end_reason)
+                    await ctl.persist(updates=[rec])
+                    continue
+                conn.send({"t": "launch", "req": ctl.sched.launch_request(rec).to_json()})
+                relaunched += 1
+            except Exception:
+                log.exception("agent %s: cannot reconcile job %d; left as it is",
+                              conn.node, rec.id)
         for jid, restarts in reported.items():
             job = ctl.jobs.get(jid)
             alive = (job is not None and job.state.is_active and job.restarts == restarts

@@ -59,6 +59,7 @@ class SchedulerLoop:
         self.last_cycle_s = 0.0
         self.last_cycle_cpu_s = 0.0  # CPU time of the last cycle itself (inline or not)
         self.cycles = 0
+        self._held_now: list[JobRecord] = []  # held by the snapshot, to persist
         self.reserved: tuple[int, ...] = ()
         # last cycle's reservations: conservative backfill keeps them as guarantees
         self.reservations: tuple[Reserve, ...] = ()
@@ -120,7 +121,7 @@ class SchedulerLoop:
             partitions=ctl.nodes.partitions,
             qos=self._qos,
             accounts=self._accounts,
-            pending=tuple(r.to_core() for r in ctl.pending.values()),
+            pending=self._pending_core(),
             running=tuple(r.to_core() for r in ctl.running.values()),
             finished=ctl.finished if shared else dict(ctl.finished),
             usage=ctl.ledger.view(time.time(), ctl.running.values()),
@@ -128,6 +129,22 @@ class SchedulerLoop:
             reserved=self.reserved,
             reservations=self.reservations,
         )
+
+    def _pending_core(self) -> tuple[Any, ...]:
+        """The pending jobs' core views; one whose record cannot be converted is held
+        (and left out) instead of failing the whole snapshot."""
+        out = []
+        for rec in self.ctl.pending.values():
+            if rec.hold is HoldKind.ADMIN and rec.reason_detail.startswith(UNEVALUABLE):
+                out.append(_held_core(rec))
+                continue
+            try:
+                out.append(rec.to_core())
+            except Exception as exc:
+                log.exception("job %d cannot be evaluated; holding it", rec.id)
+                hold_unevaluable(rec, f"{exc.__class__.__name__}: {exc}")
+                self._held_now.append(rec)
+        return tuple(out)
 
     def check_feasible(self, spec: JobSpec) -> None:
         """Reject at submit what can never run (e.g. more CPUs than any node has).
@@ -175,15 +192,26 @@ class SchedulerLoop:
         t0 = time.perf_counter()
         inline = self.last_cycle_cpu_s < INLINE_CYCLE_S
         snap = self.snapshot(shared=inline)
+        if self._held_now:
+            held, self._held_now = self._held_now, []
+            await ctl.persist(updates=held)
         result: CycleResult
-        if inline:
-            # a short cycle runs on the event loop: a hop to the worker thread (and back,
-            # with GIL handoffs) costs more than the cycle itself
-            result, self.last_cycle_cpu_s = self._timed_cycle(snap, now)
-        else:  # a long one in the worker thread, so API calls interleave with it
-            loop = asyncio.get_running_loop()
-            result, self.last_cycle_cpu_s = await loop.run_in_executor(
-                self._pool, self._timed_cycle, snap, now)
+        try:
+            if inline:
+                # a short cycle runs on the event loop: a hop to the worker thread (and
+                # back, with GIL handoffs) costs more than the cycle itself
+                result, self.last_cycle_cpu_s = self._timed_cycle(snap, now)
+            else:  # a long one in the worker thread, so API calls interleave with it
+                loop = asyncio.get_running_loop()
+                result, self.last_cycle_cpu_s = await loop.run_in_executor(
+                    self._pool, self._timed_cycle, snap, now)
+        except Exception as exc:
+            # one job the core cannot evaluate must not stall everyone's: find it, hold
+            # it with the error as its reason, and schedule the others next cycle
+            if not await self._hold_unevaluable(snap, now, exc):
+                raise
+            self.trigger()
+            return
         elapsed = time.perf_counter() - t0
         self.last_cycle_s = elapsed
         self.reserved = result.reserved
@@ -192,6 +220,55 @@ class SchedulerLoop:
         started = await self.apply(result, time.time())
         ctl.metrics.cycle(elapsed, started)
         self.last_cycle_end = time.time()
+
+    def _culprits(self, snap: ClusterSnapshot, now: float) -> list[int] | None:
+        """The pending jobs whose evaluation makes the cycle raise, found by bisection
+        (a few cycles over halves of the queue); None when the cycle fails without any
+        pending job, so no job is to blame."""
+        from dataclasses import replace
+
+        def fails(jobs: tuple[Any, ...]) -> bool:
+            try:
+                self.cycle_fn(replace(snap, pending=jobs), self.sched_cfg, now)
+            except Exception:
+                return True
+            return False
+
+        if fails(()):
+            return None
+        bad: list[int] = []
+        todo = [snap.pending]
+        while todo:
+            jobs = todo.pop()
+            if not jobs or not fails(jobs):
+                continue
+            if len(jobs) == 1:
+                bad.append(jobs[0].id)
+                continue
+            half = len(jobs) // 2
+            todo += [jobs[:half], jobs[half:]]
+        return bad
+
+    async def _hold_unevaluable(self, snap: ClusterSnapshot, now: float,
+                                exc: Exception) -> bool:
+        """Hold (JobHeldAdmin) every pending job that makes the cycle raise; False when
+        none does (the failure is not one job's)."""
+        bad = self._culprits(snap, now)
+        if not bad:
+            return False
+        held = []
+        for jid in bad:
+            rec = self.ctl.pending.get(jid)
+            if rec is not None:
+                held.append(rec)
+        log.error("scheduling cycle failed (%r); holding job(s) %s that cannot be "
+                  "evaluated, the others are scheduled", exc,
+                  ",".join(str(j) for j in bad), exc_info=exc)
+        for rec in held:
+            hold_unevaluable(rec, f"{exc.__class__.__name__}: {exc}")
+        if held:
+            await self.ctl.persist(updates=held)
+        return True
 
     def _timed_cycle(self, snap: ClusterSnapshot, now: float) -> tuple[CycleResult, float]:
         """The cycle and the CPU time its own thread spent on it. Where the next cycle runs
@@ -206,8 +283,9 @@ class SchedulerLoop:
         ctl = self.ctl
         for jid, info in result.pending.items():
             rec = ctl.pending.get(jid)
-            if rec is None:
-                continue
+            if rec is None or (rec.hold is HoldKind.ADMIN
+                               and rec.reason_detail.startswith(UNEVALUABLE)):
+                continue  # its reason is the error, not the core's view of a placeholder
             prio = float(round(info.priority))
             if (rec.reason != info.reason or rec.priority != prio or rec.rank != info.rank
                     or rec.est_start != info.est_start or rec.reason_detail != info.detail):
@@ -257,9 +335,21 @@ class SchedulerLoop:
             recs = [r for r, _ in starts] + preempted + suspended
             await ctl.persist(updates=recs)
             ctl.metrics.set_jobs(len(ctl.pending), len(ctl.running))
+        unlaunchable: list[JobRecord] = []
         for rec, _st in starts:
             if rec.state is JobState.RUNNING and not rec.cancel_requested:
-                ctl.hub.launch(rec, self.launch_request(rec), self.share_requests(rec))
+                try:
+                    req, shares = self.launch_request(rec), self.share_requests(rec)
+                except Exception as exc:  # this job's record, not the others'
+                    log.exception("job %d: cannot build its launch; holding it", rec.id)
+                    ctl.requeue_record(rec, now)
+                    rec.restarts -= 1  # it never ran
+                    hold_unevaluable(rec, f"{exc.__class__.__name__}: {exc}")
+                    unlaunchable.append(rec)
+                    continue
+                ctl.hub.launch(rec, req, shares)
+        if unlaunchable:
+            await ctl.persist(updates=unlaunchable)
         for rec in preempted:
             ctl.hub.cancel(rec, self.preempt_grace.pop(rec.id, None))
         for rec in suspended:
@@ -377,6 +467,27 @@ class SchedulerLoop:
             array_job_id=rec.array_job_id, array_task_id=rec.array_task_id,
             nodes=names, node_index=index, restarts=rec.restarts,
             **self.ctl.cfg.cgroup.launch_fields())
+
+
+UNEVALUABLE = "the scheduler cannot evaluate this job: "
+
+
+def hold_unevaluable(rec: JobRecord, error: str) -> None:
+    """An admin hold on a job the scheduler cannot evaluate, the error its reason."""
+    rec.hold = HoldKind.ADMIN
+    rec.reason = "JobHeldAdmin"
+    rec.reason_detail = (UNEVALUABLE + error)[:500]
+    rec.touch()
+
+
+def _held_core(rec: JobRecord) -> Any:
+    """The core view of a held job that cannot be evaluated: a placeholder, the spec
+    left out (the hold keeps it from being scheduled)."""
+    from corral.core.model.job import Job
+
+    return Job(id=rec.id, spec=JobSpec(name="held", user=str(rec.user)),
+               submit_time=float(rec.submit_time) if isinstance(rec.submit_time, (int, float))
+               else 0.0, hold=HoldKind.ADMIN)
 
 
 _INELIGIBLE = frozenset({"BeginTime", "Dependency", "DependencyNeverSatisfied",

@@ -98,7 +98,11 @@ class Controller:
         self.nodes.load(await loop.run_in_executor(None, self.store.load_nodes))
         rows = await loop.run_in_executor(None, self.store.load_active)
         for row in rows:
-            rec = record_from_row(row)
+            try:
+                rec = record_from_row(row)
+            except Exception:  # one unreadable row must not keep the controller down
+                log.exception("job %s: its stored record cannot be read; left out", row.id)
+                continue
             self._index(rec)
             if rec.state.is_active:
                 self.nodes.allocate(rec)
