@@ -36,6 +36,7 @@ import subprocess
 import sys
 from typing import Any, NoReturn
 
+from corral.agent import stepd as _stepd  # noqa: F401 - loaded once here, not per supervisor
 from corral.agent.supervisor import SupervisorConfig, decode_job, run_supervisor
 
 _MAX_MSG = 1 << 16
