@@ -3,6 +3,8 @@
 - The supervisor (root) appends Slurm's messages (cancelled, time limit) to the job's
   stderr file as the job's user: a user who swaps that file, or a directory above it, for
   a symbolic link to a root-owned file cannot get a line written into it.
+- The state directory, database, WAL, logs and keys, and the agent's job spool (each
+  job's environment), are private to the cluster's owner.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -133,3 +136,46 @@ def test_message_still_reaches_the_users_own_file(root_cluster: Cluster,
     out = wd / f"slurm-{jid}.out"
     wait_for(lambda: "CANCELLED AT" in out.read_text(), 10, what="the CANCELLED line")
     assert out.stat().st_uid == test_user.pw_uid
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_state_files_are_private(root_cluster: Cluster) -> None:
+    c = root_cluster
+    sd = c.state_dir
+    jid = c.submit("true")  # some writes, so the WAL and shm files exist
+    c.wait_done(jid)
+    # root: users must reach the socket by name (0711), never list or read
+    assert _mode(sd) == 0o711
+    assert _mode(sd / "corral.sock") == 0o666
+    for name in ("corral.db", "corral.db-wal", "corral.db-shm", "cluster.key", "jwt.key",
+                 "controller.json"):
+        assert (sd / name).exists(), name
+        assert _mode(sd / name) == 0o600, (name, oct(_mode(sd / name)))
+    assert _mode(sd / "log") == 0o700
+    for name in ("controller.log", "agent.log"):
+        assert _mode(sd / "log" / name) == 0o600, name
+
+
+def test_spooled_request_is_root_only(root_cluster: Cluster,
+                                      test_user: pwd.struct_passwd) -> None:
+    """request.json holds the job's environment (here SECRET_TOKEN): 0600 in 0700
+    directories, unreadable by the job's own user, and the job still runs."""
+    c = root_cluster
+    wd = _user_dir(c, "spool", test_user)
+    jid = _submit_as_user(c, wd, "echo ok > ran; exec sleep 60")
+    wait_for(lambda: (wd / "ran").exists(), 30, what="the job to run")
+    jobs = c.state_dir / "agent" / "jobs"
+    jdir = jobs.resolve() / str(jid)
+    req = jdir / "request.json"
+    assert "s3cret" in req.read_text()
+    assert _mode(req) == 0o600
+    assert _mode(jdir) == 0o700
+    assert _mode(jobs.resolve()) == 0o700
+    read = _as_user("-c", f"print(open({str(req)!r}).read())")
+    assert read.returncode != 0 and "Permission denied" in read.stderr, read
+    assert c.client.cancel([jid])[0]["ok"]
+    c.wait_done(jid)
+    assert (wd / "ran").read_text() == "ok\n"

@@ -146,11 +146,11 @@ class JobRunner:
                                   f"{self.node_name}")
             self._forget(jid)
         jdir = os.path.join(self._jobs_dir, str(jid))
-        try:
-            os.mkdir(jdir)
+        try:  # 0700: request.json holds the job's environment (tokens, secrets)
+            os.mkdir(jdir, 0o700)
         except FileExistsError:  # debris of a run this runner never knew: replace it
             shutil.rmtree(jdir, ignore_errors=True)
-            os.mkdir(jdir)
+            os.mkdir(jdir, 0o700)
         if pbsaux.KEY in req.extra:
             req = pbsaux.write_nodefile(req, self._aux)
             self._nodefiles[jid] = req.env["PBS_NODEFILE"]

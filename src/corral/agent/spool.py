@@ -26,6 +26,10 @@ against 0.1 ms on tmpfs. Nothing is lost that could be kept: the spool only has 
 outlive the agent and supervisor processes, and a reboot ends the node's jobs anyway
 (NODE_FAIL, as in Slurm). A ``jobs`` that is a real directory (an older agent's) is kept.
 Spools whose state directory is gone are removed by the next agent that starts.
+
+Privacy: ``request.json`` carries the job's environment (``CORRAL_TOKEN`` and whatever
+secrets the user passed), so the spool is the agent's alone: directories 0700 (the tmpfs
+base ``corral-<uid>`` too), files 0600. Jobs never read it (they run as their users).
 """
 
 from __future__ import annotations
@@ -92,34 +96,41 @@ def open_spool(state_dir: Path, where: str = "auto") -> Path:
     ``where``: ``"auto"`` (a tmpfs directory when there is one), ``"state"`` (a plain
     directory in ``state_dir``) or a directory to put it in."""
     link = jobs_dir(state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # root: jobs read their PBS node files by name in <state dir>/aux (pbsaux.py)
+    os.chmod(state_dir, 0o711 if os.geteuid() == 0 else 0o700)
     if link.is_symlink():
         target = Path(os.readlink(link))
         if _private_dir(target.parent) and _private_dir(target):
             return target
         link.unlink()  # not usable any more (another owner?): start over
     elif link.is_dir():
-        return link
+        return _plain_spool(link)
     base = _tmpfs_base() if where == "auto" else None if where == "state" else Path(where)
     if base is None:
-        link.mkdir(exist_ok=True)
-        return link
+        return _plain_spool(link)
     top = base / f"corral-{os.geteuid()}"
     if not _private_dir(top):
-        link.mkdir(exist_ok=True)
-        return link
+        return _plain_spool(link)
     _collect_stale(top)
     digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:20]
     target = top / f"agent-{digest}"
     if not _private_dir(target):
-        link.mkdir(exist_ok=True)
-        return link
+        return _plain_spool(link)
     (target / _OWNER).write_text(str(state_dir.resolve()))
     try:
         os.symlink(target, link)
     except FileExistsError:
         return open_spool(state_dir, where)
     return target
+
+
+def _plain_spool(link: Path) -> Path:
+    """The spool as a plain directory ``link`` in the state directory, private (0700):
+    each job's ``request.json`` holds its environment."""
+    link.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(link, 0o700)
+    return link
 
 
 def _collect_stale(top: Path) -> None:
@@ -227,7 +238,7 @@ def post_command(jdir: Path, command: dict[str, Any]) -> None:
     global _ctl_seq
     _ctl_seq += 1
     ctl = jdir / CTL
-    ctl.mkdir(exist_ok=True)
+    ctl.mkdir(mode=0o700, exist_ok=True)
     write_json(ctl / f"{time.time_ns():020d}-{os.getpid()}-{_ctl_seq:06d}.json", command)
 
 

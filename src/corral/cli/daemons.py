@@ -95,8 +95,12 @@ def _wait_ready(sock: Path, deadline_s: float,
 
 
 def _spawn(args: list[str], log_path: Path, detach: bool) -> subprocess.Popen[bytes]:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    logf = open(log_path, "ab")
+    log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(log_path.parent, 0o700)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                 | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)  # the daemons' logs name users, jobs and paths: owner only
+    logf = os.fdopen(fd, "ab")
     try:
         return subprocess.Popen([sys.executable, "-c", _ENTRY, *args], stdin=subprocess.DEVNULL,
                                 stdout=logf, stderr=subprocess.STDOUT,

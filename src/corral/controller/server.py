@@ -1,8 +1,8 @@
 """The controller process: state directory, keys, store, API server on Unix socket + TCP.
 
 ``run_controller(...)`` blocks until SIGINT/SIGTERM. Files in the state directory:
-``corral.db`` (SQLite), ``corral.sock`` (API, mode 0666 when root so every user can
-submit; 0600 otherwise), ``cluster.key`` / ``jwt.key`` (0600 secrets),
+``corral.db`` (SQLite, 0600 like its WAL), ``corral.sock`` (API, mode 0666 when root so
+every user can submit; 0600 otherwise), ``cluster.key`` / ``jwt.key`` (0600 secrets),
 ``controller.json`` (pid, socket, url: how ``corral up``/agents find it) and
 ``controller.lock`` (one controller per state directory).
 """
@@ -156,12 +156,40 @@ def _bind_tcp(listen: str) -> socket.socket:
     return sock
 
 
+# files of the state directory that only its owner may read (the database holds every
+# job's script and environment; the keys are the cluster's secrets)
+PRIVATE_FILES = ("corral.db", "corral.db-wal", "corral.db-shm", "corral.db-journal",
+                 "cluster.key", "jwt.key", "controller.json", "controller.lock", "agent.pid")
+LOG_DIR = "log"
+
+
 def prepare_state_dir(state_dir: Path) -> None:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() == 0:
-        # users must reach the socket inside; secrets and the database are 0600
-        mode = stat.S_IMODE(state_dir.stat().st_mode)
-        os.chmod(state_dir, mode | 0o711)
+    """Create the state directory and make it private: 0711 when root runs the cluster
+    (users reach the socket by its name but cannot list or read anything), 0700 otherwise;
+    its files (including those of an older version) 0600, the log directory 0700."""
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # users must reach the socket inside when root runs the cluster
+    os.chmod(state_dir, 0o711 if os.geteuid() == 0 else 0o700)
+    for name in PRIVATE_FILES:
+        _chmod_private(state_dir / name, 0o600)
+    logs = state_dir / LOG_DIR
+    if _chmod_private(logs, 0o700) == "dir":
+        for entry in os.scandir(logs):
+            _chmod_private(Path(entry.path), 0o600)
+
+
+def _chmod_private(path: Path, mode: int) -> str:
+    """Set ``mode`` on the file or directory ``path`` (never through a symbolic link);
+    returns "dir", "file", or "" when there is nothing to change."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return ""
+    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+        return ""
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.chmod(path, mode)
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
 
 
 def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = None,
@@ -177,6 +205,9 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
     from corral.controller.store import Store
 
     set_process_name("corral-ctld")  # what ps/top show (the agent is corral-agent)
+    # everything the controller creates is its own (the database and the WAL and shm files
+    # SQLite adds later, keys, controller.json); the socket sets its mode itself
+    os.umask(0o077)
     prepare_state_dir(state_dir)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     lock_fd = os.open(state_dir / "controller.lock", os.O_RDWR | os.O_CREAT, 0o600)
