@@ -77,3 +77,18 @@ def test_long_format_fields() -> None:
     assert out == "5        RUNNINGhi                  /w  |\n"
     out, _, _ = run("squeue", ["-h", "-o", "%M|%L|%l"], client)
     assert out == "1:01:40|UNLIMITED|UNLIMITED\n"
+
+
+def test_field_width_is_capped() -> None:
+    """``%99999999i`` must not make the controller (where the shims run) build hundreds
+    of MB: widths are capped at 1024 (docs/shims.md, issue 11); non-ASCII digits are not
+    a width."""
+    client = FakeClient(queue_records())
+    out, _, rc = run("squeue", ["-h", "-j", "25", "-o", "%99999999i|%.99999999j|"], client)
+    assert rc == 0 and len(out) == 2 * 1024 + 3, len(out)
+    out, _, rc = run("squeue", ["-h", "-j", "25", "-O", "JobID:99999999"], client)
+    assert rc == 0 and len(out) <= 1025
+    out, _, rc = run("squeue", ["-h", "-j", "25", "-o", "%\u00b9i"], client)
+    assert rc == 0 and len(out) < 100
+    out, _, rc = run("sinfo", ["-h", "-o", "%99999999P"], client)
+    assert rc == 0 and all(len(line) <= 1024 for line in out.splitlines())

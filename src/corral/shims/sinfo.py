@@ -18,6 +18,8 @@ from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_l
 from corral.shims import slurmfmt as sf
 from corral.shims.context import Client, Context
 
+MAX_WIDTH = 1024  # widest field printed, as squeue (docs/shims.md)
+
 Record = dict[str, Any]
 R, N = Arg.REQUIRED, Arg.NONE
 TABLE = OptionTable.of([
@@ -245,9 +247,9 @@ def parse_format(fmt: str) -> list[Item]:
             auto = auto or fmt[i] == "#"
             i += 1
         start = i
-        while i < n and fmt[i].isdigit():
+        while i < n and "0" <= fmt[i] <= "9":
             i += 1
-        width = int(fmt[start:i]) if i > start else 0
+        width = min(int(fmt[start:i]), MAX_WIDTH) if i > start else 0
         if i >= n:
             break
         letter = fmt[i]

@@ -245,9 +245,9 @@ def parse_format(fmt: str, fields: dict[str, tuple[str, Getter]] | None = None
             right = True
             i += 1
         start = i
-        while i < n and fmt[i].isdigit():
+        while i < n and "0" <= fmt[i] <= "9":
             i += 1
-        width = int(fmt[start:i]) if i > start else 0
+        width = min(int(fmt[start:i]), MAX_WIDTH) if i > start else 0
         if i >= n:
             break  # a trailing '%' prints nothing, as in squeue
         letter = fmt[i]
@@ -263,6 +263,9 @@ def parse_format(fmt: str, fields: dict[str, tuple[str, Getter]] | None = None
     if lit:
         items.append(Item("".join(lit)))
     return items
+
+
+MAX_WIDTH = 1024  # widest field printed (docs/shims.md): '%99999999i' must not build GBs
 
 
 def parse_long_format(fmt: str) -> list[Item]:
@@ -283,11 +286,11 @@ def parse_long_format(fmt: str) -> list[Item]:
                 right = True
                 spec = spec[1:]
             digits = ""
-            while spec and spec[0].isdigit():
+            while spec and "0" <= spec[0] <= "9":
                 digits += spec[0]
                 spec = spec[1:]
             if digits:
-                width = int(digits)
+                width = min(int(digits), MAX_WIDTH)
             suffix = spec
         items.append(Item(field[0], field[1], width, right))
         if suffix:
