@@ -89,7 +89,12 @@ Job record (``dict``, from ``jobs()``, ``job()``, ``history()``)::
 
 ``job(id)`` and ``history()`` records add ``steps``: the ``srun`` steps of the job's
 current run, each ``{step_id, job_id, restarts, name, argv, ntasks, nodes, num_cpus,
-start_time, end_time|None, state (RUNNING or an end state), exit_code|None, signal, pid}``.
+start_time, end_time|None, state (RUNNING or an end state), exit_code|None, signal, pid,
+node_tasks, usage|None, cpu_time_s|None, max_rss_mb|None}``: ``node_tasks`` the global
+task ids on each node (``[]`` when not known), ``usage`` what the step's end report
+measured, ``{"nodes": {node: {node, cpu_time_s, max_rss_mb, pids}}, "cpu_time_s" (sum),
+"max_rss_mb" (max)}`` (None when nothing was measured; the batch script's use is the
+job's own ``cpu_time_s``/``max_rss_mb``).
 
 ``job(id)`` adds ``spec`` (the JobSpec as JSON), ``allocation`` (per node: node, cores,
 cpus, mem_mb, gpus, tasks) and ``submission`` fields (``script``, ``argv``, ``env`` are
@@ -484,14 +489,19 @@ class Client:
 
     def end_step(self, job_id: int | str, step_id: int, *, exit_code: int = 0,
                  signal: int = 0, state: str | None = None,
-                 end_time: float | None = None) -> dict[str, Any]:
+                 end_time: float | None = None,
+                 usage: dict[str, Any] | None = None) -> dict[str, Any]:
         """Record a step's end (``state`` defaults from the exit code and signal:
-        COMPLETED, FAILED or CANCELLED); returns the step record."""
+        COMPLETED, FAILED or CANCELLED) and, with ``usage``, what it used
+        (``{"nodes": {node: {node, cpu_time_s, max_rss_mb, pids}}}``, one entry per node
+        of the step); returns the step record."""
         body: dict[str, Any] = {"exit_code": exit_code, "signal": signal}
         if state is not None:
             body["state"] = state
         if end_time is not None:
             body["end_time"] = end_time
+        if usage is not None:
+            body["usage"] = usage
         step: dict[str, Any] = self.request("POST", f"/jobs/{job_id}/steps/{step_id}/end",
                                             body)
         return step

@@ -7,6 +7,8 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.shims.harness import ShimCluster
 
 SUBMITTED = re.compile(r"^Submitted batch job (\d+)\n$")
@@ -104,3 +106,81 @@ def test_open_mode_reaches_the_job(shim_cluster: ShimCluster, tmp_path: Path) ->
     for key, jid in jobs.items():
         assert _done(c, jid)["state"] == "COMPLETED"
         assert (tmp_path / f"slurm-{jid}.out").read_text().strip() == want[key]
+
+
+def test_sacct_selects_steps_and_shows_their_usage(shim_cluster: ShimCluster,
+                                                  tmp_path: Path) -> None:
+    c = shim_cluster
+    burn = "x=0; while [ $x -lt 60000 ]; do x=$((x+1)); done"
+    (tmp_path / "usage.sh").write_text(
+        "#!/bin/bash\n#SBATCH -n 2\n#SBATCH -J usage\n"
+        "export CORRAL_SRUN_LAUNCH=agents\n"  # through the agent: srun reports the usage
+        f"srun -n2 true\nsrun -n1 bash -c '{burn}'\nexit 0\n")
+    jid = _sbatch(c, "usage.sh", cwd=tmp_path)
+    assert _done(c, jid)["state"] == "COMPLETED"
+    # the step's usage is recorded per node and in the history record
+    with c.client() as cl:
+        steps = cl.job(jid)["steps"]
+        hist = cl.history(ids=[jid], all_users=True)[0]["steps"]
+    assert [s["step_id"] for s in steps] == [0, 1] and hist[1]["usage"] == steps[1]["usage"]
+    use = steps[1]["usage"]
+    assert set(use["nodes"]) == {c.node} and len(use["nodes"][c.node]["pids"]) == 1
+    assert use["cpu_time_s"] > 0 and use["max_rss_mb"] > 0 and steps[1]["node_tasks"] == [[0]]
+    # -j J.1: only that step, its usage in Slurm's units
+    p = c.run("sacct", "-j", f"{jid}.1", "-P", "-o", "JobID,NodeList,NTasks,MaxRSS,TotalCPU")
+    lines = p.stdout.splitlines()
+    assert p.returncode == 0 and lines[0] == "JobID|NodeList|NTasks|MaxRSS|TotalCPU", p.stderr
+    assert len(lines) == 2, lines
+    step, nodes, ntasks, rss, cpu = lines[1].split("|")
+    assert (step, nodes, ntasks) == (f"{jid}.1", c.node, "1")
+    assert re.fullmatch(r"\d+(\.\d\d)?[KMG]", rss), rss
+    assert re.fullmatch(r"\d\d:\d\d[.:]\d\d\d?", cpu) and cpu != "00:00:00", cpu
+    p = c.run("sacct", "-j", f"{jid}.batch", "-P", "-n", "-o", "JobID,NodeList,NTasks")
+    assert p.stdout.splitlines() == [f"{jid}.batch|{c.node}|1"], p.stderr
+    p = c.run("sacct", "-j", f"{jid}.0,{jid}.batch", "-P", "-n", "-o", "JobID,NTasks")
+    assert p.stdout.splitlines() == [f"{jid}.batch|1", f"{jid}.0|2"], p.stderr
+    # an unknown step: the header only (nothing with -n), exit 0, as Slurm
+    p = c.run("sacct", "-j", f"{jid}.99", "-P", "-o", "JobID,State")
+    assert (p.stdout, p.returncode) == ("JobID|State\n", 0), p.stderr
+    p = c.run("sacct", "-j", f"{jid}.99", "-P", "-n")
+    assert (p.stdout, p.stderr, p.returncode) == ("", "", 0)
+
+
+def test_step_end_usage_is_checked(shim_cluster: ShimCluster, tmp_path: Path) -> None:
+    from corral.client import CorralError
+
+    c = shim_cluster
+    jid = _sbatch(c, "--wrap=sleep 60", cwd=tmp_path)
+    try:
+        c.wait_job(jid, lambda r: r["state"] == "RUNNING")
+        with c.client() as cl:
+            sid = cl.start_step(jid, ["work"], ntasks=1, nodes=[c.node])
+            url = f"/jobs/{jid}/steps/{sid}/end"
+            node = c.node
+            for usage, field in (
+                    ([1, 2], "usage must be"),
+                    ({"nodes": []}, "usage.nodes"),
+                    ({"nodes": {"elsewhere": {}}}, "'elsewhere' is not a node"),
+                    ({"nodes": {node: {"cpu_time_s": -1}}}, "cpu_time_s"),
+                    ({"nodes": {node: {"max_rss_mb": "big"}}}, "max_rss_mb"),
+                    ({"nodes": {node: {"cpu_time_s": float("inf")}}}, "cpu_time_s"),
+                    ({"nodes": {node: {"max_rss_mb": True}}}, "max_rss_mb"),
+                    ({"nodes": {node: {"pids": [1, 2]}}}, "pids"),  # one task
+                    ({"nodes": {node: {"pids": ["x"]}}}, "pids"),
+                    ({"nodes": {node: {"node": "other"}}}, ".node"),
+                    ({"nodes": {node: []}}, f"usage.nodes[{node!r}]"),
+                    ({"cpu_time_s": -0.5}, "usage.cpu_time_s")):
+                with pytest.raises(CorralError) as err:
+                    cl.request("POST", url, {"exit_code": 0, "usage": usage})
+                assert err.value.status == 400 and err.value.code == "invalid", usage
+                assert field in err.value.message, (usage, err.value.message)
+            assert cl.job(jid)["steps"][0]["end_time"] is None  # nothing was recorded
+            done = cl.end_step(jid, sid, usage={"nodes": {node: {
+                "node": node, "cpu_time_s": 1.5, "max_rss_mb": 3.0, "pids": [4242]}}})
+        assert done["state"] == "COMPLETED" and done["cpu_time_s"] == 1.5
+        assert done["usage"]["nodes"][node]["pids"] == [4242]
+        p = c.run("sacct", "-j", f"{jid}.{sid}", "-P", "-n",
+                  "-o", "JobID,TotalCPU,MaxRSS,MaxRSSNode,MaxRSSTask,AveCPU")
+        assert p.stdout.splitlines() == [f"{jid}.{sid}|00:01.500|3M|{node}||00:00:01"]
+    finally:
+        c.run("scancel", jid)

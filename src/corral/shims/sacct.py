@@ -7,7 +7,12 @@ What clients rely on (``clients.md`` §8.10, §9.1 rank 18, §11):
 - without ``-X`` each started batch job has a ``<id>.batch`` row, and ``srun`` steps
   ``<id>.<n>`` rows (the snakemake/submitit parsers skip rows with a ``.``);
 - unknown positional arguments exit 1 (``sacct -X`` itself is Parsl's probe: exit 0);
-- pending array tasks that never ran show as one ``12_[1-3%2]`` row (submitit's regex).
+- pending array tasks that never ran show as one ``12_[1-3%2]`` row (submitit's regex);
+- ``-j 12.3`` / ``12.batch`` / ``12_4.1`` select steps as Slurm does (``sacct_select``):
+  only those step rows, not the job's; a step the job does not have prints nothing;
+- step rows show what the step used (``TotalCPU``, ``MaxRSS``/``MaxRSSNode``/
+  ``MaxRSSTask``, ``AveRSS``, ``AveCPU``, ``MinCPU*``) from the controller's step record;
+  ``--units`` and ``--noconvert`` change the memory units as in Slurm.
 
 Time window (Slurm's defaults): with ``-j`` all time; otherwise from midnight today (or
 ``-S``) to now (or ``-E``); a job shows when its life overlaps the window.
@@ -21,7 +26,8 @@ from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_l
 from corral.shims import sacct_fields as sa
 from corral.shims import slurmfmt as sf
 from corral.shims.context import Client, Context
-from corral.shims.ids import IdError, JobRef, parse_job_refs, ref_api_ids, ref_matches
+from corral.shims.ids import IdError, JobRef, ref_api_ids, ref_matches
+from corral.shims.sacct_select import Selection, StepError, choose, parse_selections
 from corral.shims.slurmtime import DateError, parse_date
 from corral.shims.users import UserError, resolve_users
 
@@ -95,6 +101,8 @@ def _steps(rec: dict[str, Any], now: float) -> list[dict[str, Any]]:
     for st in rec.get("steps") or []:
         step = dict(st)
         step["id"] = str(st.get("step_id", st.get("id")))
+        for key in ("usage", "cpu_time_s", "max_rss_mb"):
+            step.setdefault(key, None)  # not measured: never the job's own figures
         out.append(step)
     return out
 
@@ -146,9 +154,19 @@ def run(ctx: Context, client: Client) -> None:
         raise ctx.fail(f"sacct: error: {exc}") from None
 
     try:
-        refs: list[JobRef] = parse_job_refs(_split(values("jobs")))
+        selections: list[Selection] = parse_selections(_split(values("jobs")))
     except IdError as exc:
         raise ctx.fail(f"sacct: error: Invalid job id specified: {exc.word}") from None
+    except StepError as exc:
+        raise ctx.fail(f"sacct: fatal: {exc}") from None
+    refs: list[JobRef] = [sel.ref for sel in selections]
+    units: int | None = None
+    if "units" in opts:
+        word = values("units")[-1]
+        units = sf.unit_type(word)
+        if units is None:
+            raise ctx.fail(f"sacct: error: Invalid unit type '{word[:1]}'. Possible options "
+                           "are 'KMGTP'\nsacct: fatal: Invalid unit type")
     now = ctx.now
     try:
         since = parse_date(values("starttime")[-1], now) if "starttime" in opts else None
@@ -213,12 +231,18 @@ def run(ctx: Context, client: Client) -> None:
     kept = sf.collapse_pending_arrays(kept)
     faithful = ctx.env.get("CORRAL_SACCT_CANCELLED_BY", "") not in ("", "0")
     cluster = "corral"
+    noconvert = "noconvert" in opts
     rows: list[sa.Row] = []
     for r in kept:
-        rows.append(sa.Row(r, None, now, faithful, cluster))
-        if "allocations" not in opts:
-            for st in _steps(r, now):
-                rows.append(sa.Row(r, st, now, faithful, cluster))
+        if "allocations" in opts:
+            rows.append(sa.Row(r, None, now, faithful, cluster, units, noconvert))
+            continue
+        show_job, wanted = choose(selections, r)
+        if show_job:
+            rows.append(sa.Row(r, None, now, faithful, cluster, units, noconvert))
+        for st in _steps(r, now):
+            if wanted is None or st["id"] in wanted:
+                rows.append(sa.Row(r, st, now, faithful, cluster, units, noconvert))
     mode = ("parsable2" if "parsable2" in opts else "parsable" if "parsable" in opts
             else "fixed")
     delimiter = values("delimiter")[-1] if "delimiter" in opts else "|"

@@ -31,6 +31,8 @@ class Row:
     now: float
     cancelled_by: bool = False
     cluster: str = "corral"
+    units: int | None = None  # --units (1 K .. 5 P), None: Slurm's exact conversion
+    noconvert: bool = False  # --noconvert
 
     @property
     def is_step(self) -> bool:
@@ -170,15 +172,7 @@ def _timelimit_raw(row: Row) -> str:
 
 
 def _total_cpu(row: Row) -> str:
-    secs = float(row.get("cpu_time_s") or 0.0)
-    whole = int(secs)
-    ms = int(round((secs - whole) * 1000))
-    d, h, m, s = whole // 86400, whole // 3600 % 24, whole // 60 % 60, whole % 60
-    if d:
-        return f"{d}-{h:02d}:{m:02d}:{s:02d}"
-    if h:
-        return f"{h:02d}:{m:02d}:{s:02d}"
-    return f"{m:02d}:{s:02d}.{ms:03d}"
+    return sf.cpu_time_text(float(row.get("cpu_time_s") or 0.0))
 
 
 def _cputime(row: Row) -> str:
@@ -189,11 +183,119 @@ def _cputime_raw(row: Row) -> str:
     return str(int(_elapsed_s(row) * int(_cpus(row) or 0)))
 
 
+# ---- a step's measured use (``usage`` of the step record; the batch step's is the
+# job's own). Slurm prints these for step rows only, blank where it has no figure: the
+# allocation line, a step not measured (still running, or srun heard from no node).
+# Per-task figures (MaxRSSTask, AveRSS, MinCPU*) need a node's own figure to be one
+# task's: shown when each node reporting ran one task, blank otherwise.
+
+def _usage(row: Row) -> Record | None:
+    u = row.step.get("usage") if row.step is not None else None
+    return u if isinstance(u, dict) else None
+
+
+def _node_use(row: Row) -> list[tuple[str, list[int] | None, Record]]:
+    """(node, its task ids or None when not known, its usage) in the step's node order."""
+    u = _usage(row)
+    if u is None or row.step is None:
+        return []
+    per = u.get("nodes") or {}
+    order = [str(n) for n in row.step.get("nodes") or []]
+    order += sorted(n for n in per if n not in order)
+    layout = row.step.get("node_tasks") or []
+    out: list[tuple[str, list[int] | None, Record]] = []
+    for i, name in enumerate(order):
+        entry = per.get(name)
+        if not isinstance(entry, dict):
+            continue
+        tasks = [int(t) for t in layout[i]] if i < len(layout) else None
+        out.append((name, tasks, entry))
+    return out
+
+
+def _one_task_each(row: Row, key: str) -> list[tuple[str, int | None, float]] | None:
+    """Each node's ``key`` figure with its one task, when every task of the step is a
+    node's only one and every node gave the figure; else None."""
+    use = _node_use(row)
+    ntasks = int(row.get("ntasks") or 1)
+    out: list[tuple[str, int | None, float]] = []
+    for name, tasks, entry in use:
+        count = len(tasks) if tasks is not None else len(entry.get("pids") or [])
+        if count != 1 or entry.get(key) is None:
+            return None
+        out.append((name, tasks[0] if tasks else None, float(entry[key])))
+    return out if out and len(out) == ntasks else None
+
+
+def _mem(row: Row, mb: float) -> str:
+    kb = round(mb * 1024)
+    return sf.convert_num_unit(kb * 1024, 0, row.units, noconvert=row.noconvert)
+
+
 def _maxrss(row: Row) -> str:
-    mb = float(row.get("max_rss_mb") or 0.0)
-    if row.step is None and not mb:
+    u = _usage(row)
+    if u is None or u.get("max_rss_mb") is None:
         return ""
-    return f"{int(mb * 1024)}K" if mb else "0"
+    return _mem(row, float(u["max_rss_mb"]))
+
+
+def _max_rss_node(row: Row) -> tuple[str, list[int] | None] | None:
+    best: tuple[str, list[int] | None] | None = None
+    top = -1.0
+    for name, tasks, entry in _node_use(row):
+        rss = entry.get("max_rss_mb")
+        if rss is not None and float(rss) > top:
+            best, top = (name, tasks), float(rss)
+    return best
+
+
+def _maxrss_node(row: Row) -> str:
+    best = _max_rss_node(row)
+    return best[0] if best is not None else ""
+
+
+def _maxrss_task(row: Row) -> str:
+    best = _max_rss_node(row)
+    if best is None or best[1] is None or len(best[1]) != 1:
+        return ""
+    return str(best[1][0])
+
+
+def _averss(row: Row) -> str:
+    each = _one_task_each(row, "max_rss_mb")
+    if each is None:
+        return ""
+    total_bytes = sum(round(rss * 1024) * 1024 for _n, _t, rss in each)
+    return sf.convert_num_unit(total_bytes // len(each), 0, row.units,
+                               noconvert=row.noconvert)
+
+
+def _avecpu(row: Row) -> str:
+    u = _usage(row)
+    if u is None or u.get("cpu_time_s") is None:
+        return ""
+    return sf.cpu_time_text(float(u["cpu_time_s"]) / int(row.get("ntasks") or 1),
+                            subsec=False)
+
+
+def _min_cpu(row: Row) -> tuple[str, int | None, float] | None:
+    each = _one_task_each(row, "cpu_time_s")
+    return min(each, key=lambda e: e[2]) if each else None
+
+
+def _mincpu(row: Row) -> str:
+    low = _min_cpu(row)
+    return sf.cpu_time_text(low[2], subsec=False) if low is not None else ""
+
+
+def _mincpu_node(row: Row) -> str:
+    low = _min_cpu(row)
+    return low[0] if low is not None else ""
+
+
+def _mincpu_task(row: Row) -> str:
+    low = _min_cpu(row)
+    return str(low[1]) if low is not None and low[1] is not None else ""
 
 
 def _reqmem(row: Row) -> str:
@@ -286,12 +388,12 @@ for _n, _w, _g in (
     ("ArrayJobID", 15, _array_job),
     ("ArrayTaskID", 15, _array_task),
     ("AssocID", 10, lambda r: "0"),
-    ("AveCPU", 10, lambda r: ""),
+    ("AveCPU", 10, _avecpu),
     ("AveCPUFreq", 10, lambda r: ""),
     ("AveDiskRead", 14, lambda r: ""),
     ("AveDiskWrite", 14, lambda r: ""),
     ("AvePages", 10, lambda r: ""),
-    ("AveRSS", 10, lambda r: ""),
+    ("AveRSS", 10, _averss),
     ("AveVMSize", 10, lambda r: ""),
     ("BlockID", 16, lambda r: ""),
     ("Cluster", 10, _cluster),
@@ -325,15 +427,15 @@ for _n, _w, _g in (
     ("MaxPagesNode", 12, lambda r: ""),
     ("MaxPagesTask", 14, lambda r: ""),
     ("MaxRSS", 10, _maxrss),
-    ("MaxRSSNode", 10, lambda r: ""),
-    ("MaxRSSTask", 10, lambda r: ""),
+    ("MaxRSSNode", 10, _maxrss_node),
+    ("MaxRSSTask", 10, _maxrss_task),
     ("MaxVMSize", 10, lambda r: ""),
     ("MaxVMSizeNode", 14, lambda r: ""),
     ("MaxVMSizeTask", 14, lambda r: ""),
     ("McsLabel", 10, lambda r: ""),
-    ("MinCPU", 10, lambda r: ""),
-    ("MinCPUNode", 10, lambda r: ""),
-    ("MinCPUTask", 10, lambda r: ""),
+    ("MinCPU", 10, _mincpu),
+    ("MinCPUNode", 10, _mincpu_node),
+    ("MinCPUTask", 10, _mincpu_task),
     ("NCPUS", 10, _cpus),
     ("NNodes", 8, _nnodes),
     ("NodeList", 15, _nodelist),

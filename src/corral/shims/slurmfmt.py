@@ -243,9 +243,66 @@ def fill_default_partition(records: list[Record], client: Any) -> None:
             r["partition"] = default
 
 
+UNIT_LETTERS = "\0KMGTP"  # Slurm's unit types: index 0 none, 1 kilo, ... 5 peta
+
+
+def unit_type(text: str) -> int | None:
+    """Slurm's ``get_unit_type``: ``K``..``P`` (first letter, any case) -> 1..5."""
+    if not text:
+        return None
+    i = UNIT_LETTERS.find(text[0].upper(), 1)
+    return i if i > 0 else None
+
+
+def convert_num_unit(num: float, orig: int, spec: int | None = None, *,
+                     noconvert: bool = False) -> str:
+    """Slurm's ``convert_num_unit`` (divisor 1024) as sacct calls it: ``spec`` (from
+    ``--units``) converts to that unit, ``noconvert`` keeps ``orig``, else Slurm's
+    ``CONVERT_NUM_UNIT_EXACT``: go up while the value stays exact (halves count:
+    ``1536K`` is ``1.50M``). Whole values print bare (``1234K``), others with 2 decimals."""
+    if int(num) == 0:
+        return "0"
+    if spec is not None:
+        while spec < orig:
+            num *= 1024
+            orig -= 1
+        while spec > orig:
+            num /= 1024
+            orig += 1
+    elif not noconvert:
+        while num >= 1024 and int(num) % 512 == 0:
+            num /= 1024
+            orig += 1
+    letter = UNIT_LETTERS[orig] if 0 <= orig < len(UNIT_LETTERS) else "?"
+    letter = "" if letter == "\0" else letter
+    if float(int(num)) == num:
+        return f"{int(num)}{letter}"
+    return f"{num:.2f}{letter}"
+
+
+def cpu_time_text(secs: float, *, subsec: bool = True) -> str:
+    """Slurm's sacct ``_elapsed_time``: ``D-HH:MM:SS``, ``HH:MM:SS``, ``MM:SS.mmm`` (under
+    an hour, with milliseconds) or ``00:MM:SS`` (no milliseconds, or ``subsec`` False as
+    for ``AveCPU``/``MinCPU``). Milliseconds are cut, not rounded, as Slurm's are."""
+    usecs = max(0, int(round(secs * 1_000_000)))
+    whole, ms = usecs // 1_000_000, (usecs % 1_000_000) // 1000 if subsec else 0
+    d, h, m, s = whole // 86400, whole // 3600 % 24, whole // 60 % 60, whole % 60
+    if d:
+        return f"{d}-{h:02d}:{m:02d}:{s:02d}"
+    if h:
+        return f"{h:02d}:{m:02d}:{s:02d}"
+    if ms:
+        return f"{m:02d}:{s:02d}.{ms:03d}"
+    return f"00:{m:02d}:{s:02d}"
+
+
 def batch_step(rec: Record) -> Record | None:
     """The ``.batch`` step of a started batch job (sacct's row, squeue -s's line); None
-    for a job not started yet or without a batch script (srun/salloc allocations)."""
+    for a job not started yet or without a batch script (srun/salloc allocations).
+
+    Its usage is the job's own (``cpu_time_s``, ``max_rss_mb`` of the record, measured on
+    the first node when the job ended): one task, task 0, on the batch host; None while
+    the job runs or when nothing was measured."""
     if not rec.get("start_time") or rec.get("interactive"):
         return None
     state = job_state(rec)
@@ -258,9 +315,19 @@ def batch_step(rec: Record) -> Record | None:
     else:
         step_state = state
     nodes = rec.get("nodes") or []
+    cpu = float(rec.get("cpu_time_s") or 0.0)
+    rss = float(rec.get("max_rss_mb") or 0.0)
+    usage: Record | None = None
+    if rec.get("end_time") and nodes and (cpu > 0 or rss > 0):
+        host = str(nodes[0])
+        usage = {"nodes": {host: {"node": host, "cpu_time_s": cpu, "max_rss_mb": rss,
+                                  "pids": []}},
+                 "cpu_time_s": cpu, "max_rss_mb": rss}
     return {
         "id": "batch", "name": "batch", "state": step_state, "exit_code": exit_code,
         "signal": signal, "start_time": rec.get("start_time"),
         "end_time": rec.get("end_time"), "nodes": nodes[:1], "ntasks": 1,
-        "num_cpus": rec.get("num_cpus"),
+        "num_cpus": rec.get("num_cpus"), "node_tasks": [[0]] if nodes else [],
+        "usage": usage, "cpu_time_s": cpu if usage is not None else None,
+        "max_rss_mb": rss if usage is not None else None,
     }
