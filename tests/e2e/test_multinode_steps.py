@@ -493,3 +493,24 @@ def test_time_limit_ends_the_steps_on_every_node(two: TwoNodes) -> None:
     assert job["state"] == "TIMEOUT", job
     wait_for(lambda: tasks() == 0, 15, what="the tasks on both nodes to end")
     assert "DUE TO TIME LIMIT" in out.read_text()
+
+
+def test_step_usage_is_recorded_on_both_launch_paths(two: TwoNodes) -> None:
+    hog = two.work / "hog.py"
+    hog.write_text("import time\nb = bytearray(60 << 20)\nt = time.process_time()\n"
+                   "while time.process_time() - t < 0.3:\n    pass\n")
+    py = sys.executable
+    jid = two.sbatch("#!/bin/bash\n"
+                     f"srun -w ma {py} {hog}\n"  # on srun's own node: local tasks
+                     f"srun -w mb {py} {hog}\n",  # through mb's agent
+                     "-N2", "-w", "ma,mb", "-o", "/dev/null")
+    assert two.wait_done(jid)["state"] == "COMPLETED"
+    r = two.run("sacct", "-j", f"{jid}.0,{jid}.1", "-n", "-P", "--noconvert", "-o",
+                "JobID,NodeList,MaxRSS,TotalCPU,MaxRSSNode")
+    rows = {ln.split("|")[0]: ln.split("|") for ln in r.stdout.splitlines()}
+    for step, node in ((f"{jid}.0", "ma"), (f"{jid}.1", "mb")):
+        _id, nodelist, maxrss, total_cpu, rss_node = rows[step]
+        assert nodelist == node and rss_node == node, rows
+        assert int(maxrss.rstrip("K")) > 50 * 1024, rows  # the 60 MiB buffer
+        minutes, seconds = total_cpu.split(":")[-2:]
+        assert float(seconds) + 60 * int(minutes) >= 0.25, rows

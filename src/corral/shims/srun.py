@@ -213,9 +213,13 @@ def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: l
              f"{ntasks * (cpus or 1)}(x1)")
         _err(f"srun: launching StepId={job_id}.{step_id} on host {nodes[0]}, "
              f"{ntasks} tasks: [0-{ntasks - 1}]")
+    import resource
+
     runner = StepRunner(spec, err=_err, alive=alive if callable(alive) else None)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     rc = runner.run()
-    recorder.end(rc if rc < 128 else 0, rc - 128 if rc >= 128 else 0)
+    usage = recorder.local_usage(nodes[0], before, resource.getrusage(resource.RUSAGE_CHILDREN))
+    recorder.end(rc if rc < 128 else 0, rc - 128 if rc >= 128 else 0, usage=usage)
     return rc
 
 

@@ -59,6 +59,18 @@ class StepRecorder:
         finally:
             os.close(fd)
 
+    @staticmethod
+    def local_usage(node: str, before: Any, after: Any) -> dict[str, Any]:
+        """A step srun ran itself (its tasks are its children): the CPU its children
+        used between ``before`` and ``after`` (``resource.getrusage(RUSAGE_CHILDREN)``)
+        and the largest child's peak RSS."""
+        cpu = max(0.0, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime))
+        rss = after.ru_maxrss / 1024.0
+        entry = {"node": node, "cpu_time_s": round(cpu, 3), "max_rss_mb": round(rss, 3),
+                 "pids": []}
+        return {"nodes": {node: entry}, "cpu_time_s": entry["cpu_time_s"],
+                "max_rss_mb": entry["max_rss_mb"]}
+
     def start(self, name: str, argv: list[str], ntasks: int, nodes: list[str],
               cpus: int) -> int:
         if self.remote:
@@ -79,7 +91,8 @@ class StepRecorder:
         self.step_id = self._local_next()
         return self.step_id
 
-    def end(self, exit_code: int, signal: int = 0, state: str | None = None) -> None:
+    def end(self, exit_code: int, signal: int = 0, state: str | None = None,
+            usage: dict[str, Any] | None = None) -> None:
         if not self.remote or self.step_id is None:
             return
         if state is None:
@@ -88,11 +101,14 @@ class StepRecorder:
         try:
             if hasattr(self.client, "end_step"):
                 self.client.end_step(self.job_id, self.step_id, exit_code=exit_code,
-                                     signal=signal, state=state, end_time=time.time())
+                                     signal=signal, state=state, end_time=time.time(),
+                                     usage=usage)
             else:
+                body: dict[str, Any] = {"state": state, "exit_code": exit_code,
+                                        "signal": signal, "end_time": time.time()}
+                if usage is not None:
+                    body["usage"] = usage
                 self.client.request("POST",
-                                    f"/jobs/{self.job_id}/steps/{self.step_id}/end", {
-                                        "state": state, "exit_code": exit_code,
-                                        "signal": signal, "end_time": time.time()})
+                                    f"/jobs/{self.job_id}/steps/{self.step_id}/end", body)
         except Exception:  # noqa: BLE001 - the step's end is informational
             pass
