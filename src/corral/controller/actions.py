@@ -37,6 +37,7 @@ async def act(ctl: Controller, action: str, refs: list[str], who: Identity,
     after: list[Callable[[], None]] = []
     now = time.time()
     for ref in refs:
+        recs: list[JobRecord] = []
         try:
             recs = await ctl.resolve(ref)
             if not recs:
@@ -50,11 +51,13 @@ async def act(ctl: Controller, action: str, refs: list[str], who: Identity,
                     done += 1
             results.append({"id": ref, "ok": True, "code": "ok", "message": "",
                             "jobs": done})
+            _audit(ctl, who, action, ref, recs, opts, None)
         except ApiError as exc:
             res = {"id": ref, "ok": False, "code": exc.code, "message": exc.message}
             if exc.slurm:
                 res["slurm"] = exc.slurm
             results.append(res)
+            _audit(ctl, who, action, ref, recs, opts, exc)
     if changed:
         await ctl.persist(updates=_unique(changed))
     for fn in after:
@@ -170,17 +173,44 @@ async def update_job(ctl: Controller, ref: str, fields: dict[str, Any],
                        slurm="Invalid job id specified")
     changed, spec_changed = [], []
     after: list[Callable[[], None]] = []
-    for rec in recs:
-        ctl._check_owner(rec, who)
-        spec_touched = apply_update(ctl, rec, fields, who, after)
-        changed.append(rec)
-        if spec_touched:
-            spec_changed.append(rec)
+    try:
+        for rec in recs:
+            ctl._check_owner(rec, who)
+            spec_touched = apply_update(ctl, rec, fields, who, after)
+            changed.append(rec)
+            if spec_touched:
+                spec_changed.append(rec)
+    except ApiError as exc:
+        if who.is_admin:  # updates by an operator are audited (refusals too)
+            _audit(ctl, who, "update", ref, recs, {"fields": fields}, exc, always=True)
+        raise
+    if who.is_admin:
+        _audit(ctl, who, "update", ref, recs, {"fields": fields}, None, always=True)
     await ctl.persist(updates=changed, with_submission=spec_changed)
     for fn in after:
         fn()
     ctl.sched.trigger()
     return recs[0].to_api(time.time(), detail=True, private=True)
+
+
+_AUDIT_OPTS = ("signal", "scope", "admin", "batch_only", "hold", "fields")
+
+
+def _audit(ctl: Controller, who: Identity, action: str, ref: str, recs: list[JobRecord],
+           opts: dict[str, Any], exc: ApiError | None, *, always: bool = False) -> None:
+    """Record an action on jobs that are not all the caller's own (or, ``always``, any
+    action: an operator's update) in the audit trail, with its outcome."""
+    from corral.controller.audit import outcome_of, record
+
+    owners = {rec.user for rec in recs if rec.uid != who.uid and rec.user != who.user}
+    if not owners and not always:
+        return
+    details: dict[str, Any] = {k: opts[k] for k in _AUDIT_OPTS if opts.get(k) is not None}
+    details["owners"] = sorted({rec.user for rec in recs})
+    details["jobs"] = [rec.display_id for rec in recs[:20]]
+    if len(recs) > 20:
+        details["jobs_total"] = len(recs)
+    record(ctl.store, who, action, f"job {ref}", details, outcome_of(exc))
 
 
 def _unique(recs: list[JobRecord]) -> list[JobRecord]:

@@ -13,9 +13,15 @@ Routes (all JSON, prefix ``/api/v1``; errors are ``{"error": {"code", "message",
 - ``POST /jobs/{id}/steps``      record a job step (srun) -> ``{job_id, step_id}``
 - ``POST /jobs/{id}/steps/{n}/end``  its end ``{state, exit_code, signal, end_time}``
 - ``POST /history``              accounting records from the database
+- list routes (``/jobs``, ``/jobs/query``, ``/history``) return one page: ``limit`` rows
+  (default 10,000, at most 100,000) after id ``after``, and ``next_after`` (null on the
+  last page; ``corral.controller.paging``)
+- ``GET /jobs/{id}`` shows ``submission.script``/``env``/``argv`` to the job's owner and
+  operators only
 - ``GET  /nodes``, ``GET /nodes/{name}``, ``POST /nodes/{name}/drain|resume|down``
 - ``GET  /partitions``, ``GET /config``, ``GET /whoami``, ``GET /ping``
 - ``POST /tokens``               a signed token for HTTP use
+- ``GET  /audit``                the audit trail (operators; query: since, limit <= 1000)
 - ``WS   /agent``                agent connection (cluster key)
 - ``GET  /metrics``              Prometheus text format (no prefix)
 - ``GET  /ui/``, ``/api/v1/ops/*`` the web dashboard and its JSON (``corral.web``)
@@ -39,6 +45,7 @@ from corral import __version__
 from corral.config.load import config_to_json
 from corral.controller.auth import Authenticator, Identity, token_ttl
 from corral.controller.errors import ApiError
+from corral.controller.paging import page, page_limit
 
 if TYPE_CHECKING:
     from corral.controller.service import Controller
@@ -73,11 +80,12 @@ QUERY_BODY: dict[str, Any] = {
     "ids": _IDS, "states": list[str] | None, "fields": list[str] | None,
     "user": str | None, "partition": str | None, "account": str | None,
     "name": str | None, "include_finished": bool | None,
+    "limit": int | None, "after": int | None,  # paging (corral.controller.paging)
 }
 HISTORY_BODY: dict[str, Any] = {
     "ids": _IDS, "states": list[str] | None, "user": str | None, "all_users": bool | None,
     "since": float | None, "until": float | None, "account": str | None,
-    "partition": str | None, "limit": int | None,
+    "partition": str | None, "limit": int | None, "after": int | None,
 }
 ACTION_BODY: dict[str, Any] = {
     "ids": list[str | int], "signal": str | int | None, "scope": str | None,
@@ -145,10 +153,11 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     @app.get(PREFIX + "/jobs", summary="List active jobs")
     async def list_jobs(request: Request, user: str | None = None, state: str | None = None,
                         partition: str | None = None, id: str | None = None,
-                        all: bool = False) -> Response:
+                        all: bool = False, limit: int | None = None,
+                        after: int | None = None) -> Response:
         identity(request)
         flt: dict[str, Any] = {"user": user, "partition": partition,
-                               "include_finished": all}
+                               "include_finished": all, "limit": limit, "after": after}
         if state:
             flt["states"] = [s.strip().upper() for s in state.split(",") if s.strip()]
         if id:
@@ -235,7 +244,10 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     async def history(request: Request) -> Response:
         who = identity(request)
         flt = checked(await _body(request), HISTORY_BODY, "the filter")
-        return _json({"jobs": await ctl.history(flt, who)})
+        flt["limit"] = page_limit(flt)  # one page: at most MAX_ROWS rows
+        rows = await ctl.history(flt, who)
+        more = len(rows) == flt["limit"]
+        return _json({"jobs": rows, "next_after": rows[-1]["id"] if more else None})
 
     # ---- nodes, partitions, cluster -------------------------------------------------------
 
@@ -258,24 +270,24 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
 
     @app.post(PREFIX + "/nodes/{name}/drain", summary="Drain a node (operators)")
     async def drain(request: Request, name: str) -> Response:
-        _operator(request)
+        who = _operator(request)
         body = checked(await _body(request), NODE_BODY, "the request")
-        rec = ctl.nodes.drain(name, str(body.get("reason") or ""))
+        rec = ctl.nodes.drain(name, str(body.get("reason") or ""), who)
         ctl.sched.trigger()
         return _json(rec.to_api())
 
     @app.post(PREFIX + "/nodes/{name}/resume", summary="Resume a drained/down node (operators)")
     async def resume(request: Request, name: str) -> Response:
-        _operator(request)
-        rec = ctl.nodes.resume(name)
+        who = _operator(request)
+        rec = ctl.nodes.resume(name, who)
         ctl.sched.trigger()
         return _json(rec.to_api())
 
     @app.post(PREFIX + "/nodes/{name}/down", summary="Set a node down (operators)")
     async def down(request: Request, name: str) -> Response:
-        _operator(request)
+        who = _operator(request)
         body = checked(await _body(request), NODE_BODY, "the request")
-        rec = ctl.nodes.set_down(name, str(body.get("reason") or ""))
+        rec = ctl.nodes.set_down(name, str(body.get("reason") or ""), who)
         return _json(rec.to_api())
 
     @app.get(PREFIX + "/partitions", summary="Partitions")
@@ -323,18 +335,39 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
         ttl = token_ttl(body.get("ttl_s"), ctl.cfg.controller.token_ttl_s,
                         ctl.cfg.controller.max_token_ttl_s)
         if user != who.user:
-            if who.uid != 0:
-                raise ApiError("forbidden", "only root may mint tokens for other users")
-            import pwd
+            from corral.controller.audit import outcome_of, record
 
+            details = {"ttl_s": ttl}
             try:
-                pw = pwd.getpwnam(user)
-            except KeyError:
-                raise ApiError("invalid", f"unknown user {user!r}") from None
+                if who.uid != 0:
+                    raise ApiError("forbidden", "only root may mint tokens for other users")
+                import pwd
+
+                try:
+                    pw = pwd.getpwnam(user)
+                except KeyError:
+                    raise ApiError("invalid", f"unknown user {user!r}") from None
+            except ApiError as exc:
+                record(ctl.store, who, "token", f"user {user}", details, outcome_of(exc))
+                raise
             target = Identity(user, pw.pw_uid, pw.pw_gid)
+            record(ctl.store, who, "token", f"user {user}", details)
         else:
             target = who
         return _json({"token": auth.mint(target, ttl), "user": target.user, "ttl_s": ttl})
+
+    @app.get(PREFIX + "/audit", summary="The audit trail of operator actions (operators)")
+    async def audit_trail(request: Request, since: float | None = None,
+                          limit: int = 100) -> Response:
+        import asyncio
+
+        from corral.controller.audit import MAX_LIMIT, read
+
+        _operator(request)
+        if not 1 <= limit <= MAX_LIMIT:
+            raise ApiError("invalid", f"bad field limit: must be 1 to {MAX_LIMIT}")
+        rows = await asyncio.to_thread(read, ctl.store, since, limit)
+        return _json({"entries": rows})
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:
@@ -371,8 +404,9 @@ async def serve_agent(ctl: Controller, auth: Authenticator, ws: WebSocket) -> No
 
 
 def list_body(ctl: Controller, flt: dict[str, Any]) -> bytes:
-    recs = ctl.query(flt)
+    recs, next_after = page(ctl.query(flt), lambda r: r.id, flt)
     now = time.time()
+    tail = b',"next_after":%s}' % json.dumps(next_after).encode()
     fields = flt.get("fields")
     if fields:
         keep = [str(f) for f in fields]
@@ -380,9 +414,9 @@ def list_body(ctl: Controller, flt: dict[str, Any]) -> bytes:
         for r in recs:
             full = r.to_api(now)
             rows.append({k: full.get(k) for k in keep})
-        return json.dumps({"now": now, "jobs": rows}, separators=(",", ":")).encode()
-    return b'{"now":%s,"jobs":[%s]}' % (repr(now).encode(),
-                                        b",".join(r.api_json(now) for r in recs))
+        return json.dumps({"now": now, "jobs": rows}, separators=(",", ":")).encode()[:-1] + tail
+    return b'{"now":%s,"jobs":[%s]%s' % (repr(now).encode(),
+                                         b",".join(r.api_json(now) for r in recs), tail)
 
 
 def ping_body(ctl: Controller) -> bytes:

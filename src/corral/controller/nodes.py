@@ -15,9 +15,11 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from corral.config.schema import NodeConfig
+from corral.controller.auth import Identity
 from corral.controller.errors import ApiError
 from corral.controller.records import JobRecord, NodeRecord
 from corral.controller.store import Store
@@ -337,7 +339,35 @@ class NodeTable:
                            slurm="Invalid node name specified")
         return rec
 
-    def drain(self, name: str, reason: str) -> NodeRecord:
+    def _audited(self, who: Identity | None, action: str, name: str,
+                 details: dict[str, Any], fn: Callable[[], NodeRecord]) -> NodeRecord:
+        """Run an operator action; with ``who``, record it (and a refusal) in the audit
+        trail (``corral.controller.audit``)."""
+        from corral.controller.audit import outcome_of, record
+
+        try:
+            rec = fn()
+        except ApiError as exc:
+            if who is not None:
+                record(self.ctl.store, who, action, f"node {name}", details, outcome_of(exc))
+            raise
+        if who is not None:
+            record(self.ctl.store, who, action, f"node {name}",
+                   {**details, "state": rec.state.value})
+        return rec
+
+    def drain(self, name: str, reason: str, who: Identity | None = None) -> NodeRecord:
+        return self._audited(who, "drain", name, {"reason": reason},
+                             lambda: self._drain(name, reason))
+
+    def set_down(self, name: str, reason: str, who: Identity | None = None) -> NodeRecord:
+        return self._audited(who, "down", name, {"reason": reason},
+                             lambda: self._set_down(name, reason))
+
+    def resume(self, name: str, who: Identity | None = None) -> NodeRecord:
+        return self._audited(who, "resume", name, {}, lambda: self._resume(name))
+
+    def _drain(self, name: str, reason: str) -> NodeRecord:
         rec = self.get(name)
         if not reason:
             raise ApiError("invalid", "a reason is required to drain a node")
@@ -350,7 +380,7 @@ class NodeTable:
         self.ctl.metrics.set_nodes(self.nodes.values())
         return rec
 
-    def set_down(self, name: str, reason: str) -> NodeRecord:
+    def _set_down(self, name: str, reason: str) -> NodeRecord:
         rec = self.get(name)
         rec.admin_state = "down"
         rec.reason = reason or "set down by an operator"
@@ -360,7 +390,7 @@ class NodeTable:
         self.ctl.metrics.set_nodes(self.nodes.values())
         return rec
 
-    def resume(self, name: str) -> NodeRecord:
+    def _resume(self, name: str) -> NodeRecord:
         rec = self.get(name)
         if rec.state not in (NodeState.DRAINING, NodeState.DRAINED, NodeState.DOWN) and \
                 not rec.admin_state:

@@ -96,6 +96,21 @@ steps = sa.Table(
     sa.Column("data", sa.Text, nullable=False),  # argv, ntasks, nodes, cpus, exit, pid
 )
 
+# the audit trail of operator actions (``corral.controller.audit``): append-only
+audit = sa.Table(
+    "audit", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("time", sa.Float, nullable=False),
+    sa.Column("user", sa.Text, nullable=False),
+    sa.Column("uid", sa.Integer, nullable=False),
+    sa.Column("via", sa.Text, nullable=False),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("details", sa.Text, nullable=False),  # JSON object
+    sa.Column("outcome", sa.Text, nullable=False),  # "ok" or "<error code>: <message>"
+    sa.Index("ix_audit_time", "time"),
+)
+
 meta = sa.Table(
     "meta", metadata,
     sa.Column("key", sa.Text, primary_key=True),
@@ -382,8 +397,11 @@ class Store:
         until: float | None = None, states: list[str] | None = None,
         ids: list[int] | None = None, array_ids: list[int] | None = None,
         account: str | None = None, partition: str | None = None, limit: int | None = None,
+        after: int | None = None,
     ) -> list[sa.Row[Any]]:
         q = sa.select(jobs)
+        if after is not None:  # paging: the rows after the last id of the previous page
+            q = q.where(jobs.c.id > after)
         if user is not None:
             q = q.where(jobs.c.user == user)
         if since is not None:  # lifetime overlaps [since, until]: not ended before since

@@ -207,13 +207,13 @@ class InProcessClient:
             raise CorralError(exc.code, exc.message, exc.status, slurm=exc.slurm) from None
 
     def drain(self, node: str, reason: str) -> dict[str, Any]:
-        return self._node_op(lambda: self.ctl.nodes.drain(node, reason))
+        return self._node_op(lambda: self.ctl.nodes.drain(node, reason, self.who))
 
     def resume(self, node: str) -> dict[str, Any]:
-        return self._node_op(lambda: self.ctl.nodes.resume(node))
+        return self._node_op(lambda: self.ctl.nodes.resume(node, self.who))
 
     def set_node_down(self, node: str, reason: str) -> dict[str, Any]:
-        return self._node_op(lambda: self.ctl.nodes.set_down(node, reason))
+        return self._node_op(lambda: self.ctl.nodes.set_down(node, reason, self.who))
 
     def whoami(self) -> dict[str, Any]:
         out: dict[str, Any] = self.who.to_json()
