@@ -448,8 +448,7 @@ class Controller:
                            slurm="Invalid job id specified")
         rec = recs[0] if len(recs) == 1 else next(
             (r for r in recs if r.id == job_number(ref.partition("_")[0], ref)), recs[0])
-        private = who.is_admin or who.uid == rec.uid
-        out = rec.to_api(time.time(), detail=True, private=private)
+        out = rec.to_api(time.time(), detail=True, private=self.may_see_private(rec, who))
         from corral.controller.steps import steps_api
 
         out["steps"] = (await steps_api(self, [rec]))[rec.id]
@@ -513,7 +512,7 @@ class Controller:
             user=user, since=flt.get("since"), until=flt.get("until"),
             states=flt.get("states"), ids=ids, array_ids=array_ids,
             account=flt.get("account"), partition=flt.get("partition"),
-            limit=flt.get("limit")))
+            limit=flt.get("limit"), after=flt.get("after")))
         now = time.time()
         recs = []
         for row in rows:
@@ -534,9 +533,15 @@ class Controller:
 
     # ---- job actions --------------------------------------------------------------------
 
+    @staticmethod
+    def may_see_private(rec: JobRecord, who: Identity) -> bool:
+        """The job's owner and operators (root) may act on it and read its batch script,
+        environment and argv; anyone else sees the public summary only."""
+        return who.is_admin or who.uid == rec.uid or (who.via == "token"
+                                                      and who.user == rec.user)
+
     def _check_owner(self, rec: JobRecord, who: Identity) -> None:
-        if not (who.is_admin or who.uid == rec.uid or (who.via == "token"
-                                                       and who.user == rec.user)):
+        if not self.may_see_private(rec, who):
             raise ApiError("forbidden", f"Access/permission denied for job {rec.display_id}",
                            slurm="Access/permission denied")
 
