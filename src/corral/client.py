@@ -437,8 +437,19 @@ class Client:
             body["name"] = name
         if fields is not None:
             body["fields"] = list(fields)
-        jobs: list[dict[str, Any]] = self.request("POST", "/jobs/query", body)["jobs"]
-        return jobs
+        return self._all_pages("/jobs/query", body)
+
+    def _all_pages(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every page of a list route: the controller answers at most a page of rows and
+        ``next_after`` (the cursor of the next page, null on the last)."""
+        out: list[dict[str, Any]] = []
+        while True:
+            res = self.request("POST", path, body)
+            out.extend(res["jobs"])
+            after = res.get("next_after")
+            if after is None or not res["jobs"] or "limit" in body:
+                return out
+            body = dict(body, after=after)
 
     def job(self, job_id: int | str) -> dict[str, Any]:
         """One job, active or finished, with full detail. ``not_found`` if unknown."""
@@ -552,8 +563,7 @@ class Client:
             body["states"] = list(states)
         if ids is not None:
             body["ids"] = _ids_param(ids)
-        jobs: list[dict[str, Any]] = self.request("POST", "/history", body)["jobs"]
-        return jobs
+        return self._all_pages("/history", body)
 
     # ---- nodes, partitions, cluster -------------------------------------------------
 
