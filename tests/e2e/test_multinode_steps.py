@@ -514,3 +514,31 @@ def test_step_usage_is_recorded_on_both_launch_paths(two: TwoNodes) -> None:
         assert int(maxrss.rstrip("K")) > 50 * 1024, rows  # the 60 MiB buffer
         minutes, seconds = total_cpu.split(":")[-2:]
         assert float(seconds) + 60 * int(minutes) >= 0.25, rows
+
+
+def test_ctrl_c_once_reports_twice_kills_the_step(two: TwoNodes) -> None:
+    marker = f"corral-int-{os.getpid()}"
+    p = subprocess.Popen(["srun", "-N2", "bash", "-c", f"exec -a {marker} sleep 300"],
+                         env=two.env, cwd=two.work, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+
+    def tasks() -> int:
+        r = subprocess.run(["pgrep", "-f", f"^{marker} "], capture_output=True, text=True)
+        return len(r.stdout.split())
+
+    try:
+        wait_for(lambda: tasks() == 2, 30, what="both tasks")
+        p.send_signal(signal.SIGINT)
+        time.sleep(1.5)  # a second interrupt only counts within one second of the first
+        assert p.poll() is None and tasks() == 2  # one Ctrl-C: a status report only
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        _out, err = p.communicate(timeout=30)
+        assert "srun: interrupt (one more within 1 sec to abort)" in err, err
+        assert "tasks 0-1: running" in err and "forcing job termination" in err, err
+        assert p.returncode == 128 + signal.SIGKILL, err
+        wait_for(lambda: tasks() == 0, 15, what="the tasks to end")
+    finally:
+        if p.poll() is None:
+            p.kill()
