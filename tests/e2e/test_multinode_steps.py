@@ -155,6 +155,13 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
         cl.down()
 
 
+def _count(marker: str) -> int:
+    """Processes whose argv[0] is ``marker`` (tasks started with ``exec -a marker``;
+    srun's own command line only contains it)."""
+    r = subprocess.run(["pgrep", "-f", f"^{marker} "], capture_output=True, text=True)
+    return len(r.stdout.split())
+
+
 def _lines(path: Path) -> list[str]:
     return [ln for ln in path.read_text().splitlines() if ln.strip()]
 
@@ -449,8 +456,7 @@ def test_sigterm_to_srun_ends_the_step_on_every_node(two: TwoNodes) -> None:
                          stderr=subprocess.PIPE, text=True)
 
     def tasks() -> int:
-        r = subprocess.run(["pgrep", "-f", f"^{marker} "], capture_output=True, text=True)
-        return len(r.stdout.split())
+        return _count(marker)
 
     try:
         wait_for(lambda: tasks() == 2, 30, what="both tasks")
@@ -479,8 +485,7 @@ def test_time_limit_ends_the_steps_on_every_node(two: TwoNodes) -> None:
         jid = c.submit(sub)[0]
 
     def tasks() -> int:
-        r = subprocess.run(["pgrep", "-f", f"^{marker} "], capture_output=True, text=True)
-        return len(r.stdout.split())
+        return _count(marker)
 
     try:
         wait_for(lambda: tasks() == 2, 30, what="both tasks")
@@ -523,8 +528,7 @@ def test_ctrl_c_once_reports_twice_kills_the_step(two: TwoNodes) -> None:
                          stderr=subprocess.PIPE, text=True)
 
     def tasks() -> int:
-        r = subprocess.run(["pgrep", "-f", f"^{marker} "], capture_output=True, text=True)
-        return len(r.stdout.split())
+        return _count(marker)
 
     try:
         wait_for(lambda: tasks() == 2, 30, what="both tasks")

@@ -76,31 +76,7 @@ def expand(pattern: str, launch: sp.StepLaunch, task: int, node_index: int,
         "A": env.get("SLURM_ARRAY_JOB_ID", str(launch.job_id)),
         "a": env.get("SLURM_ARRAY_TASK_ID", "4294967294"),
     }
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        ch = pattern[i]
-        if ch != "%" or i + 1 >= n:
-            out.append(ch)
-            i += 1
-            continue
-        j = i + 1
-        while j < n and pattern[j].isdigit():
-            j += 1
-        if j >= n:
-            out.append(pattern[i:])
-            break
-        key = pattern[j]
-        if key == "%":
-            out.append("%")
-        elif key in values:
-            val = values[key]
-            width = int(pattern[i + 1:j]) if j > i + 1 else 0
-            out.append(val.zfill(min(width, 10)) if width and val.isdigit() else val)
-        else:
-            out.append(pattern[i:j + 1])
-        i = j + 1
-    return "".join(out)
+    return sp.expand_values(pattern, values)
 
 
 def task_environment(launch: sp.StepLaunch, node_env: dict[str, str], node_index: int,

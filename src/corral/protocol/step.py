@@ -233,5 +233,36 @@ def task_layout(ntasks: int, nnodes: int, distribution: str = "block",
     return out
 
 
+def expand_values(pattern: str, values: dict[str, str]) -> str:
+    """Expand srun's file-name pattern letters (``%j %J %s %t %n %N %A %a %u %x``,
+    ``%%``; a width such as ``%4t`` zero-pads numbers; an unknown letter stays as
+    written) from ``values`` (letter -> text)."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch != "%" or i + 1 >= n:
+            out.append(ch)
+            i += 1
+            continue
+        j = i + 1
+        while j < n and pattern[j].isascii() and pattern[j].isdigit():
+            j += 1
+        if j >= n:
+            out.append(pattern[i:])
+            break
+        key = pattern[j]
+        if key == "%":
+            out.append("%")
+        elif key in values:
+            v = values[key]
+            width = min(int(pattern[i + 1:j]), 10) if j > i + 1 else 0
+            out.append(v.zfill(width) if width and v.isdigit() else v)
+        else:
+            out.append(pattern[i:j + 1])
+        i = j + 1
+    return "".join(out)
+
+
 def encode_json(data: dict[str, Any]) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode()

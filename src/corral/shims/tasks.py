@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from corral.protocol.step import expand_values
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP,
              signal.SIGQUIT, signal.SIGCONT, signal.SIGALRM, signal.SIGWINCH)
 NO_VAL = "4294967294"
@@ -66,31 +68,7 @@ def expand_pattern(pattern: str, spec: StepSpec, task: int, node_index: int) -> 
         "A": env.get("SLURM_ARRAY_JOB_ID", spec.job_id),
         "a": env.get("SLURM_ARRAY_TASK_ID", NO_VAL), "u": spec.user, "x": spec.job_name,
     }
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        ch = pattern[i]
-        if ch != "%" or i + 1 >= n:
-            out.append(ch)
-            i += 1
-            continue
-        j = i + 1
-        while j < n and pattern[j].isdigit():
-            j += 1
-        width = int(pattern[i + 1:j]) if j > i + 1 else 0
-        if j >= n:
-            out.append(pattern[i:])
-            break
-        key = pattern[j]
-        if key == "%":
-            out.append("%")
-        elif key in values:
-            v = values[key]
-            out.append(v.zfill(min(width, 10)) if width and v.isdigit() else v)
-        else:
-            out.append(pattern[i:j + 1])
-        i = j + 1
-    return "".join(out)
+    return expand_values(pattern, values)
 
 
 def varies_per_task(pattern: str) -> bool:
