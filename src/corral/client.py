@@ -3,8 +3,11 @@
 Connection (first match wins):
 
 1. ``Client(url=..., token=...)`` or ``Client(socket_path=...)`` given explicitly;
-2. ``CORRAL_URL`` (``http://host:port``) with ``CORRAL_TOKEN`` (a JWT from
-   ``corral token``), for remote users;
+2. ``CORRAL_URL`` (``http://host:port``, or ``https://host:port`` when the controller
+   has ``[controller] tls``) with ``CORRAL_TOKEN`` (a JWT from ``corral token``), for
+   remote users; over https the controller's certificate is verified against
+   ``CORRAL_CA_FILE`` (the cluster's ``ca.pem``), else ``<state dir>/ca.pem`` when it
+   exists, else the system's trust store;
 3. ``CORRAL_SOCKET`` (path of the controller's Unix socket);
 4. ``$CORRAL_STATE_DIR/corral.sock``, then the per-user default state dir
    (``$XDG_STATE_HOME/corral`` or ``~/.local/state/corral``), then the system one
@@ -190,6 +193,7 @@ class Client:
         token: str | None = None,
         socket_path: str | None = None,
         timeout_s: float = 30.0,
+        ca_file: str | None = None,
     ) -> None:
         if url is None and socket_path is None:
             url = os.environ.get("CORRAL_URL") or None
@@ -205,14 +209,21 @@ class Client:
         self._buf = b""
         self._host = "localhost"
         self._addr: tuple[str, int] | None = None
+        self._tls = False
+        self.ca_file = ca_file
         if url is not None:
             rest = url.split("://", 1)[-1].rstrip("/")
-            if url.startswith("https://"):
-                raise CorralError("invalid", "https URLs are not supported by this client yet")
+            self._tls = url.startswith("https://")
+            if self._tls and ca_file is None:
+                self.ca_file = os.environ.get("CORRAL_CA_FILE") or None
+                if self.ca_file is None:
+                    sd = default_state_dir()
+                    if os.path.exists(os.path.join(sd, "ca.pem")):
+                        self.ca_file = os.path.join(sd, "ca.pem")
             hostport = rest.split("/", 1)[0]
             host, _, port = hostport.rpartition(":")
             if not host:
-                host, port = hostport, "80"
+                host, port = hostport, "443" if self._tls else "80"
             self._host = hostport
             self._addr = (host.strip("[]"), int(port))
 
@@ -230,10 +241,11 @@ class Client:
                 try:
                     s.connect(sa)
                     s.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
-                    return s
                 except OSError as exc:
                     last = exc
                     s.close()
+                    continue
+                return self._wrap_tls(s) if self._tls else s
             raise CorralError("unavailable", f"cannot reach the controller at {self.url}: {last}")
         if self.socket_path is None:
             raise CorralError(
@@ -253,6 +265,37 @@ class Client:
                 " (is `corral up` running?)",
             ) from None
         return s
+
+    def _wrap_tls(self, raw: Any) -> Any:
+        """``raw`` (a connected ``_socket.socket``) as a TLS connection that verified the
+        controller's certificate against ``ca_file``."""
+        import socket as _pysocket
+        import ssl
+
+        from corral.tls import client_context
+
+        s = _pysocket.socket(fileno=raw.detach())
+        s.settimeout(self.timeout_s)
+        where = self.ca_file or "the system's trust store"
+        try:
+            ctx = client_context(self.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            s.close()
+            raise CorralError("invalid", f"cannot load the CA file {self.ca_file}: {exc}") from None
+        assert self._addr is not None
+        try:
+            return ctx.wrap_socket(s, server_hostname=self._addr[0])
+        except ssl.SSLCertVerificationError as exc:
+            s.close()
+            raise CorralError(
+                "tls", f"the controller at {self.url} presented a certificate that "
+                f"{where} does not vouch for ({exc.verify_message}); set CORRAL_CA_FILE "
+                "to the cluster's ca.pem (in the controller's state directory)") from None
+        except (ssl.SSLError, OSError) as exc:
+            s.close()
+            raise CorralError(
+                "unavailable", f"TLS handshake with the controller at {self.url} failed: "
+                f"{exc} (is it serving https?)") from None
 
     def close(self) -> None:
         if self._sock is not None:

@@ -57,15 +57,19 @@ class AgentDaemon:
                  heartbeat_s: float = 5.0, reconnect_max_s: float = 5.0,
                  pin_cpus: bool = True, isolation: str = "auto",
                  spec: NodeSpec | None = None, runner: Any = None,
-                 exit_batch_s: float = 0.005) -> None:
+                 exit_batch_s: float = 0.005, ca_file: str | None = None) -> None:
         """``runner``: a JobRunner-like object (default: a real ``JobRunner`` on
         ``state_dir``); benchmarks pass a no-op one to measure the control path alone.
         ``exit_batch_s``: after a supervisor's notification, wait this long for more
         before reporting, so a burst of ends travels in few frames (and the controller
-        persists them in few commits)."""
+        persists them in few commits).
+        ``ca_file``: the cluster CA that a ``https://``/``wss://`` controller's certificate
+        must be signed by (None: the system's trust store); jobs get it as
+        ``CORRAL_CA_FILE``."""
         from corral.agent.runner import JobRunner
 
         self.controller = controller
+        self.ca_file = ca_file
         self.key = key
         self.state_dir = state_dir
         self.heartbeat_s = heartbeat_s
@@ -195,6 +199,8 @@ class AgentDaemon:
         else:
             env = dict(req.env)
             env.setdefault("CORRAL_URL", self.controller_url)
+            if self.ca_file and env["CORRAL_URL"].startswith("https://"):
+                env.setdefault("CORRAL_CA_FILE", self.ca_file)
             env["CORRAL_NODE_ADDR"] = self.node_addr
         import dataclasses
 
@@ -316,6 +322,10 @@ class AgentDaemon:
             base = "wss://" + base[8:]
         elif not base.startswith(("ws://", "wss://")):
             base = "ws://" + base
+        if base.startswith("wss://"):
+            from corral.tls import client_context
+
+            opts["ssl"] = client_context(self.ca_file)
         return await connect(base + "/api/v1/agent", **opts)
 
     async def _session(self, ws: Any) -> None:
@@ -410,8 +420,17 @@ class AgentDaemon:
             try:
                 ws = await self._connect()
             except Exception as exc:
-                log.info("cannot reach the controller at %s: %s (retry in %.1f s)",
-                         self.controller, exc, delay)
+                import ssl
+
+                if isinstance(exc, ssl.SSLCertVerificationError):
+                    log.error("the controller at %s presented a certificate that %s does "
+                              "not vouch for (%s); pass --ca-file (the cluster's ca.pem) "
+                              "(retry in %.1f s)", self.controller,
+                              self.ca_file or "the system's trust store",
+                              exc.verify_message, delay)
+                else:
+                    log.info("cannot reach the controller at %s: %s (retry in %.1f s)",
+                             self.controller, exc, delay)
                 await self._sleep(delay)
                 delay = min(delay * 2, self.reconnect_max_s)
                 continue

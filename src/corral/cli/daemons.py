@@ -301,6 +301,10 @@ def agent(
                            "or set CORRAL_CLUSTER_KEY")] = None,
     name: Annotated[str | None, typer.Option(help="Node name (default: host name)")] = None,
     config: ConfigOpt = None,
+    ca_file: Annotated[Path | None, typer.Option(
+        "--ca-file", envvar="CORRAL_CA_FILE",
+        help="CA certificate an https:// controller is verified with (the controller's "
+             "<state dir>/ca.pem; default: that file when it exists here)")] = None,
 ) -> None:
     """Run a node agent in the foreground (jobs survive its restarts)."""
     cfg = _load(config)
@@ -321,6 +325,7 @@ def agent(
                    err=True)
         raise typer.Exit(2)
     sd = state_dir.resolve() if state_dir else _state_dir(None, cfg) / "agent"
+    ca = _agent_ca_file(ca_file, sd, cfg)
     from corral.agent.daemon import run_agent
 
     ac = cfg.agent
@@ -338,7 +343,35 @@ def agent(
     run_agent(controller_url, key, sd, node_name=name,
               cgroup_root=ac.cgroup_root or None, heartbeat_s=ac.heartbeat_s,
               reconnect_max_s=ac.reconnect_max_s, pin_cpus=ac.pin_cpus,
-              isolation="none" if ac.cgroup_root == "" else "auto")
+              isolation="none" if ac.cgroup_root == "" else "auto", ca_file=ca)
+
+
+def _agent_ca_file(ca_file: Path | None, sd: Path, cfg: Any) -> str | None:
+    """The CA file of an agent: ``--ca-file``/``CORRAL_CA_FILE``; else the CA that a
+    join line brought (``CORRAL_CA_CERT``: base64 DER), written to ``<agent state>/ca.pem``;
+    else ``<state dir>/ca.pem`` when it exists; else None (the system's trust store)."""
+    if ca_file is not None:
+        if not ca_file.is_file():
+            typer.echo(f"corral: no CA file {ca_file}", err=True)
+            raise typer.Exit(2)
+        return str(ca_file.resolve())
+    inline = os.environ.pop("CORRAL_CA_CERT", "")
+    if inline:
+        import base64
+        import ssl
+
+        try:
+            pem = ssl.DER_cert_to_PEM_cert(base64.b64decode(inline, validate=True))
+        except ValueError:
+            typer.echo("corral: CORRAL_CA_CERT is not a base64 certificate", err=True)
+            raise typer.Exit(2) from None
+        sd.mkdir(parents=True, exist_ok=True)
+        (sd / "ca.pem").write_text(pem)
+        return str(sd / "ca.pem")
+    for cand in (_state_dir(None, cfg) / "ca.pem", sd / "ca.pem"):
+        if cand.is_file():
+            return str(cand)
+    return None
 
 
 def token(
@@ -408,7 +441,19 @@ def _agent_join_line(sd: Path, url: str | None) -> str:
                        "hosts cannot reach: restart it with --listen HOST:PORT (or "
                        "[controller] listen), or pass --url", err=True)
             raise typer.Exit(1)
-    return f" CORRAL_CLUSTER_KEY={shlex.quote(key)} corral agent --controller {shlex.quote(url)}"
+    ca = ""
+    if url.startswith(("https://", "wss://")):
+        import base64
+        import ssl
+
+        try:  # the CA travels in the line (one word: base64 DER), the agent keeps it
+            der = ssl.PEM_cert_to_DER_cert((sd / "ca.pem").read_text())
+            ca = f"CORRAL_CA_CERT={base64.b64encode(der).decode()} "
+        except (OSError, ValueError):
+            typer.echo(f"corral: no CA certificate in {sd / 'ca.pem'}; the new node needs "
+                       "--ca-file", err=True)
+    return (f" CORRAL_CLUSTER_KEY={shlex.quote(key)} {ca}corral agent --controller "
+            f"{shlex.quote(url)}")
 
 
 def register(app: typer.Typer) -> None:

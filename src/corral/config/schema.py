@@ -35,6 +35,8 @@ from corral.core.model.resources import Resources
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
     listen: str | None = None  # "host:port" for HTTP/TCP (agents on other hosts, remote users)
+    tls: bool = False  # serve the TCP listener as HTTPS/WSS with the cluster CA (corral.tls)
+    tls_names: tuple[str, ...] = ()  # extra DNS names/addresses for the server certificate
     socket: str | None = None  # Unix socket path; default <state_dir>/corral.sock
     database_url: str | None = None  # default sqlite:///<state_dir>/corral.db
     schedule_delay_ms: float = 3.0  # coalescing delay after an event before a cycle

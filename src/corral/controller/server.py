@@ -4,7 +4,9 @@
 ``corral.db`` (SQLite, 0600 like its WAL), ``corral.sock`` (API, mode 0666 when root so
 every user can submit; 0600 otherwise), ``cluster.key`` / ``jwt.key`` (0600 secrets),
 ``controller.json`` (pid, socket, url: how ``corral up``/agents find it) and
-``controller.lock`` (one controller per state directory).
+``controller.lock`` (one controller per state directory); with ``[controller] tls``,
+``ca.pem``/``ca.key`` (the cluster CA) and ``server.pem``/``server.key`` (``corral.tls``).
+The Unix socket is always plain HTTP; only the TCP listener is HTTPS.
 """
 
 from __future__ import annotations
@@ -159,8 +161,35 @@ def _bind_tcp(listen: str) -> socket.socket:
 # files of the state directory that only its owner may read (the database holds every
 # job's script and environment; the keys are the cluster's secrets)
 PRIVATE_FILES = ("corral.db", "corral.db-wal", "corral.db-shm", "corral.db-journal",
-                 "cluster.key", "jwt.key", "controller.json", "controller.lock", "agent.pid")
+                 "cluster.key", "jwt.key", "controller.json", "controller.lock", "agent.pid",
+                 "ca.key", "server.key")
 LOG_DIR = "log"
+
+
+def _server_class(base: type, tls_ctx: Any) -> type:
+    """uvicorn's ``Server``, serving TCP sockets with ``tls_ctx`` (when not None) and the
+    Unix socket plain: uvicorn itself has one SSL setting for every socket it serves."""
+    if tls_ctx is None:
+        return base
+
+    class TlsTcpServer(base):  # type: ignore[misc]
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            tcp = [s for s in sockets or [] if s.family != socket.AF_UNIX]
+            await super().startup(sockets=[s for s in sockets or [] if s not in tcp])
+            config = self.config
+
+            def create_protocol(_loop: Any = None) -> asyncio.Protocol:
+                proto: asyncio.Protocol = config.http_protocol_class(
+                    config=config, server_state=self.server_state,
+                    app_state=self.lifespan.state, _loop=_loop)
+                return proto
+
+            loop = asyncio.get_running_loop()
+            for sock in tcp:
+                self.servers.append(await loop.create_server(
+                    create_protocol, sock=sock, ssl=tls_ctx, backlog=config.backlog))
+
+    return TlsTcpServer
 
 
 def prepare_state_dir(state_dir: Path) -> None:
@@ -234,20 +263,31 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
     sockets = [_bind_unix(sock_path, world=os.geteuid() == 0)]
     listen = listen or cfg.controller.listen
     http_url = None
+    tls_ctx = None
+    ca_file = None
     if listen:
         tcp = _bind_tcp(listen)
         sockets.append(tcp)
         host, port = tcp.getsockname()[:2]
         shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
-        http_url = f"http://{shown}:{port}"
+        scheme = "http"
+        if cfg.controller.tls:
+            from corral.tls import ensure_server_files, server_context, server_names
+
+            names = server_names(str(host), cfg.controller.tls_names)
+            cert, key, ca = ensure_server_files(state_dir, names, cfg.cluster_name)
+            tls_ctx = server_context(cert, key)
+            ca_file = str(ca)
+            scheme = "https"
+        http_url = f"{scheme}://{shown}:{port}"
     uv_cfg = uvicorn.Config(with_fast_paths(app, ctl, auth), http=_peer_protocol_class(),
                             ws="websockets-sansio",
                             lifespan="off", log_level="warning", access_log=False,
                             ws_max_size=64 * 1024 * 1024, ws_ping_interval=None,
                             timeout_keep_alive=60)
-    server = uvicorn.Server(uv_cfg)
+    server = _server_class(uvicorn.Server, tls_ctx)(uv_cfg)
     info = {"pid": os.getpid(), "socket": str(sock_path), "url": http_url,
-            "state_dir": str(state_dir), "cluster": cfg.cluster_name}
+            "state_dir": str(state_dir), "cluster": cfg.cluster_name, "ca_file": ca_file}
 
     async def main() -> None:
         await ctl.start()

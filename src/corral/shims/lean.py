@@ -5,7 +5,8 @@ workflow tools, and an interpreter start already costs ~10 ms here; ``json``, ``
 the ``corral`` model would each add as much again (measured with ``python -X importtime``).
 
 Protocol (``POST /api/v1/shim/exec``, HTTP/1.1 over the controller's Unix socket, or TCP when
-``CORRAL_URL`` is an ``http://`` address):
+``CORRAL_URL`` is an ``http://`` address, TLS for ``https://``: ``ssl`` is imported only
+then, and the controller is verified against ``CORRAL_CA_FILE``):
 
 - request body (JSON): ``{"v": 1, "cmd": "sbatch", "argv": [...], "cwd": "...",
   "env": {...}, "files": {path: [true, text] | [false, error]}, "stdin": text | null}``;
@@ -109,6 +110,8 @@ def controller_address() -> tuple[str, str]:
     url = env.get("CORRAL_URL", "")
     if url.startswith("http://"):
         return "tcp", url[len("http://") :].split("/", 1)[0]
+    if url.startswith("https://"):
+        return "tls", url[len("https://") :].split("/", 1)[0]
     if url.startswith("unix:"):
         return "unix", url[len("unix:") :]
     sock = env.get("CORRAL_SOCKET")
@@ -138,11 +141,13 @@ def http_request(
             host, _, port = where.rpartition(":")
             s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
             s.settimeout(timeout_s)
-            s.connect((host or "127.0.0.1", int(port or 80)))
+            s.connect((host or "127.0.0.1", int(port or (443 if kind == "tls" else 80))))
     except OSError as exc:
         raise LeanError(
             f"cannot reach the Corral controller at {where}: {exc.strerror or exc}"
         ) from None
+    if kind == "tls":
+        s = _tls_wrap(s, host or "127.0.0.1", timeout_s)
     token = os.environ.get("CORRAL_TOKEN")
     head = (
         f"{method} {path} HTTP/1.1\r\nHost: corral\r\nContent-Type: {content_type}\r\n"
@@ -179,6 +184,33 @@ def http_request(
     if chunked:
         payload = _dechunk(payload)
     return status, payload
+
+
+def _tls_wrap(raw: Any, host: str, timeout_s: float) -> Any:
+    """``raw`` as TLS, the controller verified against ``CORRAL_CA_FILE`` (else
+    ``<state dir>/ca.pem`` when it exists, else the system's trust store)."""
+    import socket
+    import ssl
+
+    ca: str | None = os.environ.get("CORRAL_CA_FILE") or None
+    if ca is None:
+        ca = os.path.join(default_state_dir(), "ca.pem")
+        if not os.path.exists(ca):
+            ca = None
+    s = socket.socket(fileno=raw.detach())
+    s.settimeout(timeout_s)
+    try:
+        ctx = ssl.create_default_context(cafile=ca)
+        return ctx.wrap_socket(s, server_hostname=host)
+    except ssl.SSLCertVerificationError as exc:
+        s.close()
+        raise LeanError(
+            f"the Corral controller's certificate is not vouched for by "
+            f"{ca or 'the system trust store'} ({exc.verify_message}); set CORRAL_CA_FILE "
+            "to the cluster's ca.pem") from None
+    except (ssl.SSLError, OSError) as exc:
+        s.close()
+        raise LeanError(f"TLS with the Corral controller failed: {exc}") from None
 
 
 def _dechunk(data: bytes) -> bytes:
