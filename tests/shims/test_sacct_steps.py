@@ -180,3 +180,15 @@ def test_slurm_number_and_time_formats() -> None:
     assert [sf.cpu_time_text(s) for s in (0, 1.234, 59.9999, 61, 3725.5, 90061)] == [
         "00:00:00", "00:01.234", "00:59.999", "00:01:01", "01:02:05", "1-01:01:01"]
     assert sf.cpu_time_text(1.9, subsec=False) == "00:00:01"
+
+
+def test_sacct_field_widths_are_capped_and_ascii() -> None:
+    """``--format=JobID%99999999`` must not build a huge answer (issue 11): widths are
+    capped at 1024 either way; a width of non-ASCII digits is refused."""
+    from corral.shims.sacct_fields import FieldError, parse_fields
+
+    assert [c.width for c in parse_fields("JobID%99999999,State%-99999999,NodeList%5")] \
+        == [1024, -1024, 5]
+    for bad in ("JobID%\u00b9", "JobID%\u0661", "JobID%x"):
+        with pytest.raises(FieldError):
+            parse_fields(bad)

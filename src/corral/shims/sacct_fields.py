@@ -519,6 +519,9 @@ class Column:
     getter: Getter
 
 
+MAX_WIDTH = 1024  # widest sacct field (docs/shims.md, fidelity choice 9)
+
+
 def parse_fields(spec: str) -> list[Column]:
     """``JobID,State%20,NodeList%-30`` -> columns (``%N`` right, ``%-N`` left, N wide)."""
     cols: list[Column] = []
@@ -532,11 +535,13 @@ def parse_fields(spec: str) -> list[Column]:
             raise FieldError(name)
         canon, width, getter = entry
         if pct:
-            try:
-                given = int(width_s)
-            except ValueError:
-                raise FieldError(raw) from None
-            width = given  # Slurm: "%N" right-justifies, "%-N" left-justifies
+            digits = width_s[1:] if width_s.startswith("-") else width_s
+            if not (digits.isascii() and digits.isdigit()):
+                raise FieldError(raw)
+            given = int(width_s)
+            # Slurm: "%N" right-justifies, "%-N" left-justifies; at most MAX_WIDTH wide
+            # (as squeue's: one request must not build a huge answer)
+            width = max(-MAX_WIDTH, min(MAX_WIDTH, given))
             if width == 0:
                 width = entry[1]
         cols.append(Column(canon, width, getter))
