@@ -122,3 +122,27 @@ def test_frames_round_trip_in_pieces() -> None:
     assert got == [(sp.STDOUT, 3, b"hello\n"), (sp.EXIT, 3, b'{"exit_code":0}')]
     with pytest.raises(ValueError, match="exceeds"):
         sp.FrameReader().feed(sp.HEADER.pack(sp.STDOUT, 0, sp.MAX_PAYLOAD + 1))
+
+
+def test_srun_refuses_or_warns_about_what_it_does_not_apply() -> None:
+    import time
+
+    from corral.shims.context import Context
+    from corral.shims.srun import StepShapeError, check_gpu_bind, parse, step_warnings
+
+    def warnings(*argv: str) -> list[str]:
+        ctx = Context(argv=[*argv, "true"], env={}, cwd="/tmp", prog="srun", uid=0,
+                      now=time.time())
+        return step_warnings(parse(ctx, "srun")[1])
+
+    assert any("--exclusive is not enforced" in w for w in warnings("--exclusive"))
+    assert any("--exact is not enforced" in w for w in warnings("--exact"))
+    assert any("only the distribution over nodes" in w for w in warnings("-m", "block:cyclic"))
+    assert warnings("--overlap") == [] and warnings("-m", "cyclic:block") == []
+    for ok in ("", "none", "per_task:2", "map_gpu:0,1", "verbose,map_gpu:1"):
+        check_gpu_bind(ok)
+    for bad in ("closest", "single:1", "mask_gpu:0x3", "per_task:x"):
+        with pytest.raises(StepShapeError, match="is not supported"):
+            check_gpu_bind(bad)
+    with pytest.raises(ValueError, match="arbitrary"):
+        sp.task_layout(2, 2, "arbitrary")

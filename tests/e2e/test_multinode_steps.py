@@ -23,6 +23,7 @@ import pytest
 
 from corral.client import Client
 from tests.e2e.cluster import ENTRY, wait_for
+from tests.steps_support import PtyReader, build_mpi
 
 CONFIG = """
 [controller]
@@ -267,63 +268,14 @@ def test_cpu_bind_is_applied_per_task(two: TwoNodes) -> None:
     assert any("invalid --cpu-bind type" in ln for ln in lines) and "rc=1" in lines, lines
 
 
-def _mpicc(flavour: str) -> str:
-    cc = shutil.which(f"mpicc.{flavour}")
-    if cc is None:
-        pytest.skip(f"mpicc.{flavour} is not installed (Debian: "
-                    f"{'libopenmpi-dev' if flavour == 'openmpi' else 'libmpich-dev'})")
-    return cc
-
-
-MPI_PROGRAM = r"""
-#include <mpi.h>
-#include <stdio.h>
-#include <stdlib.h>
-int main(int argc, char **argv) {
-    int rank, size, sum = 0, value;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    value = rank + 1;
-    MPI_Allreduce(&value, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (size > 1) {  /* ping-pong between rank 0 and rank 1 */
-        int token = 41;
-        if (rank == 0) {
-            MPI_Send(&token, 1, MPI_INT, 1, 0, MPI_COMM_WORLD);
-            MPI_Recv(&token, 1, MPI_INT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            printf("pingpong %d\n", token);
-        } else if (rank == 1) {
-            MPI_Recv(&token, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            token += 1;
-            MPI_Send(&token, 1, MPI_INT, 0, 0, MPI_COMM_WORLD);
-        }
-    }
-    const char *node = getenv("SLURMD_NODENAME");
-    printf("rank %d of %d on %s sum %d\n", rank, size, node ? node : "?", sum);
-    MPI_Finalize();
-    return 0;
-}
-"""
-
-
-def _build(two: TwoNodes, flavour: str) -> Path:
-    src = two.work / "mpihello.c"
-    src.write_text(MPI_PROGRAM)
-    exe = two.work / f"mpihello_{flavour}"
-    if not exe.exists():
-        r = subprocess.run([_mpicc(flavour), "-o", str(exe), str(src)], capture_output=True,
-                           text=True, timeout=120)
-        assert r.returncode == 0, r.stderr
-    return exe
-
-
 def test_open_mpi_mpirun_starts_ranks_on_both_nodes(two: TwoNodes) -> None:
-    exe = _build(two, "openmpi")
+    exe = build_mpi("openmpi", two.work)
     if shutil.which("mpirun.openmpi") is None:
         pytest.skip("mpirun.openmpi is not installed")
     out = two.work / "ompi.out"
     jid = two.sbatch("#!/bin/bash\nexport OMPI_ALLOW_RUN_AS_ROOT=1 "
                      "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n"
+                     "export MPI_WHERE=SLURMD_NODENAME\n"
                      f"mpirun.openmpi --mca btl tcp,self {exe}\necho rc=$?\n",
                      "-N2", "--ntasks-per-node=1", "-o", str(out))
     two.wait_done(jid, 90)
@@ -334,9 +286,10 @@ def test_open_mpi_mpirun_starts_ranks_on_both_nodes(two: TwoNodes) -> None:
 
 
 def test_mpich_direct_launch_with_pmi2(two: TwoNodes) -> None:
-    exe = _build(two, "mpich")
+    exe = build_mpi("mpich", two.work)
     out = two.work / "mpich.out"
-    jid = two.sbatch(f"#!/bin/bash\nsrun --mpi=pmi2 -n4 {exe}\necho rc=$?\n"
+    jid = two.sbatch("#!/bin/bash\nexport MPI_WHERE=SLURMD_NODENAME\n"
+                     f"srun --mpi=pmi2 -n4 {exe}\necho rc=$?\n"
                      "srun --mpi=bogus true\necho rc=$?\n",
                      "-N2", "-n4", "-o", str(out))
     two.wait_done(jid, 90)
@@ -392,8 +345,6 @@ def test_srun_and_salloc_from_outside_the_job(two: TwoNodes) -> None:
 
 def test_srun_pty_gives_a_terminal_on_the_first_node(two: TwoNodes) -> None:
     import pty
-    import select
-
     env = dict(two.env, PS1="pty-prompt$ ")
     srun = shutil.which("srun", path=env["PATH"])
     assert srun is not None
@@ -401,46 +352,22 @@ def test_srun_pty_gives_a_terminal_on_the_first_node(two: TwoNodes) -> None:
     if pid == 0:  # the child: srun on a terminal of its own (nothing but system calls)
         os.chdir(two.work)
         os.execve(srun, [srun, "-w", "mb", "--pty", "bash", "--norc", "-i"], env)
-    seen = b""
-
-    def read_until(marker: bytes, timeout: float = 30) -> bytes:
-        nonlocal seen
-        end = time.monotonic() + timeout
-        while marker not in seen and time.monotonic() < end:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                try:
-                    seen += os.read(fd, 4096)
-                except OSError:
-                    break
-        return seen
-
+    term = PtyReader(fd)
     try:
-        if b"pty-prompt$ " not in read_until(b"pty-prompt$ "):  # bash reads input now
-            try:
-                where = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-                where += Path(f"/proc/{pid}/wchan").read_bytes()
-            except OSError:
-                where = b"(gone)"
-            raise AssertionError(f"no prompt: {seen!r}; srun {where!r}\n"
-                                 + subprocess.run(["squeue", "-a"], capture_output=True,
-                                                  text=True, env=two.env).stdout
-                                 + two.logs())
+        if not term.until(b"pty-prompt$ "):  # bash reads input now
+            raise AssertionError(f"no prompt: {term.seen!r}\n" + two.logs())
         os.write(fd, b"tty; echo node-$SLURMD_NODENAME-end\n")
-        assert b"node-mb-end" in read_until(b"node-mb-end"), seen
-        assert b"/dev/pts/" in seen, seen
+        assert term.until(b"node-mb-end"), term.seen
+        assert b"/dev/pts/" in term.seen, term.seen
         # the prompt after the command's output (it may have come in the same read)
-        while b"pty-prompt$ " not in seen.split(b"node-mb-end", 2)[-1]:
-            before = len(seen)
-            read_until(seen[-1:] + b"never", timeout=0.5)
-            assert len(seen) > before or time.monotonic() < 0, seen  # no new output: stuck
+        assert term.until(b"pty-prompt$ ", start=term.seen.index(b"node-mb-end")), term.seen
         os.write(fd, b"sleep 100\n")
         time.sleep(0.5)  # let bash start the sleep (a race would only weaken the check)
         os.write(fd, b"\x03")  # Ctrl-C reaches the remote foreground job through the pty
         os.write(fd, b"echo after-$?\nexit 6\n")
-        assert b"after-130" in read_until(b"after-130"), seen
+        assert term.until(b"after-130"), term.seen
         _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 6, seen
+        assert os.waitstatus_to_exitcode(status) == 6, term.seen
     finally:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -6,49 +6,17 @@ reached over TCP (``hosts.py``). What a task prints with ``hostname`` is the hos
 from __future__ import annotations
 
 import os
-import select
-import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.multinode.hosts import NetnsCluster, wait_for
+from tests.steps_support import PtyReader, build_mpi
 
 pytestmark = [pytest.mark.multinode, pytest.mark.root]
-
-MPI_PROGRAM = r"""
-#include <mpi.h>
-#include <stdio.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    int rank, size, sum = 0, value; char host[256];
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    gethostname(host, sizeof host);
-    value = rank + 1;
-    MPI_Allreduce(&value, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (size > 1) {
-        int token = 41;
-        if (rank == 0) {
-            MPI_Send(&token, 1, MPI_INT, 1, 0, MPI_COMM_WORLD);
-            MPI_Recv(&token, 1, MPI_INT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            printf("pingpong %d\n", token);
-        } else if (rank == 1) {
-            MPI_Recv(&token, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            token += 1;
-            MPI_Send(&token, 1, MPI_INT, 0, 0, MPI_COMM_WORLD);
-        }
-    }
-    printf("rank %d of %d on %s sum %d\n", rank, size, host, sum);
-    MPI_Finalize();
-    return 0;
-}
-"""
 
 
 def _lines(path: Path) -> list[str]:
@@ -105,24 +73,9 @@ def test_srun_from_a_login_host_and_cancel_reaching_every_host(mn_cluster: Netns
     assert c.wait_done(jid)["state"] == "CANCELLED"
 
 
-def _compile(c: NetnsCluster, flavour: str) -> Path:
-    cc = shutil.which(f"mpicc.{flavour}")
-    if cc is None:
-        pytest.skip(f"mpicc.{flavour} is not installed")
-    src = c.shared / "mpi_hosts.c"
-    src.write_text(MPI_PROGRAM)
-    exe = c.shared / f"mpi_hosts_{flavour}"
-    if not exe.exists():
-        r = subprocess.run([cc, "-o", str(exe), str(src)], capture_output=True, text=True,
-                           timeout=120)
-        assert r.returncode == 0, r.stderr
-    os.chmod(exe, 0o755)
-    return exe
-
-
 def test_open_mpi_ranks_run_on_the_hosts_of_the_allocation(mn_cluster: NetnsCluster) -> None:
     c = mn_cluster
-    exe = _compile(c, "openmpi")
+    exe = build_mpi("openmpi", c.shared)
     out = c.shared / "ompi-hosts.out"
     jid = c.sbatch(1, "-N2", "--ntasks-per-node=1", "-o", str(out), "--wrap",
                    "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; "
@@ -139,7 +92,7 @@ def test_open_mpi_ranks_run_on_the_hosts_of_the_allocation(mn_cluster: NetnsClus
 
 def test_mpich_pmi2_direct_launch_across_hosts(mn_cluster: NetnsCluster) -> None:
     c = mn_cluster
-    exe = _compile(c, "mpich")
+    exe = build_mpi("mpich", c.shared)
     out = c.shared / "mpich-hosts.out"
     jid = c.sbatch(1, "-N2", "-n2", "-o", str(out), "--wrap",
                    f"srun --mpi=pmi2 {exe}; echo rc=$?")
@@ -163,26 +116,13 @@ def test_srun_pty_from_the_submit_host(mn_cluster: NetnsCluster) -> None:
     if pid == 0:
         os.chdir(c.shared)
         os.execvpe(argv[0], argv, env)
-    seen = b""
-
-    def read_until(marker: bytes, timeout: float = 60) -> bytes:
-        nonlocal seen
-        end = time.monotonic() + timeout
-        while marker not in seen and time.monotonic() < end:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                try:
-                    seen += os.read(fd, 4096)
-                except OSError:
-                    break
-        return seen
-
+    term = PtyReader(fd)
     try:
-        assert b"mn-prompt$ " in read_until(b"mn-prompt$ "), seen
+        assert term.until(b"mn-prompt$ ", 60), term.seen
         os.write(fd, b"echo on-$(hostname)-end; exit 4\n")
-        assert f"on-{target}-end".encode() in read_until(f"on-{target}-end".encode()), seen
+        assert term.until(f"on-{target}-end".encode(), 60), term.seen
         _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 4, seen
+        assert os.waitstatus_to_exitcode(status) == 4, term.seen
     finally:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import selectors
 import signal
@@ -551,6 +550,3 @@ def core_siblings() -> list[tuple[int, ...]] | None:
             out[tuple(sorted(ids))] = None
     return list(out) or None
 
-
-def describe(launch_json: dict[str, Any]) -> str:
-    return json.dumps({k: launch_json.get(k) for k in ("job_id", "step_id", "nodes")})

@@ -136,7 +136,6 @@ class _Run:
     frozen_by: str = ""  # "cgroup" or "signal"
     next_mem_check: float = 0.0
     notes: list[str] = field(default_factory=list)
-    step_pids: set[int] = field(default_factory=set)
 
 
 class Supervisor:
@@ -573,7 +572,6 @@ class Supervisor:
                        self.cfg.switch_user, self.cfg.groups, core_cpus, self.log)
         if gc_on:
             gc.enable()
-        self.run.step_pids.add(pid)
 
     def deadlines(self, now: float) -> float:
         """Act on due deadlines; return the next one (monotonic seconds)."""

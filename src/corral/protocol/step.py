@@ -154,9 +154,6 @@ class StepLaunch:
                 raise ValueError(f"step launch: {key} must be a string or null")
         return StepLaunch(**d)
 
-    def node_index(self, node: str) -> int:
-        return self.nodes.index(node)
-
     @property
     def tasks_per_node(self) -> list[int]:
         return [len(t) for t in self.tasks]
@@ -206,7 +203,10 @@ def task_layout(ntasks: int, nnodes: int, distribution: str = "block",
                 task += 1
             node = (node + 1) % nnodes
         return out
-    if kind not in ("block", "arbitrary", "*"):
+    if kind == "arbitrary":
+        raise ValueError("-m arbitrary (tasks placed by SLURM_HOSTFILE) is not supported "
+                         "(block, cyclic, plane=N)")
+    if kind not in ("block", "*"):
         raise ValueError(f"unknown distribution {distribution!r} (block, cyclic, plane=N)")
     # block: every node one task first (so none stays empty), then fill in node order,
     # spread as evenly as the caps allow (Slurm's block layout of -n over -N)

@@ -128,6 +128,39 @@ def step_shape(opts: SlurmOptions, env: dict[str, str],
     return ntasks, nodes, layout
 
 
+GPU_BINDS = ("none", "per_task:N", "map_gpu:<list>")
+
+
+def check_gpu_bind(value: str) -> None:
+    """``--gpu-bind`` values srun honours (``corral.agent.stepd.gpus_of_task``); any other
+    is refused by name rather than ignored."""
+    kind = value.strip()
+    for flag in ("verbose,", "quiet,"):  # "verbose,map_gpu:0,1": a flag, then the type
+        kind = kind.removeprefix(flag)
+    if kind in ("verbose", "quiet"):
+        kind = ""
+    if not kind or kind == "none" or kind.startswith("map_gpu:") or (
+            kind.startswith("per_task:") and kind[9:].isascii() and kind[9:].isdigit()):
+        return
+    raise StepShapeError(f"srun: error: --gpu-bind={value} is not supported "
+                         f"(use {', '.join(GPU_BINDS)})")
+
+
+def step_warnings(opts: SlurmOptions) -> list[str]:
+    """What srun accepts for Slurm's sake but does not apply, said on stderr."""
+    out = []
+    for flag, given in (("exclusive", bool(opts.exclusive)), ("exact", "exact" in opts.extra)):
+        if given:
+            out.append(f"srun: warning: --{flag} is not enforced between steps: this step "
+                       "shares the job's CPUs with its other running steps")
+    dist = opts.extra.get("distribution") or ""
+    levels = dist.split(",", 1)[0].split(":")[1:]
+    if any(level not in ("block", "*", "") for level in levels):
+        out.append(f"srun: warning: -m {dist}: only the distribution over nodes is applied; "
+                   "tasks are bound to CPUs in core order")
+    return out
+
+
 def _launch_mode(env: dict[str, str], nodes: list[str], opts: SlurmOptions) -> str:
     """"agents" when the step runs anywhere but here (or a pty is asked for), "local"
     when all its tasks run on this node: srun is then already inside the job's share of
@@ -142,7 +175,7 @@ def _launch_mode(env: dict[str, str], nodes: list[str], opts: SlurmOptions) -> s
 
 
 def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: list[str],
-             env: dict[str, str], *, alive: object = None) -> int:
+             env: dict[str, str], *, alive: object = None, in_job: bool = True) -> int:
     """Run one step of the job in ``env`` (the allocation's variables)."""
     from corral.core.parse.hostlist import expand
     from corral.shims.steps import StepRecorder
@@ -159,9 +192,12 @@ def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: l
                 check(opts.extra["cpu_bind"])
             except CpuBindError as exc:
                 raise StepShapeError(f"srun: error: {exc}") from None
+        check_gpu_bind(opts.extra.get("gpu_bind") or "")
     except StepShapeError as exc:
         _err(str(exc))
         return 1
+    for warning in step_warnings(opts) if in_job else ():  # outside: options of the job
+        _err(warning)
     per = [len(t) for t in layout]
     cpus = opts.cpus_per_task or (int(env["SLURM_CPUS_PER_TASK"])
                                   if env.get("SLURM_CPUS_PER_TASK", "").isdigit() else None)
@@ -327,7 +363,7 @@ def _allocate_and_run(ctx: Context, sctx: SubmitContext, opts: SlurmOptions,
     rc = 1
     try:
         env = merge_env(ctx.env, job_env, alloc.dir)
-        rc = run_step(ctx, client, opts, command, env, alive=alloc.alive)
+        rc = run_step(ctx, client, opts, command, env, alive=alloc.alive, in_job=False)
     except BaseException:
         alloc.cancel()
         raise

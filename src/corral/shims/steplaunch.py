@@ -31,7 +31,6 @@ import secrets
 import selectors
 import signal
 import socket
-import sys
 import termios
 import time
 import tty
@@ -72,7 +71,6 @@ class _Node:
     sock: socket.socket
     reader: sp.FrameReader = field(default_factory=sp.FrameReader)
     done: bool = False
-    usage: dict[str, Any] = field(default_factory=dict)
     early: list[tuple[int, int, bytes]] = field(default_factory=list)  # read with HELLO
 
 
@@ -269,9 +267,8 @@ class RemoteStep:
                         conn.settimeout(None)
                         nodes[node.name] = node
                         sel.register(conn, selectors.EVENT_READ, ("node", node))
-                        for kind, task, payload in node.early:
-                            self._frame(node, kind, task, payload, lines, width)
-                        node.early = []
+                        early, node.early = node.early, []
+                        killed = self._frames(node, early, nodes, lines, width, killed)
                         self._flush_stdin(nodes, stdin_buf, stdin_task)
                         if self.pty:
                             self._send_winch(nodes)
@@ -291,14 +288,7 @@ class RemoteStep:
                             frames = node.reader.feed(data)
                         except ValueError:
                             frames = []
-                        for kind, task, payload in frames:
-                            bad = self._frame(node, kind, task, payload, lines, width)
-                            if bad and self.kill_on_bad_exit and not killed:
-                                self.err(f"srun: error: task {task} on {node.name} failed: "
-                                         f"terminating StepId={self.job_id}.{self.step_id} "
-                                         "(--kill-on-bad-exit)")
-                                self._signal_all(nodes, signal.SIGKILL)
-                                killed = True
+                        killed = self._frames(node, frames, nodes, lines, width, killed)
             for (task, kind), rest in lines.items():
                 if rest:
                     self._write(kind, self._prefix(task, width) + rest + b"\n")
@@ -366,6 +356,21 @@ class RemoteStep:
                 return
             view = view[n:]
 
+    def _frames(self, node: _Node, frames: list[tuple[int, int, bytes]],
+                nodes: dict[str, _Node], lines: dict[tuple[int, int], bytes], width: int,
+                killed: bool) -> bool:
+        """Handle a node's frames; with ``-K`` the first failed task kills the step.
+        Returns whether the step is being killed."""
+        for kind, task, payload in frames:
+            bad = self._frame(node, kind, task, payload, lines, width)
+            if bad and self.kill_on_bad_exit and not killed:
+                self.err(f"srun: error: task {task} on {node.name} failed: "
+                         f"terminating StepId={self.job_id}.{self.step_id} "
+                         "(--kill-on-bad-exit)")
+                self._signal_all(nodes, signal.SIGKILL)
+                killed = True
+        return killed
+
     def _frame(self, node: _Node, kind: int, task: int, payload: bytes,
                lines: dict[tuple[int, int], bytes], width: int) -> bool:
         """Handle one frame; True when it reports a failed task."""
@@ -391,10 +396,9 @@ class RemoteStep:
         elif kind == sp.DONE:
             node.done = True
             try:
-                node.usage = json.loads(payload)
+                self.usage[node.name] = json.loads(payload)
             except ValueError:
-                node.usage = {}
-            self.usage[node.name] = node.usage
+                self.usage[node.name] = {}
         return False
 
     def _lost(self, node: _Node) -> None:
@@ -493,9 +497,3 @@ class RemoteStep:
                           "max_rss_mb": max((float(u.get("max_rss_mb", 0))
                                              for u in self.usage.values()), default=0.0)}}
 
-
-def stdin_is_tty() -> bool:
-    try:
-        return os.isatty(sys.stdin.fileno())
-    except (OSError, ValueError):
-        return False

@@ -101,12 +101,6 @@ def node_of_task(tasks_per_node: list[int], task: int) -> tuple[int, int]:
     return len(tasks_per_node) - 1, task - first + tasks_per_node[-1]
 
 
-def block_distribution(ntasks: int, nnodes: int) -> list[int]:
-    nnodes = max(1, min(nnodes, ntasks))
-    base, extra = divmod(ntasks, nnodes)
-    return [base + (1 if i < extra else 0) for i in range(nnodes)]
-
-
 def task_env(spec: StepSpec, task: int) -> dict[str, str]:
     node_idx, local = node_of_task(spec.tasks_per_node, task)
     from corral.core.parse.hostlist import compress
