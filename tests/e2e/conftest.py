@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import os
+import pwd
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,3 +37,29 @@ def fresh_cluster() -> Iterator[Cluster]:
     finally:
         c.down()
         shutil.rmtree(root, ignore_errors=True)
+
+
+USER = "corraltest"  # the real second user of the tests that act as another user
+
+
+@pytest.fixture(scope="module")
+def test_user() -> Iterator[pwd.struct_passwd]:
+    """A real unprivileged user (created for the module when missing; root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a user")
+    created = False
+    try:
+        pw = pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", USER], check=True)
+        created = True
+        pw = pwd.getpwnam(USER)
+    yield pw
+    if created:
+        subprocess.run(["userdel", USER], check=False)
+
+
+@pytest.fixture(scope="module")
+def root_cluster(test_user: pwd.struct_passwd, cluster: Cluster) -> Cluster:
+    """The module's cluster, with the second user present."""
+    return cluster

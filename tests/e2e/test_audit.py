@@ -13,9 +13,7 @@ import pwd
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +21,7 @@ import pytest
 
 from corral.client import CorralError
 from tests.e2e.cluster import Cluster, corral
-
-USER = "corraltest"
+from tests.e2e.conftest import USER
 
 pytestmark = pytest.mark.root
 
@@ -47,34 +44,6 @@ try:
 except CorralError as exc:
     print(json.dumps({"error": exc.code, "status": exc.status}))
 """
-
-
-@pytest.fixture(scope="module")
-def test_user() -> Iterator[pwd.struct_passwd]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a user")
-    created = False
-    try:
-        pw = pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", USER], check=True)
-        created = True
-        pw = pwd.getpwnam(USER)
-    yield pw
-    if created:
-        subprocess.run(["userdel", USER], check=False)
-
-
-@pytest.fixture(scope="module")
-def cluster(test_user: pwd.struct_passwd) -> Iterator[Cluster]:
-    root = Path(tempfile.mkdtemp(prefix="corral-audit-"))
-    c = Cluster(root)
-    c.up()
-    try:
-        yield c
-    finally:
-        c.down()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _as_user(pw: pwd.struct_passwd, action: str, sock: str, *rest: str) -> Any:

@@ -8,8 +8,6 @@ import pwd
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from corral.controller.paging import MAX_ROWS
 from corral.core.model.job import JobSpec
 from corral.submission import JobSubmission
 from tests.e2e.cluster import Cluster
-from tests.e2e.test_users import USER, test_user  # noqa: F401  (the fixture)
+from tests.e2e.conftest import USER
 
 pytestmark = pytest.mark.root
 
@@ -59,18 +57,6 @@ def _as_user(args: list[str]) -> object:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def cluster(test_user: pwd.struct_passwd) -> Iterator[Cluster]:  # noqa: F811
-    root = Path(tempfile.mkdtemp(prefix="corral-privacy-"))
-    c = Cluster(root)
-    c.up()
-    try:
-        yield c
-    finally:
-        c.down()
-        shutil.rmtree(root, ignore_errors=True)
-
-
 def _root_job(c: Cluster) -> int:
     sub = JobSubmission(spec=JobSpec(name="rootjob", user="root", uid=0, gid=0,
                                      time_limit_s=60),
@@ -79,8 +65,8 @@ def _root_job(c: Cluster) -> int:
     return int(c.client.submit(sub)[0])
 
 
-def test_script_and_env_only_for_owner_and_operators(cluster: Cluster) -> None:
-    c = cluster
+def test_script_and_env_only_for_owner_and_operators(root_cluster: Cluster) -> None:
+    c = root_cluster
     jid = _root_job(c)
     mine = c.client.request("GET", f"/jobs/{jid}")
     assert SECRET in mine["submission"]["script"]
@@ -115,8 +101,8 @@ def test_script_and_env_only_for_owner_and_operators(cluster: Cluster) -> None:
     c.wait_done(bid)
 
 
-def test_list_routes_are_paged(cluster: Cluster) -> None:
-    c = cluster
+def test_list_routes_are_paged(root_cluster: Cluster) -> None:
+    c = root_cluster
     ids = [int(i) for i in c.client.submit(JobSubmission(
         spec=JobSpec(name="many", user="root", uid=0, gid=0, time_limit_s=60),
         argv=("/bin/true",), workdir=str(c.work), array="0-24"))]

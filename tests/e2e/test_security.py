@@ -16,16 +16,12 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.cluster import Cluster, wait_for
-from tests.e2e.test_users import USER, test_user
-
-__all__ = ["test_user"]  # the fixture (a real second user), shared with test_users.py
+from tests.e2e.conftest import USER
 
 pytestmark = pytest.mark.root
 
@@ -56,18 +52,6 @@ def _submit_as_user(c: Cluster, workdir: Path, cmd: str, limit_s: int = 60) -> i
     out = _as_user("-c", SUBMIT, str(c.sock), str(workdir), cmd, str(limit_s))
     assert out.returncode == 0, out.stderr
     return int(json.loads(out.stdout.strip().splitlines()[-1])[0])
-
-
-@pytest.fixture(scope="module")
-def root_cluster(test_user: pwd.struct_passwd) -> Iterator[Cluster]:
-    root = Path(tempfile.mkdtemp(prefix="corral-security-"))
-    c = Cluster(root)
-    c.up()
-    try:
-        yield c
-    finally:
-        c.down()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _user_dir(c: Cluster, name: str, pw: pwd.struct_passwd) -> Path:

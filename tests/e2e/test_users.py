@@ -8,44 +8,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.cluster import Cluster
-
-USER = "corraltest"
+from tests.e2e.conftest import USER
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture(scope="module")
-def test_user() -> Iterator[pwd.struct_passwd]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a user")
-    created = False
-    try:
-        pw = pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", USER], check=True)
-        created = True
-        pw = pwd.getpwnam(USER)
-    yield pw
-    if created:
-        subprocess.run(["userdel", USER], check=False)
-
-
-@pytest.fixture(scope="module")
-def root_cluster(test_user: pwd.struct_passwd) -> Iterator[Cluster]:
-    root = Path(tempfile.mkdtemp(prefix="corral-users-"))
-    c = Cluster(root)
-    c.up()
-    try:
-        yield c
-    finally:
-        c.down()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 CLIENT = r"""
