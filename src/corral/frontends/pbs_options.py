@@ -218,13 +218,13 @@ def _apply(o: PbsOptions, parsed: Sequence[Parsed], ctx: SubmitContext) -> None:
                 o.stderr = v
         elif k == "j":
             if v.lower() not in ("oe", "eo", "n", "o", "e"):
-                raise _illegal("j")
+                raise _illegal("j", f"{v!r}: expected oe, eo or n")
             o.join = v.lower()
         elif k == "l":
             try:
                 o.resources.update(split_resource_list(v))
-            except ValueError:
-                raise _illegal("l") from None
+            except ValueError as exc:
+                raise _illegal("l", str(exc)) from None
         elif k == "W":
             try:
                 items = split_resource_list(v, join_bare=True)
@@ -235,13 +235,13 @@ def _apply(o: PbsOptions, parsed: Sequence[Parsed], ctx: SubmitContext) -> None:
                     try:
                         _pbs_dependency(value)
                     except ValueError as exc:
-                        raise _illegal("W", str(exc)) from None
+                        raise _illegal("W", f"bad dependency {value!r}: {exc}") from None
                 o.attributes[name] = value
         elif k in ("J", "t"):
             try:
                 spec = parse_array(v)
-            except ParseError:
-                raise _illegal(k) from None
+            except ParseError as exc:
+                raise _illegal(k, exc.reason) from None
             if k == "J" and ("-" not in v.split("%")[0] or "," in v):
                 raise _illegal("J", "expected X-Y[:Z][%max]")
             del spec
@@ -251,26 +251,26 @@ def _apply(o: PbsOptions, parsed: Sequence[Parsed], ctx: SubmitContext) -> None:
         elif k == "v":
             try:
                 o.variables.update(_split_vars(v))
-            except ValueError:
-                raise _illegal("v") from None
+            except ValueError as exc:
+                raise _illegal("v", str(exc)) from None
         elif k == "h":
             o.hold = True
         elif k == "a":
             try:
                 o.begin_time = parse_pbs_datetime(v, ctx.now)
-            except ValueError:
-                raise _illegal("a") from None
+            except ValueError as exc:
+                raise _illegal("a", f"{v!r}: {exc}") from None
         elif k == "r":
             if v.lower() not in ("y", "n"):
-                raise _illegal("r")
+                raise _illegal("r", f"{v!r}: expected y or n")
             o.rerunnable = v.lower() == "y"
         elif k == "p":
             if not re.match(r"^[+-]?\d+$", v) or not -1024 <= int(v) <= 1023:
-                raise _illegal("p")
+                raise _illegal("p", f"{v!r}: expected a whole number from -1024 to 1023")
             o.priority = int(v)
         elif k == "m":
             if not v or (v != "n" and set(v) - set("abej")):
-                raise _illegal("m")
+                raise _illegal("m", f"{v!r}: expected n or letters from a, b, e, j")
             o.extra["mail_points"] = v
         elif k == "S":
             o.shell = v.split("@", 1)[0]
