@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from corral.core.config import SchedulerConfig
     from corral.sim.cluster import SimCluster
     from corral.sim.engine import EngineOptions
     from corral.sim.result import SimResult
@@ -66,6 +69,39 @@ FormatOpt = Annotated[str, typer.Option("--format", help="plot format: png or sv
 WindowOpt = Annotated[str | None, typer.Option(
     "--gantt-window", help="Gantt window in hours since trace start, A:B (default: 48 h)")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")]
+ProgressOpt = Annotated[bool | None, typer.Option(
+    "--progress/--no-progress",
+    help="progress bar on stderr (default: only when stderr is a terminal)")]
+WidthOpt = Annotated[int | None, typer.Option(
+    "--width", min=40, help="table width in columns (default: the table's full width, "
+    "at least the terminal's)")]
+# every scheduler setting of the core that means something in a replay (corral.sim.settings)
+BfResOpt = Annotated[int | None, typer.Option(
+    "--bf-resolution", help="backfill time resolution in seconds (Slurm bf_resolution; "
+    "default 60 or the cluster's)")]
+BfWindowOpt = Annotated[str | None, typer.Option(
+    "--bf-window", help="how far ahead backfill plans, Slurm time (1440 = minutes, 1-0)")]
+BfTestOpt = Annotated[int | None, typer.Option(
+    "--bf-max-job-test", help="jobs backfill examines per cycle (Slurm bf_max_job_test)")]
+BfContOpt = Annotated[bool | None, typer.Option(
+    "--bf-continue/--no-bf-continue", help="backfill continues past a job it cannot place")]
+MaxJobsOpt = Annotated[int | None, typer.Option(
+    "--max-jobs-per-cycle", help="cap on jobs the main pass examines (0: no cap)")]
+ResPolOpt = Annotated[str | None, typer.Option(
+    "--reservation-policy", help="current_highest (re-ranked every cycle) or highest "
+    "(a reserved job stays first until it starts)")]
+FsAlgOpt = Annotated[str | None, typer.Option(
+    "--fairshare-algorithm", help="fair_tree or classic")]
+HalfLifeOpt = Annotated[str | None, typer.Option(
+    "--decay-half-life", help="fair-share usage half-life, Slurm time (7-0)")]
+WeightsOpt = Annotated[str | None, typer.Option(
+    "--priority-weights", help="multifactor weights, e.g. age=1000,fairshare=0,job_size=1000")]
+MaxAgeOpt = Annotated[str | None, typer.Option(
+    "--priority-max-age", help="age at which the age factor is full, Slurm time (7-0)")]
+FavorSmallOpt = Annotated[bool | None, typer.Option(
+    "--favor-small/--no-favor-small", help="multifactor job size favours small jobs")]
+DefaultTimeOpt = Annotated[str | None, typer.Option(
+    "--default-time", help="time limit for a job that gives none, Slurm time")]
 
 
 def _fail(msg: str) -> typer.Exit:
@@ -144,11 +180,54 @@ def _engine_options(exceed: str, cycle: str, record: bool) -> EngineOptions:
         raise _fail(str(exc)) from None
 
 
+def _show_progress(quiet: bool, progress: bool | None) -> bool:
+    """``--progress`` forces the bar, ``--quiet``/``--no-progress`` hide it; by default it
+    shows only when stderr is a terminal (it never goes to stdout)."""
+    import sys
+
+    if quiet or progress is False:
+        return False
+    return bool(progress) or sys.stderr.isatty()
+
+
+def _stdout(width: int | None) -> Console:
+    """stdout console: ``--width`` if given, otherwise wide enough never to cut a table
+    (a pipe gets the table's natural width; a terminal narrower than the table wraps)."""
+    from rich.console import Console
+
+    if width is not None:
+        return Console(width=width, highlight=False, soft_wrap=False)
+    return Console(width=4096, highlight=False, soft_wrap=False)
+
+
+def _scheduler(base: SchedulerConfig | None, **given: Any) -> SchedulerConfig:
+    from corral.core.config import SchedulerConfig
+    from corral.sim.settings import SettingsError, override
+
+    try:
+        return override(base or SchedulerConfig(), **given)
+    except SettingsError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _header(title: str, summaries: list[dict[str, Any]]) -> str:
+    from corral.sim.settings import describe
+
+    s = summaries[0]["settings"]
+    return (f"{title}\nscheduler: {describe(s['scheduler'])}\n"
+            f"engine: exceed={s['exceed']} cycle={s['cycle_mode']} placement={s['placement']}")
+
+
+def _dropped(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n:,} {reason.replace('_', ' ')}" for reason, n in counts.items())
+
+
 def _run_all(wl: Workload, cluster: SimCluster, policies: list[Any], base: EngineOptions,
-             sample: str | None, seed: int, quiet: bool) -> list[list[SimResult]]:
+             sample: str | None, seed: int, show: bool) -> list[list[SimResult]]:
     """Results per policy (one per sampled sequence, or one for the whole selection)."""
     import dataclasses
 
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -169,7 +248,8 @@ def _run_all(wl: Workload, cluster: SimCluster, policies: list[Any], base: Engin
             raise _fail(str(exc)) from None
     out: list[list[SimResult]] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), disable=quiet, transient=False) as bar:
+                  TimeElapsedColumn(), disable=not show, transient=False,
+                  console=Console(stderr=True, force_terminal=show or None)) as bar:
         for p in policies:
             task = bar.add_task(p.label, total=sum(len(x) for x in parts))
             results = []
@@ -254,9 +334,15 @@ def run_cmd(
     swf_out: Annotated[Path | None, typer.Option(
         "--swf", help="write the simulated schedule as SWF")] = None,
     quiet: QuietOpt = False,
+    bf_resolution: BfResOpt = None, bf_window: BfWindowOpt = None,
+    bf_max_job_test: BfTestOpt = None, bf_continue: BfContOpt = None,
+    max_jobs_per_cycle: MaxJobsOpt = None, reservation_policy: ResPolOpt = None,
+    fairshare_algorithm: FsAlgOpt = None, decay_half_life: HalfLifeOpt = None,
+    priority_weights: WeightsOpt = None, priority_max_age: MaxAgeOpt = None,
+    favor_small: FavorSmallOpt = None, default_time: DefaultTimeOpt = None,
+    width: WidthOpt = None, progress: ProgressOpt = None,
 ) -> None:
     """Replay TRACE with one policy and print its metrics."""
-    from rich.console import Console
 
     from corral.sim.compare import PolicyError, parse_policy
     from corral.sim.export import schedule_trace
@@ -268,18 +354,26 @@ def run_cmd(
     source = src if swf_out else None  # the raw trace is only needed to write SWF back
     del src
     cl = _cluster(cluster, wl, whole_nodes, machine, queue_map)
+    base_cfg = _scheduler(
+        cl.scheduler, bf_resolution_s=bf_resolution, bf_window=bf_window,
+        bf_max_job_test=bf_max_job_test, bf_continue=bf_continue,
+        max_jobs_per_cycle=max_jobs_per_cycle, reservation_policy=reservation_policy,
+        fairshare_algorithm=fairshare_algorithm, decay_half_life=decay_half_life,
+        priority_weights=priority_weights, priority_max_age=priority_max_age,
+        favor_small=favor_small, default_time=default_time)
     try:
-        pol = parse_policy(policy, cl.scheduler)
+        pol = parse_policy(policy, base_cfg)
     except PolicyError as exc:
         raise _fail(str(exc)) from None
     runs = _run_all(wl, cl, [pol], _engine_options(exceed, cycle, plot is not None),
-                    sample, seed, quiet)
+                    sample, seed, _show_progress(quiet, progress))
     summaries = _summaries(runs)
-    console = Console()
-    console.print(comparison_table(summaries, title=f"{trace.name}: {len(wl):,} jobs on "
-                                                     f"{cl.description}"))
+    console = _stdout(width)
+    what = f"{sample} sampled sequences" if sample else f"{len(wl):,} jobs"
+    console.print(_header(f"{trace.name}: {what} on {cl.description}", summaries), markup=False)
+    console.print(comparison_table(summaries))
     if wl.dropped:
-        console.print(f"dropped while reading: {wl.dropped}")
+        console.print(f"dropped while reading: {_dropped(wl.dropped)}")
     try:
         if json_out:
             _parent(json_out)
@@ -309,9 +403,15 @@ def compare_cmd(
     procs: ProcsOpt = "max", unknown_runtime: UnknownOpt = "drop", cycle: CycleOpt = "batch",
     json_out: JsonOpt = None, csv_out: CsvOpt = None, plot: PlotOpt = None,
     fmt: FormatOpt = "png", gantt_window: WindowOpt = None, quiet: QuietOpt = False,
+    bf_resolution: BfResOpt = None, bf_window: BfWindowOpt = None,
+    bf_max_job_test: BfTestOpt = None, bf_continue: BfContOpt = None,
+    max_jobs_per_cycle: MaxJobsOpt = None, reservation_policy: ResPolOpt = None,
+    fairshare_algorithm: FsAlgOpt = None, decay_half_life: HalfLifeOpt = None,
+    priority_weights: WeightsOpt = None, priority_max_age: MaxAgeOpt = None,
+    favor_small: FavorSmallOpt = None, default_time: DefaultTimeOpt = None,
+    width: WidthOpt = None, progress: ProgressOpt = None,
 ) -> None:
     """Replay TRACE under several policies and print them side by side."""
-    from rich.console import Console
 
     from corral.sim.compare import PolicyError, parse_policy
     from corral.sim.metrics import write_json, write_summary_csv
@@ -319,18 +419,28 @@ def compare_cmd(
 
     _, wl = _load(trace, jobs, procs, unknown_runtime, missing_estimate, default_estimate)
     cl = _cluster(cluster, wl, whole_nodes, machine, queue_map)
+    base_cfg = _scheduler(
+        cl.scheduler, bf_resolution_s=bf_resolution, bf_window=bf_window,
+        bf_max_job_test=bf_max_job_test, bf_continue=bf_continue,
+        max_jobs_per_cycle=max_jobs_per_cycle, reservation_policy=reservation_policy,
+        fairshare_algorithm=fairshare_algorithm, decay_half_life=decay_half_life,
+        priority_weights=priority_weights, priority_max_age=priority_max_age,
+        favor_small=favor_small, default_time=default_time)
     try:
-        pols = [parse_policy(p, cl.scheduler) for p in policies.split(",") if p.strip()]
+        pols = [parse_policy(p, base_cfg) for p in policies.split(",") if p.strip()]
     except PolicyError as exc:
         raise _fail(str(exc)) from None
     if not pols:
         raise _fail("no policies given")
     runs = _run_all(wl, cl, pols, _engine_options(exceed, cycle, plot is not None),
-                    sample, seed, quiet)
+                    sample, seed, _show_progress(quiet, progress))
     summaries = _summaries(runs)
     what = f"{sample} sampled sequences" if sample else f"{len(wl):,} jobs"
-    Console().print(comparison_table(summaries, title=f"{trace.name}: {what} on "
-                                                      f"{cl.description}"))
+    console = _stdout(width)
+    console.print(_header(f"{trace.name}: {what} on {cl.description}", summaries), markup=False)
+    console.print(comparison_table(summaries))
+    if wl.dropped:
+        console.print(f"dropped while reading: {_dropped(wl.dropped)}")
     try:
         if json_out:
             _parent(json_out)
@@ -416,7 +526,6 @@ def convert_cmd(
 @sim_app.command("info")
 def info_cmd(trace: TraceArg) -> None:
     """Header machine, job counts and the quirks a simulator must handle."""
-    from rich.console import Console
     from rich.table import Table
 
     from corral.sim.swf import SwfError, read_swf
@@ -440,4 +549,4 @@ def info_cmd(trace: TraceArg) -> None:
     ]
     for k, v in rows:
         tab.add_row(k, v)
-    Console().print(tab)
+    _stdout(None).print(tab)

@@ -54,6 +54,7 @@ from corral.core.model.partition import PreemptMode
 from corral.core.pool import PoolKeeper
 from corral.sim.cluster import SimCluster, account_tree_for
 from corral.sim.result import COMPLETED, PREEMPTED, REJECTED, TIMEOUT, UNFINISHED, SimResult
+from corral.sim.settings import as_dict as scheduler_settings
 from corral.sim.workload import ExceedPolicy, Workload
 
 ProgressFn = Callable[[int, int], None]
@@ -551,7 +552,8 @@ class Engine:
                  "core_s": round(core_s, 3), "scheduling_points": cycles + skipped}
         settings = {"exceed": opt.exceed.value, "cycle_mode": opt.cycle_mode,
                     "ordering": config.ordering.value, "backfill": config.backfill.value,
-                    "placement": config.placement.value, "machine": cl.description}
+                    "placement": config.placement.value, "machine": cl.description,
+                    "scheduler": scheduler_settings(config)}
         return SimResult(
             label=opt.label or f"{config.ordering.value}/{config.backfill.value}",
             workload=wl, start_s=np.array(start, dtype=np.float64),

@@ -86,6 +86,11 @@ class Workload:
     max_procs: int
     source: str = ""
     dropped: dict[str, int] = field(default_factory=dict)
+    # Where each dropped job was: ``dropped_pos[r][k]`` is how many kept jobs precede the
+    # k-th job dropped for reason r (in the same stable submit order), ``dropped_id`` its
+    # job id. ``select`` uses them so ``dropped`` counts only the selection's span.
+    dropped_pos: dict[str, IntArray] = field(default_factory=dict)
+    dropped_id: dict[str, IntArray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.job_id.shape[0])
@@ -127,12 +132,14 @@ def build_workload(trace: SwfTrace, options: LoadOptions | None = None) -> Workl
     run = d[:, COL["run_s"]].copy()
     submit = d[:, COL["submit_s"]]
     dropped: dict[str, int] = {}
+    reason_rows: dict[str, IntArray] = {}
     keep = np.ones(len(trace), dtype=bool)
 
     def drop(mask: npt.NDArray[np.bool_], reason: str) -> None:
-        n = int(np.count_nonzero(mask & keep))
-        if n:
-            dropped[reason] = n
+        rows = np.flatnonzero(mask & keep)
+        if rows.size:
+            dropped[reason] = int(rows.size)
+            reason_rows[reason] = rows
         keep[mask] = False
 
     unknown = run < 0
@@ -160,6 +167,16 @@ def build_workload(trace: SwfTrace, options: LoadOptions | None = None) -> Workl
     idx = np.flatnonzero(keep)
     order = idx[np.argsort(submit[idx], kind="stable")]
     max_nodes, max_procs = machine_of(trace)
+    # position of every row in the stable submit order of all rows, and how many kept rows
+    # come before each position: a dropped row's place among the kept jobs
+    everything = np.argsort(submit, kind="stable")
+    rank = np.empty(len(trace), dtype=np.int64)
+    rank[everything] = np.arange(len(trace), dtype=np.int64)
+    kept_before = np.cumsum(keep[everything]) - keep[everything]
+    dropped_pos = {r: kept_before[rank[rows]].astype(np.int64)
+                   for r, rows in reason_rows.items()}
+    dropped_id = {r: d[rows, COL["job_id"]].astype(np.int64)
+                  for r, rows in reason_rows.items()}
 
     def icol(name: str) -> IntArray:
         out: IntArray = d[order, COL[name]].astype(np.int64)
@@ -171,6 +188,7 @@ def build_workload(trace: SwfTrace, options: LoadOptions | None = None) -> Workl
         user_id=icol("user_id"), group_id=icol("group_id"), queue_id=icol("queue_id"),
         partition_id=icol("partition_id"), row=order.astype(np.int64),
         max_nodes=max_nodes, max_procs=max_procs, source=trace.source, dropped=dropped,
+        dropped_pos=dropped_pos, dropped_id=dropped_id,
     )
 
 
@@ -179,24 +197,51 @@ _ID_RE = re.compile(r"^id:(\d+)-(\d+)$")
 _SAMPLE_RE = re.compile(r"^(\d+)x(\d+)$")
 
 
+def _dropped_in_span(wl: Workload, a: int, b: int) -> dict[str, int]:
+    """Dropped jobs that lay among kept jobs ``a..b-1`` (a dropped job counts with the
+    kept job that follows it; those after the last kept job count with a span that
+    reaches the end)."""
+    n = len(wl)
+    out: dict[str, int] = {}
+    for reason, pos in wl.dropped_pos.items():
+        inside = (pos >= a) & ((pos < b) | (b >= n))
+        count = int(np.count_nonzero(inside))
+        if count:
+            out[reason] = count
+    return out
+
+
 def select(wl: Workload, spec: str | None) -> Workload:
-    """Apply a selection spec (``all``, ``N``, ``A:B``, ``id:A-B``); see the module doc."""
+    """Apply a selection spec (``all``, ``N``, ``A:B``, ``id:A-B``); see the module doc.
+
+    ``dropped`` of the result counts only the jobs dropped while reading that the
+    selection would have held: for ``N`` and ``A:B`` those in the selected stretch of the
+    trace, for ``id:A-B`` those with an id in the range.
+    """
     if spec is None or spec.strip().lower() in ("", "all"):
         return wl
     s = spec.strip()
+    n = len(wl)
     if s.isdigit():
-        return wl.take(slice(0, int(s)))
+        b = min(int(s), n)
+        return replace(wl.take(slice(0, b)), dropped=_dropped_in_span(wl, 0, b))
     m = _SLICE_RE.match(s)
     if m:
-        a = int(m.group(1)) if m.group(1) else None
-        b = int(m.group(2)) if m.group(2) else None
-        return wl.take(slice(a, b))
+        a0 = int(m.group(1)) if m.group(1) else None
+        b0 = int(m.group(2)) if m.group(2) else None
+        a, b, _ = slice(a0, b0).indices(n)
+        if b <= a:
+            return replace(wl.take(slice(a0, b0)), dropped={})
+        return replace(wl.take(slice(a0, b0)), dropped=_dropped_in_span(wl, a, b))
     m = _ID_RE.match(s)
     if m:
         lo, hi = int(m.group(1)), int(m.group(2))
         if lo > hi:
             raise ValueError(f"job selection {spec!r}: the first id is larger than the last")
-        return wl.take(np.flatnonzero((wl.job_id >= lo) & (wl.job_id <= hi)))
+        counts = {r: int(np.count_nonzero((ids >= lo) & (ids <= hi)))
+                  for r, ids in wl.dropped_id.items()}
+        return replace(wl.take(np.flatnonzero((wl.job_id >= lo) & (wl.job_id <= hi))),
+                       dropped={r: c for r, c in counts.items() if c})
     raise ValueError(
         f"job selection {spec!r} not understood; use all, N, A:B (0-based slice) or id:A-B"
     )
