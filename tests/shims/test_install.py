@@ -15,15 +15,18 @@ CORRAL = [sys.executable, "-c", "from corral.cli.main import main; main()"]
 
 
 def test_install_writes_executable_launchers(tmp_path: Path) -> None:
-    res = install(tmp_path / "bin", path_env="")
-    assert sorted(res.written) == sorted(COMMANDS)
+    res = install(tmp_path / "bin", path_env="", compiled=False)
+    assert sorted(res.written) == sorted(COMMANDS) and res.compiled == []
     for cmd in COMMANDS:
         p = tmp_path / "bin" / cmd
         assert os.access(p, os.X_OK) and is_ours(p)
         head = p.read_text().splitlines()[0]
         assert head == f"#!{sys.executable} -IS"  # one word after the interpreter (Linux)
-    # idempotent: our own files are replaced silently
-    install(tmp_path / "bin", path_env="")
+    # idempotent: our own files are replaced silently, here by compiled ones where cc works
+    res = install(tmp_path / "bin", path_env="")
+    for cmd in res.compiled:
+        p = tmp_path / "bin" / cmd
+        assert os.access(p, os.X_OK) and is_ours(p) and p.read_bytes()[:4] == b"\x7fELF"
 
 
 def test_refuses_a_foreign_command_in_dir_and_a_real_slurm_on_path(tmp_path: Path) -> None:

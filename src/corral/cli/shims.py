@@ -2,7 +2,9 @@
 
 ``install`` writes small launchers (``sbatch``, ``srun``, ``salloc``, ``squeue``, ``scancel``,
 ``sinfo``, ``sacct``, ``scontrol``, ``qsub``, ``qstat``, ``qdel``) into DIR; put DIR first on
-``PATH`` to use them. It refuses when DIR holds a command that is not ours or when a real
+``PATH`` to use them. Where the system C compiler works they are compiled (``launcher.c``),
+``srun``/``salloc`` and everything without a compiler are Python (``--python-only`` forces
+that). It refuses when DIR holds a command that is not ours or when a real
 Slurm/PBS command is already on ``PATH`` (``--force`` overrides), so a real scheduler is
 never shadowed by accident.
 """
@@ -24,13 +26,16 @@ def install_cmd(
         "--force", help="Install even where a real Slurm/PBS command exists.")] = False,
     slurm_only: Annotated[bool, typer.Option("--slurm-only", help="Skip qsub/qstat/qdel.")]
     = False,
+    python_only: Annotated[bool, typer.Option(
+        "--python-only", help="Do not build the compiled launcher (cc); Python launchers only.")]
+    = False,
 ) -> None:
     """Write the Slurm and PBS commands into DIRECTORY."""
     from corral.shims.install import COMMANDS, SLURM_COMMANDS, InstallError, install
 
     cmds = SLURM_COMMANDS if slurm_only else COMMANDS
     try:
-        result = install(directory, force=force, commands=cmds)
+        result = install(directory, force=force, commands=cmds, compiled=not python_only)
     except InstallError as exc:
         typer.echo(f"corral shims install: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -39,6 +44,11 @@ def install_cmd(
                    err=True)
         raise typer.Exit(1) from None
     typer.echo(f"Installed {' '.join(result.written)} in {result.directory}")
+    if result.compiled:
+        typer.echo(f"Compiled launcher for {' '.join(result.compiled)}")
+    elif result.compile_error:
+        typer.echo(f"Python launchers only (slower, ~10 ms more per call): the compiled "
+                   f"launcher could not be built: {result.compile_error}")
     if result.replaced:
         typer.echo(f"Replaced (--force): {' '.join(result.replaced)}")
     typer.echo(f'Put it first on PATH:  export PATH="{result.directory.resolve()}:$PATH"')
