@@ -32,7 +32,7 @@ def expected() -> dict[str, Any]:
 def workloads():  # type: ignore[no-untyped-def]
     if not TRACES.is_dir():
         pytest.skip("shared traces not available")
-    return {name: bl.load(TRACES, name) for name in bl.TRACES}
+    return {name: bl.load(TRACES, name) for name in bl.REFERENCE_TRACES}
 
 
 def _check(workloads, expected, trace: str, policy: str, seqs: list[int]) -> None:  # type: ignore[no-untyped-def]
@@ -47,14 +47,14 @@ def _check(workloads, expected, trace: str, policy: str, seqs: list[int]) -> Non
                 f"{trace} {policy} {metric} sequence {k}: core {g} != published {w}")
 
 
-@pytest.mark.parametrize("trace", list(bl.TRACES))
+@pytest.mark.parametrize("trace", bl.REFERENCE_TRACES)
 @pytest.mark.parametrize("policy", ["FCFS", "SJF", "F1"])
 def test_core_matches_published_cells(workloads, expected, trace: str, policy: str) -> None:  # type: ignore[no-untyped-def]
     _check(workloads, expected, trace, policy, [0, 7])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("trace", list(bl.TRACES))
+@pytest.mark.parametrize("trace", bl.REFERENCE_TRACES)
 @pytest.mark.parametrize("policy", ["FCFS", "SJF", "F1"])
 def test_core_matches_published_cells_all_sequences(workloads, expected, trace: str,  # type: ignore[no-untyped-def]
                                                     policy: str) -> None:

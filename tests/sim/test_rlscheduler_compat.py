@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from corral.core.compat.rlscheduler import RlsJob, policy_key, replay
-from corral.sim.baselines import PUBLISHED, TRACES
+from corral.sim.baselines import PUBLISHED, REFERENCE_TRACES, TRACES
 from corral.sim.rlscheduler import (
     PUBLISHED_STARTS,
     gym_seed_words,
@@ -39,7 +39,8 @@ def expected() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def workloads(traces_dir: Path):  # type: ignore[no-untyped-def]
-    return {name: load_workload(read_swf(traces_dir / f)) for name, f in TRACES.items()}
+    return {name: load_workload(read_swf(traces_dir / f)) for name, f in TRACES.items()
+            if name in REFERENCE_TRACES}
 
 
 def test_rng_protocol_gives_the_documented_starts() -> None:
@@ -60,7 +61,7 @@ def test_loader_counts_and_first_ids(workloads, expected) -> None:  # type: igno
             assert jobs[0].submit_s == seq["first_submit"]
 
 
-@pytest.mark.parametrize("trace", list(TRACES))
+@pytest.mark.parametrize("trace", REFERENCE_TRACES)
 @pytest.mark.parametrize("mode", ["without_backfilling", "with_backfilling"])
 def test_every_published_cell(workloads, expected, trace: str, mode: str) -> None:  # type: ignore[no-untyped-def]
     e = expected["traces"][trace][mode]

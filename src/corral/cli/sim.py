@@ -457,49 +457,89 @@ def compare_cmd(
 @sim_app.command("rlscheduler")
 def rlscheduler_cmd(
     traces: Annotated[Path, typer.Option(
-        help="directory holding lublin_256.swf and SDSC-SP2-1998-4.2-cln.swf.gz")] =
+        help="directory holding the paper's traces (lublin_256.swf, "
+        "SDSC-SP2-1998-4.2-cln.swf.gz, HPC2N-2002-2.2-cln.swf.gz, lublin_256_new2)")] =
         Path("../shared/traces"),
+    only: Annotated[str | None, typer.Option(
+        "--only", help="comma-separated subset of Lublin-1,SDSC-SP2,HPC2N,Lublin-2")] = None,
     core: Annotated[bool, typer.Option(
         help="also run the general core (strict/HIGHEST and textbook EASY)")] = True,
-    json_out: JsonOpt = None,
+    per_sequence: Annotated[bool, typer.Option(
+        "--per-sequence", help="print every sequence's values under each cell")] = False,
+    count: Annotated[int, typer.Option("--sequences", min=1, help="sequences per cell")] = 10,
+    length: Annotated[int, typer.Option("--length", min=1, help="jobs per sequence")] = 1024,
+    seed: Annotated[int, typer.Option(help="seed of the authors' RNG protocol")] = 1,
+    json_out: JsonOpt = None, width: WidthOpt = None, progress: ProgressOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
-    """Reproduce the RLScheduler (SC'20) heuristic tables and show textbook EASY beside."""
+    """The RLScheduler (SC'20) heuristic table: 4 traces x 2 modes x 5 heuristics, bounded
+    slowdown and utilization, published / reproduced (compat) / general core."""
+    from rich import box
     from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     from rich.table import Table
 
     from corral.sim import baselines as bl
     from corral.sim.metrics import write_json
+    from corral.sim.rlstable import TableSpec, load_traces, run_table
 
-    rows: list[dict[str, Any]] = []
-    table = Table(title="RLScheduler SC'20: mean bounded slowdown over 10 sequences of 1,024",
-                  header_style="bold")
-    for col in ("trace", "mode", "policy", "published", "compat", "core"):
-        table.add_column(col, justify="left" if col in ("trace", "mode", "policy") else "right")
-    for name in bl.TRACES:
-        try:
-            wl = bl.load(traces, name)
-        except (OSError, ValueError) as exc:
-            raise _fail(str(exc)) from None
-        for backfill in (False, True):
-            for pol in bl.HEURISTICS:
-                pub = bl.PUBLISHED[(name, backfill)][pol][0]
-                comp = bl.compat_cells(wl, pol, backfill=backfill).mean_bsld
-                corev: float | None = None
-                if core:
-                    corev = bl.core_cells(wl, pol, backfill=backfill).mean_bsld
-                mode = "backfilling" if backfill else "no backfilling"
-                table.add_row(name, mode, pol, f"{pub:.2f}", f"{comp:.2f}",
-                              "-" if corev is None else f"{corev:.2f}")
-                rows.append({"trace": name, "mode": mode, "policy": pol, "published": pub,
-                             "compat": comp, "core": corev})
-    console = Console()
+    names = tuple(n.strip() for n in only.split(",") if n.strip()) if only else tuple(bl.TRACES)
+    spec = TableSpec(traces=names, count=count, length=length, seed=seed, core=core)
+    try:
+        wls = load_traces(traces, names)
+    except (OSError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    show = _show_progress(quiet, progress)
+    total = 2 * len(names) * len(spec.heuristics)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      disable=not show, console=Console(stderr=True,
+                                                        force_terminal=show or None)) as bar:
+            task = bar.add_task("cells", total=total)
+            rows = run_table(wls, spec, lambda what: bar.update(task, advance=1,
+                                                               description=what))
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+
+    def num(v: float | None, digits: int) -> str:
+        return "-" if v is None else f"{v:,.{digits}f}"
+
+    table = Table(title=f"RLScheduler SC'20: {count} sequences of {length:,} jobs (seed "
+                  f"{seed}), mean bounded slowdown (tau 10 s) and utilization",
+                  header_style="bold", box=box.SIMPLE_HEAD)
+    for col in ("trace", "mode", "policy"):
+        table.add_column(col, no_wrap=True)
+    for col in ("bsld\npublished", "bsld\ncompat", "bsld\ncore",
+                "util\npublished", "util\ncompat", "util\ncore"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        pub, comp, cor = r["published"] or {}, r["compat"], r["core"] or {}
+        table.add_row(r["trace"], r["mode"], r["policy"],
+                      num(pub.get("bsld"), 2), num(comp["bsld"], 2), num(cor.get("bsld"), 2),
+                      num(pub.get("utilization"), 3), num(comp["utilization"], 3),
+                      num(cor.get("utilization"), 3))
+        if per_sequence:
+            for k, start in enumerate(r["starts"]):
+                cs = r["compat"]["per_sequence"]
+                ks = (r["core"] or {}).get("per_sequence", {})
+                table.add_row("", f"  sequence {k + 1}", f"start {start}", "",
+                              num(cs["bsld"][k], 2),
+                              num(ks["bsld"][k], 2) if ks else "-", "",
+                              num(cs["utilization"][k], 3),
+                              num(ks["utilization"][k], 3) if ks else "-", style="dim")
+    console = _stdout(width)
     console.print(table)
-    if core:
-        console.print("core: the general scheduler; without backfilling strict priority with "
-                      "persistent (HIGHEST) reservations, with backfilling textbook EASY; its "
-                      "WFP3/UNI use the real wait (now - submit). See docs/sim/rlscheduler.md.")
+    console.print("compat: the authors' loop (reproduces the published cells); core: the "
+                  "general scheduler, without backfilling strict priority with persistent "
+                  "(HIGHEST) reservations, with backfilling textbook EASY; its WFP3/UNI use "
+                  "the real wait (now - submit). See docs/sim/rlscheduler.md.", markup=False)
     if json_out:
-        write_json(json_out, rows)
+        try:
+            _parent(json_out)
+            write_json(json_out, {"sequences": count, "length": length, "seed": seed,
+                                  "cells": rows})
+        except OSError as exc:
+            raise _fail(f"cannot write {exc.filename}: {exc.strerror}") from None
 
 
 @sim_app.command("convert")

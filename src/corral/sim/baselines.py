@@ -31,15 +31,34 @@ from corral.sim.rlscheduler import (
     RlsWorkload,
     load_workload,
     run_sequence,
+    sequence_starts,
 )
 from corral.sim.swf import read_swf
 from corral.sim.workload import ExceedPolicy, Workload
 
-TRACES = {"Lublin-1": "lublin_256.swf", "SDSC-SP2": "SDSC-SP2-1998-4.2-cln.swf.gz"}
+#: The paper's four traces (``make_table_script.py``: lublin_256.swf, SDSC-SP2, HPC2N,
+#: lublin_256_new2) and the ``batch_job_slice`` each was sampled with (0: the whole file).
+TRACES = {"Lublin-1": "lublin_256.swf", "SDSC-SP2": "SDSC-SP2-1998-4.2-cln.swf.gz",
+          "HPC2N": "HPC2N-2002-2.2-cln.swf.gz", "Lublin-2": "lublin_256_new2"}
+BATCH_JOB_SLICE = {"Lublin-1": 0, "SDSC-SP2": 10_000, "HPC2N": 10_000, "Lublin-2": 0}
+#: The traces whose per-sequence values are in ``shared/reference/sim`` (the others have
+#: the published means only).
+REFERENCE_TRACES = ("Lublin-1", "SDSC-SP2")
 HEURISTICS = ("FCFS", "WFP3", "UNI", "SJF", "F1")
 
-#: Tables V/VI of the paper (mean over 10 sequences): (bsld, utilization) per cell.
+#: Tables V/VI of the paper (mean over 10 sequences): (bsld, utilization) per cell. The
+#: HPC2N and Lublin-2 rows as the authors' README prints them ("Reproduce Results in
+#: Paper", DIR-LAB/deep-batch-scheduler), which carries the same Tables V/VI.
 PUBLISHED: dict[tuple[str, bool], dict[str, tuple[float, float]]] = {
+    ("HPC2N", False): {"FCFS": (297.18, 0.638), "WFP3": (426.99, 0.636),
+                       "UNI": (609.77, 0.636), "SJF": (157.71, 0.640), "F1": (118.01, 0.637)},
+    ("Lublin-2", False): {"FCFS": (7842.47, 0.404), "WFP3": (9523.18, 0.543),
+                          "UNI": (11265.31, 0.510), "SJF": (787.89, 0.562),
+                          "F1": (698.34, 0.478)},
+    ("HPC2N", True): {"FCFS": (127.38, 0.639), "WFP3": (97.39, 0.637),
+                      "UNI": (175.12, 0.638), "SJF": (122.04, 0.641), "F1": (71.95, 0.638)},
+    ("Lublin-2", True): {"FCFS": (247.61, 0.587), "WFP3": (318.35, 0.583),
+                         "UNI": (379.59, 0.587), "SJF": (91.99, 0.593), "F1": (148.25, 0.552)},
     ("Lublin-1", False): {"FCFS": (7273.77, 0.657), "WFP3": (19753.53, 0.747),
                           "UNI": (22274.74, 0.691), "SJF": (277.35, 0.762),
                           "F1": (258.37, 0.816)},
@@ -66,6 +85,10 @@ class CellResult:
     wait_s: tuple[float, ...]
 
     @property
+    def mean_wait_s(self) -> float:
+        return float(np.mean(self.wait_s))
+
+    @property
     def mean_bsld(self) -> float:
         return float(np.mean(self.bsld))
 
@@ -76,6 +99,13 @@ class CellResult:
 
 def load(trace_dir: str | Path, name: str) -> RlsWorkload:
     return load_workload(read_swf(Path(trace_dir) / TRACES[name]))
+
+
+def paper_starts(wl: RlsWorkload, name: str, *, count: int = 10, length: int = 1024,
+                 seed: int = 1) -> list[int]:
+    """The sequence starts the authors' ``reset_for_test`` draws for trace ``name``."""
+    return sequence_starts(len(wl.jobs), length=length, count=count, seed=seed,
+                           batch_job_slice=BATCH_JOB_SLICE.get(name, 0))
 
 
 def compat_cells(wl: RlsWorkload, policy: str, *, backfill: bool,
