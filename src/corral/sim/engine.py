@@ -39,7 +39,8 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, mul
 from typing import Any
 
 import numpy as np
@@ -264,9 +265,14 @@ class Engine:
                 heapq.heappop(size_heap)
             return size_heap[0] if size_heap else 1 << 62
 
+        # usage_t holds the time of an association's last update only when it differs
+        # from the last all-associations update (usage_all), whose time is since_all[0]
+        since_all = [clock]
+        active: set[tuple[str, str]] = set()  # associations with a non-zero rate
+
         def usage_to(assoc: tuple[str, str], now: float) -> float:
             u = usage.get(assoc, 0.0)
-            t0 = usage_t.get(assoc, now)
+            t0 = usage_t.get(assoc, since_all[0] if assoc in usage else now)
             dt = now - t0
             if dt > 0:
                 rate = usage_rate.get(assoc, 0.0)
@@ -279,6 +285,29 @@ class Engine:
             usage_t[assoc] = now
             return u
 
+        def usage_all(now: float) -> dict[tuple[str, str], float]:
+            """Every association's usage at ``now``: the floats ``usage_to`` gives for each.
+
+            Associations with no running job that were last updated by the previous call
+            all decay by the same factor (their rate term is +0.0 and ``u * d >= 0``, so
+            ``u * d`` is the same float); that is done in one C-level map. The others
+            (running jobs, or touched by a start or an end since) go through
+            ``usage_to``."""
+            dt = now - since_all[0]
+            special = list(active)
+            special.extend(a for a in usage_t if a not in active)
+            if dt > 0 and half_life > 0 and usage:
+                before = {a: usage[a] for a in special if a in usage}
+                keys = list(usage)
+                d = math.exp(-LN2 * dt / half_life)
+                decayed = list(map(mul, usage.values(), repeat(d)))
+                usage.update(zip(keys, decayed, strict=True))
+                usage.update(before)  # their own elapsed time and rate, below
+            for a in special:
+                usage_to(a, now)
+            usage_t.clear()
+            since_all[0] = now
+            return dict(usage)
         held_cpus: dict[int, int] = {}  # running job -> CPUs it holds
         # every node has one CPU (the usual trace machine): an allocation holds one per node
         one_cpu_nodes = all(nd.spec.cpus == 1 for nd in cl.nodes)
@@ -302,7 +331,11 @@ class Engine:
             if self.track_usage:
                 assoc = (accts[i], users[i])
                 usage_to(assoc, clock)
-                usage_rate[assoc] = usage_rate.get(assoc, 0.0) + sign * cpus
+                rate = usage_rate[assoc] = usage_rate.get(assoc, 0.0) + sign * cpus
+                if rate:
+                    active.add(assoc)
+                else:
+                    active.discard(assoc)
             if not track_nodes:
                 return
             if sign > 0:
@@ -358,7 +391,7 @@ class Engine:
             if pass_reservations:
                 fields["reservations"] = last_reservations
             if track_usage:
-                fields["usage"] = {a: usage_to(a, now) for a in list(usage_rate) + list(usage)}
+                fields["usage"] = usage_all(now)
             snap = new_snapshot(fields)
             t0 = perf_counter()
             res = run_cycle(snap, config, now, keeper)

@@ -172,3 +172,18 @@ def test_results_do_not_depend_on_input_order() -> None:
                       tuple(reversed(TWO_ACCOUNTS.associations)))
     assert fair_tree(rev, usage) == fair_tree(TWO_ACCOUNTS, usage)
     assert classic(rev, usage) == classic(TWO_ACCOUNTS, usage)
+
+
+def test_an_account_that_is_its_own_parent_hangs_under_the_root() -> None:
+    """Found by the fs_cache property test: an account naming itself as parent (reached
+    through a child) used to end up as its own child, its users unreachable but counted."""
+    from corral.core.model.account import Account, AccountTree, Association
+    from corral.core.priority.assoc import build_tree
+    from corral.core.priority.fair_tree import fair_tree_factors
+
+    tree = AccountTree((Account("b", "c"), Account("c", "c")),
+                       (Association("u1", "b"), Association("u2", "c")))
+    index = build_tree(tree, {})
+    c = next(n for n in index.root.children if n.name == "c")
+    assert [n.name for n in c.children] == ["b", "u2"]
+    assert sorted(fair_tree_factors(index)) == [("b", "u1"), ("c", "u2")]

@@ -68,7 +68,7 @@ def build_tree(
         if par == ROOT_ACCOUNT or par not in accounts or par in chain:
             node.parent = root
         else:
-            attach(par, chain | {name})
+            attach(par, chain | {par})
             node.parent = accounts[par]
         attached.add(name)
 

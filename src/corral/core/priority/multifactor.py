@@ -36,16 +36,14 @@ modelled. Reference: Slurm 22.05 ``priority_multifactor.html`` and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from corral.core.config import FairshareAlgorithm, Ordering, PriorityWeights, SchedulerConfig
 from corral.core.model.account import ROOT_ACCOUNT, AccountTree
 from corral.core.model.job import HoldKind, Job
 from corral.core.model.node import Node
-from corral.core.priority.assoc import build_tree
-from corral.core.priority.classic import classic_factors
 from corral.core.priority.eligibility import Eligibility
-from corral.core.priority.fair_tree import fair_tree_factors
+from corral.core.priority.fs_cache import FairShareCache
 from corral.core.priority.orderings import TimeLimits, requested_procs
 from corral.core.snapshot import ClusterSnapshot
 
@@ -85,18 +83,18 @@ class PriorityFactors:
 
 @dataclass(slots=True)
 class _Memo:
-    """Last inputs and results of the two per-call computations that do not depend on the
-    jobs themselves. Inputs are compared by identity for immutable values (node tuple,
-    account tree) and by content for the usage mapping, so a hit is always correct; it
-    saves most of the cost of small calls (the simulator prioritizes ~100 jobs per event).
+    """What the per-call computations that do not depend on the jobs themselves kept
+    from the last call: the cluster size (inputs compared by identity: the node tuple is
+    immutable) and the fair-share tree and ranking (``fs_cache``: reused only where the
+    result is provably the same). The simulator prioritizes the queue at every event, so
+    this saves most of the cost of a call.
     """
 
     nodes: tuple[Node, ...] | None = None
     size: tuple[int, int] = (0, 0)
-    tree: AccountTree | None = None
-    assoc_keys: frozenset[tuple[str, str]] = frozenset()
-    fs_key: tuple[object, ...] = ()
-    fs: tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]] = ({}, {})
+    fs: FairShareCache = field(default_factory=FairShareCache)
+    accounts_of: AccountTree | None = None
+    default_acct: dict[str, str] = field(default_factory=dict)
 
 
 _MEMO = _Memo()
@@ -117,6 +115,24 @@ def _cluster_size(nodes: tuple[Node, ...]) -> tuple[int, int]:
     return memo.size
 
 
+def _default_accounts(tree: AccountTree) -> dict[str, str]:
+    """Each user's default account (same rule as ``decay.association_of``); shared,
+    read-only, kept while the tree object is the same."""
+    memo = _MEMO
+    if memo.accounts_of is tree:
+        return memo.default_acct
+    default_acct: dict[str, str] = {}
+    explicit: set[str] = set()
+    for a in tree.associations:
+        if a.is_default and a.user not in explicit:
+            explicit.add(a.user)
+            default_acct[a.user] = a.account
+        elif a.user not in default_acct:
+            default_acct[a.user] = a.account
+    memo.accounts_of, memo.default_acct = tree, default_acct
+    return default_acct
+
+
 def _fairshare(
     tree: AccountTree,
     usage: Mapping[tuple[str, str], float],
@@ -124,46 +140,27 @@ def _fairshare(
     algorithm: FairshareAlgorithm,
 ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
     """(fair-share factor, assoc factor) per association; the dicts are shared, read-only."""
-    memo = _MEMO
-    if memo.tree is not tree:
-        memo.tree = tree
-        memo.assoc_keys = frozenset((a.account, a.user) for a in tree.associations)
-        memo.fs_key = ()
-    extra = frozenset(k for k in keys if k not in usage and k not in memo.assoc_keys)
-    fs_key = (tree, algorithm, tuple(usage.items()), extra)
-    if memo.fs_key and memo.fs_key == fs_key:
-        return memo.fs
-    index = build_tree(tree, usage, extra)
-    if algorithm is FairshareAlgorithm.CLASSIC:
-        fairshare = classic_factors(index)
-    else:
-        fairshare = fair_tree_factors(index)
-    max_ap = max((n.priority for n in index.leaves.values()), default=0)
-    assoc = (
-        {k: max(n.priority, 0) / max_ap for k, n in index.leaves.items()} if max_ap > 0 else {}
-    )
-    memo.fs_key, memo.fs = fs_key, (fairshare, assoc)
-    return memo.fs
+    return _MEMO.fs.factors(tree, usage, keys, algorithm)
 
 
 class MultifactorContext:
     """Everything the factors need, computed once per call; then O(1) per job."""
 
-    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
+                 *, factors_needed: bool = True) -> None:
+        """``factors_needed=False``: the fair-share and assoc factors are left empty when
+        both their weights are 0 (they cannot change a priority; ``explain`` needs them)."""
         self.now = now
         self.w: PriorityWeights = config.weights
         tree = snapshot.accounts
-        default_acct: dict[str, str] = {}
-        explicit: set[str] = set()
-        for a in tree.associations:  # same rule as decay.association_of
-            if a.is_default and a.user not in explicit:
-                explicit.add(a.user)
-                default_acct[a.user] = a.account
-            elif a.user not in default_acct:
-                default_acct[a.user] = a.account
-        self.default_acct = default_acct
-        keys = {self.key_of(j) for j in snapshot.pending}
-        self.fairshare, self.assoc = _fairshare(tree, snapshot.usage, keys, config.fairshare)
+        self.default_acct = _default_accounts(tree)
+        w = config.weights
+        if factors_needed or w.fairshare or w.assoc:
+            keys = {self.key_of(j) for j in snapshot.pending}
+            self.fairshare, self.assoc = _fairshare(tree, snapshot.usage, keys,
+                                                    config.fairshare)
+        else:
+            self.fairshare, self.assoc = {}, {}
         self.parts = {p.name: p.priority_job_factor for p in snapshot.partitions}
         self.max_part = max(self.parts.values(), default=0)
         default = snapshot.default_partition()
@@ -281,7 +278,7 @@ def multifactor_priorities(
     Same arithmetic as ``MultifactorContext.computed`` (tests hold them equal), with the
     common case inlined: this runs every cycle over the whole queue.
     """
-    ctx = MultifactorContext(snapshot, config, now)
+    ctx = MultifactorContext(snapshot, config, now, factors_needed=False)
     w = ctx.w
     w_age, w_fs, w_assoc, w_qos, w_part = w.age, w.fairshare, w.assoc, w.qos, w.partition
     w_js = w.job_size
