@@ -86,6 +86,12 @@ def submit(ctx: typer.Context) -> None:
     from corral.frontends.slurm_table import table_for
 
     argv = list(ctx.args)
+    from corral.cli.kube import is_manifest, submit_manifest
+
+    manifest = is_manifest(argv)
+    if manifest is not None:  # a Volcano Job (docs/kubernetes.md)
+        submit_manifest(manifest)
+        return
     table = table_for("b", (Opt("json", ("json",), None, Arg.NONE),))
     sctx = local_context(SUBMIT_PROG)
     try:

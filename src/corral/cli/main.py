@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "corral.cli.shims",  # shims install
     "corral.cli.report",  # report
     "corral.cli.sim",  # sim run/compare/convert
+    "corral.cli.kube",  # kubeconfig, export --volcano
 )
 
 app = typer.Typer(

@@ -126,6 +126,10 @@ def job_environment(rec: JobRecord, cluster_name: str, controller_host: str) -> 
         env["SLURM_OPEN_MODE"] = "a" if rec.sub.extra["open_mode"] == "append" else "t"
     if rec.sub.dialect == "pbs":
         pbs_environment(rec, env, controller_host)
+    elif rec.sub.dialect == "volcano":  # each replica's node (corral.frontends.volcano_run)
+        from corral.controller.kube_objects import layout_text
+
+        env["CORRAL_VC_LAYOUT"] = layout_text(rec)
     return env
 
 

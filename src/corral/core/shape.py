@@ -23,7 +23,9 @@ Slurm conventions reproduced here:
 Task groups: each group's tasks may land anywhere (any number of nodes). The job starts
 only when every group can place at least its minimum and the total reaches the job's
 ``min_available`` (Volcano ``minAvailable``); the group minimum defaults to all replicas
-when the job gives no ``min_available``, else to zero.
+when the job gives no ``min_available``, else to zero, and the job's minimum defaults to
+the sum of the group minimums (at least one task). Replicas beyond the minimum that do not
+fit at the start are not started later: the job runs with the tasks it was given.
 
 Shapes are memoized per (spec, partition, config); the cache is a bounded memo keyed by
 object identity (holding the object, so ids cannot be reused) and never changes a result.
@@ -225,10 +227,12 @@ def _grouped(spec: JobSpec, exclusive: bool, mem_default: int | None) -> Shape:
             gres=(), constraint=g.constraint,
         ))
         total += g.replicas
-    job_min = spec.min_available if spec.min_available is not None else total
+    set_min = sum(s.min_tasks for s in sets)
+    # no job minimum: the groups' minimums (each all its replicas unless it sets one), as
+    # Volcano's admission defaults minAvailable to the sum of the tasks' minAvailable
+    job_min = spec.min_available if spec.min_available is not None else max(1, set_min)
     if not 1 <= job_min <= total:
         raise ShapeError("BadTaskGroup", f"min_available {job_min} is outside 1..{total} tasks")
-    set_min = sum(s.min_tasks for s in sets)
     need = max(job_min, set_min)
     cpus_min = min(s.cpus_per_task for s in sets) * need
     return Shape(

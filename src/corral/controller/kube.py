@@ -1,0 +1,302 @@
+"""The Kubernetes API subset kubectl needs, served by the controller (issue 14).
+
+Routes (``mount(app, ctl, identity)``; docs/kubernetes.md): discovery and OpenAPI
+(``corral.controller.kube_discovery``); ``batch.volcano.sh/v1alpha1`` Jobs: create, get,
+list, watch, patch (JSON merge patch, what ``kubectl apply`` sends for custom resources),
+update, delete; read-only ``v1`` Pods (and ``pods/{name}/log``), Nodes, Namespaces,
+Events, and ``scheduling.volcano.sh/v1beta1`` Queues. Authentication is the API's (Unix
+socket peer or ``Authorization: Bearer`` token); a caller sees and changes only their own
+jobs (operators: all). A Job's ``spec`` cannot change after submission (refused with its
+path); labels and annotations can. Watches poll the controller's records every 0.2 s and
+send what changed after the given ``resourceVersion``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import pwd
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from corral.controller import kube_objects as ko
+from corral.controller.errors import ApiError
+from corral.controller.kube_http import (
+    Column,
+    KubeError,
+    field_selector,
+    invalid,
+    label_selector,
+    not_found,
+    table,
+    wants_table,
+)
+from corral.frontends.volcano import ManifestError, parse_job
+
+if TYPE_CHECKING:
+    from corral.controller.auth import Identity
+    from corral.controller.records import JobRecord
+    from corral.controller.service import Controller
+
+BATCH = "/apis/batch.volcano.sh/v1alpha1"
+SCHED = "/apis/scheduling.volcano.sh/v1beta1"
+GROUP = "batch.volcano.sh"
+WATCH_POLL_S = 0.2
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(json.dumps(data, separators=(",", ":")), status_code=status,
+                    media_type="application/json")
+
+
+def _pod_status(o: dict[str, Any]) -> str:
+    ph = str(o["status"]["phase"])
+    return {"Succeeded": "Completed", "Failed": "Error"}.get(ph, ph)
+
+
+class Kube:
+    def __init__(self, ctl: Controller, identity: Callable[[Request], Identity]) -> None:
+        self.ctl = ctl
+        self.identity = identity
+
+    # ---- records -------------------------------------------------------------------------
+
+    def visible(self, rec: JobRecord, who: Identity) -> bool:
+        return self.ctl.may_see_private(rec, who)
+
+    def vcjobs(self, who: Identity, ns: str | None, now: float) -> list[JobRecord]:
+        out = []
+        for rec in sorted(self.ctl.jobs.values(), key=lambda r: r.id):
+            if not ko.is_vcjob(rec) or ko.hidden(rec, now) or not self.visible(rec, who):
+                continue
+            if ns is not None and ko.namespace_of(rec) != ns:
+                continue
+            out.append(rec)
+        return out
+
+    def find(self, who: Identity, ns: str, name: str, now: float) -> JobRecord:
+        found = [r for r in self.vcjobs(who, ns, now) if r.sub.spec.name == name]
+        if not found:
+            raise not_found("jobs", GROUP, name)
+        return found[-1]
+
+    def job_obj(self, rec: JobRecord, now: float) -> dict[str, Any]:
+        return ko.vcjob(rec, [s.to_api() for s in rec.steps], now)
+
+    def all_pods(self, who: Identity, ns: str | None, now: float) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for rec in self.vcjobs(who, ns, now):
+            out.extend(ko.pods(rec, [s.to_api() for s in rec.steps], now))
+        return out
+
+    # ---- create / change -------------------------------------------------------------------
+
+    async def create(self, who: Identity, ns: str, body: Any, dry_run: bool) -> dict[str, Any]:
+        name = str((body.get("metadata") or {}).get("name", "")) if isinstance(body, dict) \
+            else ""
+        try:
+            vj = parse_job(body, namespace=ns,
+                           host_commands=self.ctl.cfg.controller.volcano_host_commands)
+        except ManifestError as exc:
+            raise invalid("Job", GROUP, exc.name or name, exc.causes) from None
+        now = time.time()
+        if any(r.sub.spec.name == vj.name for r in self.vcjobs(who, ns, now)):
+            raise KubeError(409, f'jobs.{GROUP} "{vj.name}" already exists',
+                            details={"name": vj.name, "group": GROUP, "kind": "jobs"})
+        sub = vj.submission
+        try:
+            pw = pwd.getpwnam(who.user)
+            home, shell = pw.pw_dir, pw.pw_shell
+        except KeyError:
+            home, shell = "/tmp", "/bin/sh"
+        env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": home,
+               "USER": who.user, "LOGNAME": who.user, "SHELL": shell}
+        sub = dataclasses.replace(sub, workdir=sub.workdir or home, env=env)
+        if dry_run:
+            return {"apiVersion": body["apiVersion"], "kind": "Job", "metadata": {
+                "name": vj.name, "namespace": ns, "labels": vj.labels,
+                "annotations": vj.annotations}, "spec": body.get("spec"), "status": {}}
+        try:
+            got = await self.ctl.submit(sub.to_json(), who)
+        except ApiError as exc:
+            raise invalid("Job", GROUP, vj.name, [("spec", "FieldValueInvalid",
+                                                   exc.message)]) from None
+        rec = self.ctl.jobs[int(got["job_ids"][0])]
+        return self.job_obj(rec, time.time())
+
+    async def change(self, who: Identity, rec: JobRecord, new: dict[str, Any]) -> None:
+        """Keep ``new``'s labels and annotations; its spec must be the job's."""
+        cur = self.job_obj(rec, time.time())
+        name = cur["metadata"]["name"]
+        if new.get("spec") != cur["spec"]:
+            raise invalid("Job", GROUP, name, [(
+                "spec", "FieldValueForbidden", "Forbidden: a submitted job's spec does not "
+                "change in Corral (delete the job and create it again)")])
+        md = new.get("metadata") or {}
+        if md.get("name", name) != name:
+            raise invalid("Job", GROUP, name, [("metadata.name", "FieldValueInvalid",
+                                                "Invalid value: the name does not change")])
+        for key in ("labels", "annotations"):
+            val = md.get(key) or {}
+            if not isinstance(val, dict) or not all(isinstance(v, str) for v in val.values()):
+                raise invalid("Job", GROUP, name, [(f"metadata.{key}", "FieldValueInvalid",
+                                                    "Invalid value: a map of strings")])
+        annotations = {k: v for k, v in (md.get("annotations") or {}).items()
+                       if k != "corral.dev/job-id"}
+        meta = {"labels": md.get("labels") or {}, "annotations": annotations,
+                "mtime": time.time()}
+        await self._save_extra(rec, k8s_meta=json.dumps(meta))
+
+    async def _save_extra(self, rec: JobRecord, **extra: str) -> None:
+        sub = rec.sub
+        rec.sub = dataclasses.replace(sub, extra={**sub.extra, **extra})
+        rec.touch()
+        await self.ctl.persist(with_submission=[rec])
+
+    async def delete(self, who: Identity, rec: JobRecord) -> dict[str, Any]:
+        obj = self.job_obj(rec, time.time())
+        if not rec.state.is_finished:
+            res = await self.ctl.act("cancel", [str(rec.id)], who, {})
+            if res and not res[0].get("ok"):
+                raise KubeError(409, str(res[0].get("message")))
+        await self._save_extra(rec, k8s_deleted="1")
+        return obj
+
+    # ---- lists, tables and watches ---------------------------------------------------------
+
+    def respond(self, request: Request, kind: str, items: list[dict[str, Any]],
+                columns: list[Column], api_version: str) -> Response:
+        items = self.filter(request, items)
+        rv = ko.now_version()
+        if request.query_params.get("watch") in ("1", "true"):
+            raise RuntimeError("watch is served by respond_watch")
+        if wants_table(request.headers.get("accept", "")):
+            return _json(table(columns, items, rv, request.query_params.get("includeObject")))
+        return _json({"kind": f"{kind}List", "apiVersion": api_version,
+                      "metadata": {"resourceVersion": rv}, "items": items})
+
+    @staticmethod
+    def filter(request: Request, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        fs = field_selector(request.query_params.get("fieldSelector"))
+        ls = label_selector(request.query_params.get("labelSelector"))
+        return [o for o in items if fs(o) and ls((o.get("metadata") or {}).get("labels") or {})]
+
+    def watch(self, request: Request, source: Callable[[], list[dict[str, Any]]],
+              columns: list[Column]) -> Response:
+        tbl = wants_table(request.headers.get("accept", ""))
+        include = request.query_params.get("includeObject")
+        since = request.query_params.get("resourceVersion") or ""
+        try:
+            timeout_s = float(request.query_params.get("timeoutSeconds") or 1800)
+        except ValueError:
+            raise KubeError(400, "timeoutSeconds must be a number") from None
+        start_rv = int(since) if since.isdigit() and since != "0" else None
+
+        def render(kind: str, obj: dict[str, Any], first: bool) -> bytes:
+            out = table(columns, [obj], obj["metadata"].get("resourceVersion", ""), include,
+                        header=first) if tbl else obj
+            return (json.dumps({"type": kind, "object": out}) + "\n").encode()
+
+        async def stream() -> AsyncIterator[bytes]:
+            end = time.monotonic() + min(timeout_s, 1800)
+            known: dict[str, tuple[int, dict[str, Any]]] = {}
+            first = True
+            initial = True
+            while time.monotonic() < end:
+                if await request.is_disconnected():
+                    return
+                try:
+                    objs = self.filter(request, source())
+                except KubeError:
+                    return
+                seen = set()
+                for o in objs:
+                    uid = o["metadata"]["uid"]
+                    rv = int(o["metadata"].get("resourceVersion") or 0)
+                    seen.add(uid)
+                    old = known.get(uid)
+                    known[uid] = (rv, o)
+                    if old is None:
+                        if initial and start_rv is not None and rv <= start_rv:
+                            continue
+                        yield render("ADDED", o, first)
+                        first = False
+                    elif rv != old[0] or o != old[1]:
+                        yield render("MODIFIED", o, first)
+                        first = False
+                for uid in list(known):
+                    if uid not in seen:
+                        yield render("DELETED", known.pop(uid)[1], first)
+                        first = False
+                initial = False
+                await asyncio.sleep(WATCH_POLL_S)
+
+        return StreamingResponse(stream(), media_type="application/json")
+
+
+JOB_COLUMNS: list[Column] = [
+    ("NAME", "string", 0, lambda o: o["metadata"]["name"]),
+    ("STATUS", "string", 0, lambda o: o["status"]["state"]["phase"]),
+    ("MINAVAILABLE", "integer", 0, lambda o: o["status"]["minAvailable"]),
+    ("RUNNINGS", "integer", 0, lambda o: o["status"]["running"]),
+    ("AGE", "string", 0, lambda o: ko.age(_epoch(o["metadata"]["creationTimestamp"]),
+                                          time.time())),
+    ("QUEUE", "string", 1, lambda o: o["spec"].get("queue") or "default"),
+]
+POD_COLUMNS: list[Column] = [
+    ("NAME", "string", 0, lambda o: o["metadata"]["name"]),
+    ("READY", "string", 0, lambda o: "1/1" if o["status"]["phase"] == "Running" else "0/1"),
+    ("STATUS", "string", 0, _pod_status),
+    ("RESTARTS", "integer", 0, lambda o: 0),
+    ("AGE", "string", 0, lambda o: ko.age(_epoch(o["metadata"]["creationTimestamp"]),
+                                          time.time())),
+    ("NODE", "string", 1, lambda o: o["spec"].get("nodeName") or "<none>"),
+]
+NODE_COLUMNS: list[Column] = [
+    ("NAME", "string", 0, lambda o: o["metadata"]["name"]),
+    ("STATUS", "string", 0, lambda o: ("Ready" if o["status"]["conditions"][0]["status"]
+                                       == "True" else "NotReady")
+     + (",SchedulingDisabled" if o["spec"].get("unschedulable") else "")),
+    ("ROLES", "string", 0, lambda o: "<none>"),
+    ("AGE", "string", 0, lambda o: ko.age(_epoch(o["metadata"]["creationTimestamp"]),
+                                          time.time())),
+    ("VERSION", "string", 0, lambda o: o["status"]["nodeInfo"]["kubeletVersion"]),
+    ("CPU", "string", 1, lambda o: o["status"]["capacity"]["cpu"]),
+    ("GPU", "string", 1, lambda o: o["status"]["capacity"].get("nvidia.com/gpu", "0")),
+]
+NAME_AGE: list[Column] = [
+    ("NAME", "string", 0, lambda o: o["metadata"]["name"]),
+    ("STATUS", "string", 0, lambda o: (o.get("status") or {}).get("phase")
+     or (o.get("status") or {}).get("state", "")),
+    ("AGE", "string", 0, lambda o: ko.age(_epoch(o["metadata"]["creationTimestamp"]),
+                                          time.time())),
+]
+EVENT_COLUMNS: list[Column] = [
+    ("LAST SEEN", "string", 0, lambda o: ko.age(_epoch(o["lastTimestamp"]), time.time())),
+    ("TYPE", "string", 0, lambda o: o["type"]),
+    ("REASON", "string", 0, lambda o: o["reason"]),
+    ("OBJECT", "string", 0, lambda o: f"job/{o['involvedObject']['name']}"),
+    ("MESSAGE", "string", 0, lambda o: o["message"]),
+]
+
+
+def _epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    from datetime import datetime, timezone
+
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=timezone.utc).timestamp()
+
+
+def mount(app: FastAPI, ctl: Controller, identity: Callable[[Request], Identity]) -> None:
+    """Add the Kubernetes routes (``corral.controller.kube_routes``) to the app."""
+    from corral.controller.kube_routes import add_routes
+
+    add_routes(app, Kube(ctl, identity))

@@ -1,0 +1,351 @@
+"""Corral records as Kubernetes objects: Volcano Jobs, Pods, Nodes, Queues, Namespaces, Events.
+
+Pure functions of the controller's records (no I/O). Mapping (docs/kubernetes.md):
+
+* a job submitted as a Volcano Job (dialect ``volcano``) is a ``batch.volcano.sh/v1alpha1``
+  ``Job`` named by its ``metadata.name``, in namespace = its account (``default`` when none);
+  its status phase from the Corral state and the launcher's exit status
+  (``corral.frontends.volcano_run``): PENDING -> Pending, RUNNING -> Running,
+  COMPLETING -> Completing, COMPLETED -> Completed, exit 2 -> Aborted, 3 -> Terminated,
+  CANCELLED -> Terminated, other ends -> Failed;
+* each replica is a read-only ``Pod`` ``<job>-<task>-<index>``: its phase from the job step
+  the launcher records for it (RUNNING -> Running, COMPLETED -> Succeeded, other ends ->
+  Failed), Pending before; its node from that step or the allocation;
+* nodes are ``Node``s (capacity = the node's CPUs, memory, ``nvidia.com/gpu``, GRES as
+  ``corral.dev/<name>``; labels from features: ``F: "true"`` and
+  ``feature.node.kubernetes.io/F: "true"``, ``key=value`` features as labels,
+  ``nvidia.com/gpu.product`` from the GPU type); partitions are ``Queue``s.
+
+``resourceVersion`` of an object is the millisecond time of its last change, so a watch
+from a version sends what changed after it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from corral.core.model.job import JobState
+from corral.frontends.volcano import (
+    API_VERSION,
+    EXIT_ABORTED,
+    EXIT_TERMINATED,
+    plan_of_script,
+    selector_feature,
+)
+
+if TYPE_CHECKING:
+    from corral.controller.records import JobRecord, NodeRecord
+
+CORE_MAP = {JobState.PENDING: "Pending", JobState.RUNNING: "Running",
+            JobState.SUSPENDED: "Running", JobState.COMPLETING: "Completing",
+            JobState.COMPLETED: "Completed", JobState.CANCELLED: "Terminated"}
+
+
+def ts(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def age(t: float | None, now: float) -> str:
+    """kubectl's short age: 5s, 3m, 2h, 4d."""
+    if t is None:
+        return "<unknown>"
+    s = max(0, int(now - t))
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= 2 * n or (unit == "m" and s >= 120):
+            return f"{s // n}{unit}"
+    return f"{s}s"
+
+
+def namespace_of(rec: JobRecord) -> str:
+    return str(rec.sub.spec.account or "default")
+
+
+def is_vcjob(rec: JobRecord) -> bool:
+    return rec.sub.dialect == "volcano"
+
+
+def k8s_meta(rec: JobRecord) -> dict[str, Any]:
+    try:
+        got = json.loads(rec.sub.extra.get("k8s_meta") or "{}")
+    except ValueError:
+        got = {}
+    return got if isinstance(got, dict) else {}
+
+
+def uid_of(kind: str, key: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"corral:{kind}:{key}"))
+
+
+def version_of(rec: JobRecord) -> int:
+    times = [rec.submit_time, rec.start_time or 0.0, rec.end_time or 0.0,
+             float(k8s_meta(rec).get("mtime") or 0.0)]
+    times += [s.end_time or s.start_time for s in rec.steps]
+    return int(max(times) * 1000)
+
+
+def phase_of(rec: JobRecord) -> str:
+    if rec.state in CORE_MAP:
+        return CORE_MAP[rec.state]
+    if rec.state is JobState.FAILED and rec.exit_code == EXIT_ABORTED:
+        return "Aborted"
+    if rec.state is JobState.FAILED and rec.exit_code == EXIT_TERMINATED:
+        return "Terminated"
+    return "Failed"
+
+
+def hidden(rec: JobRecord, now: float) -> bool:
+    """Deleted through the API, or past its ``ttlSecondsAfterFinished``."""
+    if rec.sub.extra.get("k8s_deleted"):
+        return True
+    ttl = rec.sub.extra.get("vc_ttl_s")
+    return bool(ttl and rec.end_time is not None and now >= rec.end_time + int(ttl))
+
+
+def plan(rec: JobRecord) -> dict[str, Any]:
+    return plan_of_script(rec.sub.script or "") or {"tasks": [], "job": rec.sub.spec.name}
+
+
+def layout(rec: JobRecord) -> dict[str, list[str]]:
+    """Each task's replica slots on the allocation (as ``CORRAL_VC_LAYOUT`` says)."""
+    out: dict[str, list[str]] = {}
+    if rec.allocation is not None:
+        for na in rec.allocation.nodes:
+            out.setdefault(str(na.group), []).extend([na.node] * na.tasks)
+    return out
+
+
+def layout_text(rec: JobRecord) -> str:
+    return ";".join(f"{g}=" + ",".join(f"{n}:1" for n in nodes)
+                    for g, nodes in layout(rec).items())
+
+
+def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    """One Pod per replica of a Volcano job."""
+    p = plan(rec)
+    slots = layout(rec)
+    by_name = {s["name"]: s for s in steps}  # the last run of each replica wins
+    out = []
+    ns = namespace_of(rec)
+    for t in p["tasks"]:
+        for i in range(int(t["replicas"])):
+            name = f"{p['job']}-{t['name']}-{i}"
+            st = by_name.get(name)
+            mine = slots.get(t["name"], [])
+            node = (str(st["nodes"][0]) if st and st.get("nodes")
+                    else mine[i] if i < len(mine) else None)
+            out.append(pod(rec, t, i, name, ns, node, st, now))
+    return out
+
+
+def _pod_phase(rec: JobRecord, st: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    if st is None:
+        if rec.state.is_finished:
+            return "Failed", {"terminated": {"exitCode": 0, "reason": "NotStarted"}}
+        return "Pending", {"waiting": {"reason": "ContainerCreating" if rec.start_time
+                                       else "Unschedulable"}}
+    if st.get("state") == "RUNNING" and st.get("end_time") is None:
+        return "Running", {"running": {"startedAt": ts(st.get("start_time"))}}
+    code = int(st.get("exit_code") or 0)
+    ok = st.get("state") == "COMPLETED" and code == 0
+    term: dict[str, Any] = {"exitCode": code, "reason": "Completed" if ok else "Error",
+            "startedAt": ts(st.get("start_time")), "finishedAt": ts(st.get("end_time"))}
+    if st.get("signal"):
+        term["signal"] = int(st["signal"])
+    return ("Succeeded" if ok else "Failed"), {"terminated": term}
+
+
+def pod(rec: JobRecord, task: dict[str, Any], index: int, name: str, ns: str,
+        node: str | None, st: dict[str, Any] | None, now: float) -> dict[str, Any]:
+    phase, cstate = _pod_phase(rec, st)
+    req: dict[str, str] = {"cpu": str(task["cpus"])}
+    if task.get("mem_mb"):
+        req["memory"] = f"{task['mem_mb']}Mi"
+    if task.get("gpus"):
+        req["nvidia.com/gpu"] = str(task["gpus"])
+    container = {"name": task.get("container") or task["name"],
+                 "image": task.get("image") or "corral.host/none",
+                 "command": list(task["argv"]), "resources": {"requests": req, "limits": req}}
+    started = st.get("start_time") if st else None
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": uid_of("pod", f"{rec.id}/{name}"),
+                     "resourceVersion": str(version_of(rec)),
+                     "creationTimestamp": ts(rec.start_time or rec.submit_time),
+                     "labels": {"volcano.sh/job-name": str(rec.sub.spec.name),
+                                "volcano.sh/task-spec": task["name"],
+                                "volcano.sh/task-index": str(index),
+                                "corral.dev/job-id": str(rec.id)},
+                     "annotations": {"volcano.sh/task-index": str(index)},
+                     "ownerReferences": [{"apiVersion": API_VERSION, "kind": "Job",
+                                          "name": rec.sub.spec.name, "controller": True,
+                                          "uid": uid_of("job", str(rec.id))}]},
+        "spec": {"containers": [container], "nodeName": node, "restartPolicy": "Never",
+                 "schedulerName": "corral"},
+        "status": {"phase": phase, "hostIP": None, "startTime": ts(started),
+                   "containerStatuses": [{"name": container["name"], "image": container[
+                       "image"], "imageID": "", "ready": phase == "Running",
+                       "restartCount": 0, "started": phase == "Running",
+                       "state": cstate}]},
+    }
+
+
+def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> dict[str, Any]:
+    meta = k8s_meta(rec)
+    phase = phase_of(rec)
+    try:
+        spec = json.loads(rec.sub.extra.get("vc_spec") or "{}")
+    except ValueError:
+        spec = {}
+    counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
+    tasks: dict[str, dict[str, dict[str, int]]] = {}  # task -> {"phase": {phase: n}}
+    for pd in pods(rec, steps, now):
+        ph = pd["status"]["phase"]
+        key = {"Pending": "pending", "Running": "running", "Succeeded": "succeeded"}.get(
+            ph, "failed")
+        counts[key] += 1
+        per = tasks.setdefault(pd["metadata"]["labels"]["volcano.sh/task-spec"],
+                               {"phase": {}})["phase"]
+        per[ph] = per.get(ph, 0) + 1
+    changed = rec.end_time or rec.start_time or rec.submit_time
+    state: dict[str, Any] = {"phase": phase, "lastTransitionTime": ts(changed)}
+    if rec.state is JobState.PENDING and rec.reason not in ("None", ""):
+        state["reason"] = rec.reason
+        state["message"] = rec.reason_detail or rec.reason
+    elif rec.end_reason:
+        state["reason"] = rec.end_reason
+    conds = [{"status": "Pending", "lastTransitionTime": ts(rec.submit_time)}]
+    if rec.start_time:
+        conds.append({"status": "Running", "lastTransitionTime": ts(rec.start_time)})
+    if rec.end_time:
+        conds.append({"status": phase, "lastTransitionTime": ts(rec.end_time)})
+    status: dict[str, Any] = {
+        "state": state, "minAvailable": int(rec.sub.spec.min_available or 1),
+        "retryCount": rec.restarts, "version": 1, "conditions": conds,
+        "taskStatusCount": tasks, **counts}
+    if rec.start_time:
+        run = (rec.end_time or now) - rec.start_time
+        status["runningDuration"] = f"{run:.0f}s"
+    annotations = dict(meta.get("annotations") or {})
+    annotations["corral.dev/job-id"] = str(rec.id)
+    md: dict[str, Any] = {"name": rec.sub.spec.name, "namespace": namespace_of(rec),
+                          "uid": uid_of("job", str(rec.id)),
+                          "resourceVersion": str(version_of(rec)), "generation": 1,
+                          "creationTimestamp": ts(rec.submit_time),
+                          "labels": dict(meta.get("labels") or {}), "annotations": annotations}
+    return {"apiVersion": API_VERSION, "kind": "Job", "metadata": md, "spec": spec,
+            "status": status}
+
+
+def node_labels(rec: NodeRecord) -> dict[str, str]:
+    s = rec.spec
+    labels = {"kubernetes.io/hostname": s.name, "kubernetes.io/os": "linux",
+              "kubernetes.io/arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(
+                  s.arch or "", s.arch or "amd64")}
+    for f in sorted(s.features):
+        if "=" in f:
+            k, _, v = f.partition("=")
+            labels[k] = v
+        else:
+            labels[f] = "true"
+            labels[f"feature.node.kubernetes.io/{f}"] = "true"
+    types = s.gpu_types()
+    if types:
+        labels["nvidia.com/gpu.product"] = sorted(types)[0]
+        labels["nvidia.com/gpu.present"] = "true"
+    for p in rec.partitions:
+        labels[f"corral.dev/partition-{p}"] = "true"
+    return labels
+
+
+def node(rec: NodeRecord, now: float) -> dict[str, Any]:
+    s = rec.spec
+    cap = {"cpu": str(s.cpus), "memory": f"{s.mem_mb}Mi", "pods": str(max(110, s.cpus))}
+    if s.gpus:
+        cap["nvidia.com/gpu"] = str(len(s.gpus))
+    for name, n in s.gres:
+        cap[f"corral.dev/{name}"] = str(n)
+    alloc = dict(cap)
+    alloc["cpu"] = str(max(0, s.cpus - rec.alloc_cpus))
+    alloc["memory"] = f"{max(0, s.mem_mb - rec.alloc_mem_mb)}Mi"
+    if s.gpus:
+        alloc["nvidia.com/gpu"] = str(max(0, len(s.gpus) - rec.alloc_gpus))
+    ready = rec.state.value not in ("DOWN", "UNKNOWN", "FAIL")
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": s.name, "uid": uid_of("node", s.name), "labels": node_labels(rec),
+                     "resourceVersion": str(int((rec.last_seen or now) * 1000)),
+                     "creationTimestamp": ts(rec.boot_time or rec.last_seen)},
+        "spec": {"unschedulable": bool(rec.admin_state)},
+        "status": {"capacity": cap, "allocatable": alloc,
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                   "reason": rec.state.value, "message": rec.reason,
+                                   "lastHeartbeatTime": ts(rec.last_seen)}],
+                   "addresses": [{"type": "Hostname", "address": rec.hostname or s.name}],
+                   "nodeInfo": {"kubeletVersion": f"corral-{rec.agent_version}",
+                                "operatingSystem": "linux", "architecture":
+                                    node_labels(rec)["kubernetes.io/arch"]}},
+    }
+
+
+def selector_matches(labels: dict[str, str], key: str, value: str) -> bool:
+    return labels.get(key) == value or selector_feature(key, value) in labels
+
+
+def queue(part: Any, total_cpus: int, now: float) -> dict[str, Any]:
+    state = {"UP": "Open", "DRAIN": "Closing", "DOWN": "Closed", "INACTIVE": "Closed"}.get(
+        part.state.value, "Open")
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+            "metadata": {"name": part.name, "uid": uid_of("queue", part.name),
+                         "resourceVersion": "1", "creationTimestamp": ts(now),
+                         "annotations": {"corral.dev/default": str(part.is_default).lower()}},
+            "spec": {"weight": max(1, int(part.priority_job_factor)), "reclaimable": True,
+                     "capability": {"cpu": str(total_cpus)}},
+            "status": {"state": state}}
+
+
+def namespace(name: str, now: float) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "uid": uid_of("ns", name), "resourceVersion": "1",
+                         "creationTimestamp": ts(now)},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+def events(rec: JobRecord, now: float) -> list[dict[str, Any]]:
+    """The scheduling story of a Volcano job as Events of its Job object."""
+    name = str(rec.sub.spec.name)
+    ns = namespace_of(rec)
+    out: list[tuple[str, str, str, float]] = []
+    if rec.state is JobState.PENDING:
+        out.append(("Warning", "PodGroupPending", f"{rec.reason}: {rec.reason_detail}"
+                    if rec.reason_detail else f"waiting: {rec.reason}", now))
+    if rec.start_time:
+        nodes = ",".join(rec.allocation.node_names) if rec.allocation else ""
+        n = rec.allocation.tasks if rec.allocation else 0
+        out.append(("Normal", "Scheduled", f"gang of {n} replicas started on {nodes}",
+                    rec.start_time))
+    if rec.end_time:
+        kind = "Normal" if rec.state is JobState.COMPLETED else "Warning"
+        out.append((kind, phase_of(rec), f"job ended {rec.state.value}"
+                    + (f" (exit {rec.exit_code})" if rec.exit_code is not None else ""),
+                    rec.end_time))
+    return [{"apiVersion": "v1", "kind": "Event",
+             "metadata": {"name": f"{name}.{rec.id}.{k}", "namespace": ns,
+                          "uid": uid_of("event", f"{rec.id}/{k}"),
+                          "resourceVersion": str(int(t * 1000)),
+                          "creationTimestamp": ts(t)},
+             "involvedObject": {"apiVersion": API_VERSION, "kind": "Job", "name": name,
+                                "namespace": ns, "uid": uid_of("job", str(rec.id))},
+             "type": kind, "reason": reason, "message": msg, "count": 1,
+             "firstTimestamp": ts(t), "lastTimestamp": ts(t),
+             "source": {"component": "corral-scheduler"}}
+            for k, (kind, reason, msg, t) in enumerate(out)]
+
+
+def now_version() -> str:
+    return str(int(time.time() * 1000))

@@ -1,0 +1,152 @@
+"""Any Corral job as a Volcano Job manifest (``corral export --volcano JOB``).
+
+A job submitted as a Volcano Job renders as its own manifest (name, namespace, labels,
+annotations, spec as given). Any other job (``sbatch``, ``qsub``, ``corral submit``) is
+translated for a site moving work to a Kubernetes cluster with Volcano:
+
+* a job of task groups: one Volcano task per group, ``minAvailable`` the gang minimum;
+* otherwise the batch script runs in a task ``batch`` of one replica on the first node,
+  and a multi-node job's other nodes are a task ``worker`` (replicas = nodes - 1) that
+  hosts the tasks ``mpirun``/``srun`` start there (``svc`` and ``ssh`` plugins, Volcano's
+  MPI pattern); ``TaskCompleted`` of ``batch`` completes the job; ``minAvailable`` = nodes;
+* per replica: cpu = CPUs per task x tasks per node, memory per node (or per CPU x CPUs),
+  ``nvidia.com/gpu`` = GPUs per node (+ per task x tasks); a plain feature constraint
+  (``a&b``, ``a,b``) becomes a ``nodeSelector`` of ``feature.node.kubernetes.io/F: "true"``
+  (any other expression is kept in the ``corral.dev/constraint`` annotation); the time
+  limit becomes ``activeDeadlineSeconds``; partition -> ``queue``; QOS ->
+  ``priorityClassName``; account -> namespace;
+* the image is ``corral.dev/host`` (a placeholder: the job ran on the host; set a real
+  image before applying it elsewhere); the submit environment is not copied (it holds the
+  submitting shell's whole environment).
+
+Every rendered manifest validates against the Volcano v1.15 CRD schema
+(``shared/schemas/volcano``; tested).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from corral.frontends.volcano import API_VERSION
+from corral.submission import JobSubmission
+
+HOST_IMAGE = "corral.dev/host"
+
+
+def dns_label(text: str, suffix: str = "") -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "job"
+    room = 63 - len(suffix) - (1 if suffix else 0)
+    base = base[:room].strip("-") or "job"
+    return f"{base}-{suffix}" if suffix else base
+
+
+def _resources(cpus: int, mem_mb: int, gpus: int) -> dict[str, Any]:
+    req: dict[str, str] = {"cpu": str(max(1, cpus))}
+    if mem_mb:
+        req["memory"] = f"{mem_mb}Mi"
+    if gpus:
+        req["nvidia.com/gpu"] = str(gpus)
+    return {"requests": dict(req), "limits": dict(req)}
+
+
+def _selector(constraint: str | None) -> tuple[dict[str, str], str | None]:
+    if not constraint:
+        return {}, None
+    parts = [p.strip() for p in re.split(r"[&,]", constraint)]
+    if all(p and re.fullmatch(r"[A-Za-z0-9_.\-/=]+", p) for p in parts):
+        out: dict[str, str] = {}
+        for p in parts:
+            if "=" in p:
+                k, _, v = p.partition("=")
+                out[k] = v
+            else:
+                out[f"feature.node.kubernetes.io/{p}"] = "true"
+        return out, None
+    return {}, constraint
+
+
+def _pod(name: str, argv: list[str], res: dict[str, Any], selector: dict[str, str],
+         workdir: str, deadline: int | None, gpu_type: str | None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": name, "image": HOST_IMAGE, "command": argv,
+                                 "resources": res}
+    if workdir and workdir != "/":
+        container["workingDir"] = workdir
+    spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
+    sel = dict(selector)
+    if gpu_type:
+        sel["nvidia.com/gpu.product"] = gpu_type
+    if sel:
+        spec["nodeSelector"] = sel
+    if deadline:
+        spec["activeDeadlineSeconds"] = deadline
+    return {"spec": spec}
+
+
+def export(sub: JobSubmission, job_id: int, partition: str | None = None) -> dict[str, Any]:
+    """The Volcano Job manifest of job ``job_id`` (``partition``: where it ran, if it did)."""
+    spec = sub.spec
+    ns = spec.account or "default"
+    if sub.dialect == "volcano" and sub.extra.get("vc_spec"):
+        meta = json.loads(sub.extra.get("k8s_meta") or "{}")
+        md: dict[str, Any] = {"name": spec.name, "namespace": ns}
+        if meta.get("labels"):
+            md["labels"] = meta["labels"]
+        ann = {k: v for k, v in (meta.get("annotations") or {}).items()
+               if not k.startswith("kubectl.kubernetes.io/")}
+        if ann:
+            md["annotations"] = ann
+        return {"apiVersion": API_VERSION, "kind": "Job", "metadata": md,
+                "spec": json.loads(sub.extra["vc_spec"])}
+    annotations = {"corral.dev/job-id": str(job_id), "corral.dev/dialect": sub.dialect}
+    selector, rest = _selector(spec.constraint)
+    if rest:
+        annotations["corral.dev/constraint"] = rest
+    deadline = spec.time_limit_s
+    queue = partition or (spec.partitions[0] if spec.partitions else "default")
+    argv = ["/bin/bash", "-c", sub.script] if sub.script else list(sub.argv) or ["true"]
+    tasks: list[dict[str, Any]] = []
+    plugins: dict[str, list[str]] = {}
+    policies: list[dict[str, Any]] = []
+    if spec.task_groups:
+        for g in spec.task_groups:
+            t: dict[str, Any] = {"name": dns_label(g.name), "replicas": g.replicas,
+                                 "template": _pod(dns_label(g.name), argv, _resources(
+                                     g.cpus_per_task, g.mem_per_task_mb, g.gpus_per_task),
+                                     _selector(g.constraint)[0] | selector, sub.workdir,
+                                     deadline, g.gpu_type or spec.gpu_type)}
+            if g.min_available is not None:
+                t["minAvailable"] = g.min_available
+            tasks.append(t)
+        min_av = spec.min_available or sum(g.replicas if g.min_available is None
+                                           else g.min_available for g in spec.task_groups)
+    else:
+        nodes = spec.nodes_min
+        per_node = spec.ntasks_per_node or (
+            -(-spec.ntasks // nodes) if spec.ntasks else 1)
+        cpus = spec.cpus_per_task * per_node
+        mem = spec.mem_per_node_mb or (spec.mem_per_cpu_mb or 0) * cpus
+        gpus = spec.gpus_per_node + spec.gpus_per_task * per_node + (
+            spec.gpus // nodes if spec.gpus else 0)
+        res = _resources(cpus, mem, gpus)
+        tasks.append({"name": "batch", "replicas": 1, "template": _pod(
+            "batch", argv, res, selector, sub.workdir, deadline, spec.gpu_type)})
+        if nodes > 1:
+            tasks.append({"name": "worker", "replicas": nodes - 1, "template": _pod(
+                "worker", ["/bin/sh", "-c", "sleep infinity"], res, selector, sub.workdir,
+                deadline, spec.gpu_type)})
+            plugins = {"svc": [], "ssh": []}
+            policies = [{"event": "TaskCompleted", "action": "CompleteJob"}]
+            tasks[0]["policies"] = policies
+        min_av = nodes
+    out_spec: dict[str, Any] = {"schedulerName": "volcano", "queue": queue,
+                                "minAvailable": min_av, "tasks": tasks}
+    if spec.qos:
+        out_spec["priorityClassName"] = spec.qos
+    if plugins:
+        out_spec["plugins"] = plugins
+    return {"apiVersion": API_VERSION, "kind": "Job",
+            "metadata": {"name": dns_label(spec.name, str(job_id)), "namespace": ns,
+                         "annotations": annotations},
+            "spec": out_spec}

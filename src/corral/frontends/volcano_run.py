@@ -1,0 +1,283 @@
+"""The batch program of a Volcano job: one host process per replica, Volcano's policies.
+
+Run as the job's batch script (``python -m corral.frontends.volcano_run`` with the plan
+of ``corral.frontends.volcano.parse_job`` on stdin) on the job's first node. Algorithm:
+
+1. The replicas' nodes come from ``CORRAL_VC_LAYOUT`` (the controller's allocation,
+   ``task=node:count,node:count;...``): replica ``i`` of a task runs on the i-th slot.
+   Replicas the gang started without (``minAvailable`` below the replicas) are not run.
+2. Each replica is a process with its container's ``command + args`` and ``env``, plus the
+   ``env`` plugin's ``VC_TASK_INDEX``/``VK_TASK_INDEX`` and the ``svc`` plugin's
+   ``VC_<TASK>_HOSTS``/``VC_<TASK>_NUM`` and host files (``<task>.host``, one host name a
+   line, in ``$VC_HOSTFILE_DIR``: host processes share ``/etc``, so not ``/etc/volcano``).
+   Replicas on this node are started directly; others through ``srun -w NODE``.
+   Output goes to ``<submit dir>/.corral/vcjob-<id>/<pod>.log`` (``kubectl logs``).
+3. Each replica is recorded as a job step named after its pod (``<job>-<task>-<i>``), so
+   the controller reports pod phases, and ``sacct``/``squeue -s`` show them.
+4. When a replica ends, the first matching policy (task policies, then the job's; events
+   ``PodFailed``/``PodEvicted`` for a non-zero exit, ``exitCode``, ``TaskCompleted`` when
+   all of a task's replicas succeeded) acts: ``RestartPod``/``RestartTask``/``RestartJob``
+   (counted against ``maxRetry``; beyond it the job fails), ``AbortJob``, ``TerminateJob``,
+   ``CompleteJob``. With no matching policy nothing happens.
+5. When every replica has ended: exit 0 (phase ``Completed``) when at least the job's
+   ``minAvailable`` succeeded, else 1 (``Failed``); ``AbortJob`` exits 2 (``Aborted``),
+   ``TerminateJob`` 3 (``Terminated``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from corral.frontends.volcano import EXIT_ABORTED, EXIT_FAILED, EXIT_TERMINATED
+
+
+def parse_layout(text: str) -> dict[str, list[str]]:
+    """``CORRAL_VC_LAYOUT`` -> each task's replica slots (node names, in order)."""
+    out: dict[str, list[str]] = {}
+    for part in text.split(";"):
+        if "=" not in part:
+            continue
+        task, _, rest = part.partition("=")
+        slots = out.setdefault(task, [])
+        for item in rest.split(","):
+            node, _, n = item.rpartition(":")
+            if node and n.isdigit():
+                slots.extend([node] * int(n))
+    return out
+
+
+def log_dir(submit_dir: str, job_id: str) -> Path:
+    return Path(submit_dir) / ".corral" / f"vcjob-{job_id}"
+
+
+def pod_name(job: str, task: str, index: int) -> str:
+    return f"{job}-{task}-{index}"
+
+
+def env_name(task: str) -> str:
+    return task.upper().replace("-", "_").replace(".", "_")
+
+
+class Replica:
+    def __init__(self, task: dict[str, Any], index: int, node: str) -> None:
+        self.task = task
+        self.index = index
+        self.node = node
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.step: int | None = None
+        self.exit: int | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.task["name"])
+
+
+class Launcher:
+    def __init__(self, plan: dict[str, Any], env: dict[str, str]) -> None:
+        self.plan = plan
+        self.env = env
+        self.job_id = env.get("CORRAL_JOB_ID") or env.get("SLURM_JOB_ID", "0")
+        self.here = env.get("SLURMD_NODENAME", "")
+        self.dir = log_dir(env.get("CORRAL_SUBMIT_DIR") or os.getcwd(), self.job_id)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        layout = parse_layout(env.get("CORRAL_VC_LAYOUT", ""))
+        self.replicas: list[Replica] = []
+        for t in plan["tasks"]:
+            slots = layout.get(t["name"], [])
+            for i in range(min(int(t["replicas"]), len(slots))):
+                self.replicas.append(Replica(t, i, slots[i]))
+        self.retries = 0
+        self.client: Any = None
+        self.base = self._base_env()
+
+    def _base_env(self) -> dict[str, str]:
+        base = dict(self.env)
+        plugins = self.plan.get("plugins") or []
+        if "svc" in plugins:
+            hdir = self.dir / "hosts"
+            hdir.mkdir(exist_ok=True)
+            for t in self.plan["tasks"]:
+                hosts = [r.node for r in self.replicas if r.name == t["name"]]
+                (hdir / f"{t['name']}.host").write_text("".join(h + "\n" for h in hosts))
+                base[f"VC_{env_name(t['name'])}_HOSTS"] = ",".join(hosts)
+                base[f"VC_{env_name(t['name'])}_NUM"] = str(len(hosts))
+            base["VC_HOSTFILE_DIR"] = str(hdir)
+        return base
+
+    # ---- steps (the controller's record of each replica) --------------------------------
+
+    def _api(self) -> Any:
+        if self.client is None:
+            from corral.client import Client
+
+            self.client = Client()
+        return self.client
+
+    def _record_start(self, r: Replica) -> None:
+        try:
+            r.step = self._api().start_step(
+                self.job_id, r.task["argv"], name=pod_name(self.plan["job"], r.name, r.index),
+                nodes=[r.node], num_cpus=int(r.task["cpus"]),
+                pid=r.proc.pid if r.proc else None)
+        except Exception as exc:  # the replica runs anyway; its phase is then the job's
+            print(f"corral: cannot record replica {r.name}-{r.index}: {exc}", file=sys.stderr)
+
+    def _record_end(self, r: Replica, code: int) -> None:
+        if r.step is None:
+            return
+        try:
+            sig = -code if code < 0 else 0
+            self._api().end_step(self.job_id, r.step, exit_code=max(code, 0), signal=sig)
+        except Exception as exc:
+            print(f"corral: cannot record the end of {r.name}-{r.index}: {exc}",
+                  file=sys.stderr)
+
+    # ---- processes ------------------------------------------------------------------------
+
+    def start(self, r: Replica) -> None:
+        t = r.task
+        env = dict(self.base)
+        env.update(t["env"])
+        if "env" in (self.plan.get("plugins") or []):
+            env["VC_TASK_INDEX"] = env["VK_TASK_INDEX"] = str(r.index)
+        pod = pod_name(self.plan["job"], r.name, r.index)
+        env["CORRAL_POD_NAME"] = env.setdefault("HOSTNAME", pod)
+        out = open(self.dir / f"{pod}.log", "ab")
+        argv = list(t["argv"])
+        cwd = t.get("workdir") or None
+        if r.node and self.here and r.node != self.here:
+            srun = [sys.executable, "-c", "import sys; from corral.shims.lean import main; "
+                    "main('srun', sys.argv[1:])", "-N1", "-n1", "-w", r.node,
+                    f"--cpus-per-task={t['cpus']}", "--export=ALL"]
+            argv = srun + argv
+        try:
+            r.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            out.write(f"corral: cannot start {argv[0]}: {exc}\n".encode())
+            r.proc = None
+            r.exit = 127
+        finally:
+            out.close()
+        r.exit = None if r.proc is not None else 127
+        self._record_start(r)
+        if r.proc is None:
+            self._record_end(r, 127)
+
+    def kill(self, replicas: list[Replica]) -> None:
+        for r in replicas:
+            if r.proc is not None and r.exit is None:
+                try:
+                    os.killpg(r.proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for r in replicas:
+            if r.proc is not None and r.exit is None:
+                try:
+                    code = r.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(r.proc.pid, signal.SIGKILL)
+                    code = r.proc.wait()
+                r.exit = code
+                self._record_end(r, code)
+
+    # ---- policies ---------------------------------------------------------------------------
+
+    def _action(self, r: Replica, code: int, event: str) -> str | None:
+        for p in list(r.task.get("policies") or []) + list(self.plan.get("policies") or []):
+            if p.get("exit_code") is not None:
+                if event != "TaskCompleted" and code == p["exit_code"]:
+                    return str(p["action"])
+            elif event in p["events"] or ("*" in p["events"] and event != "TaskCompleted") \
+                    or (event == "PodFailed" and "PodEvicted" in p["events"]):
+                return str(p["action"])
+        return None
+
+    def _limit(self, r: Replica) -> int:
+        own = r.task.get("max_retry")
+        return int(own if own is not None else self.plan.get("max_retry", 3))
+
+    def run(self) -> int:
+        for r in self.replicas:
+            self.start(r)
+        while True:
+            live = [r for r in self.replicas if r.exit is None and r.proc is not None]
+            if not live:
+                break
+            ended = self._wait_one(live)
+            code = ended.exit if ended.exit is not None else 1
+            action = self._action(ended, code, "PodFailed") if code != 0 else None
+            if code == 0:
+                mates = [x for x in self.replicas if x.name == ended.name]
+                if all(x.exit == 0 for x in mates):
+                    action = self._action(ended, 0, "TaskCompleted")
+            verdict = self._apply(action, ended)
+            if verdict is not None:
+                return verdict
+        ok = sum(1 for r in self.replicas if r.exit == 0)
+        need = int(self.plan.get("min_available") or len(self.replicas))
+        print(f"corral: {ok} of {len(self.replicas)} replicas succeeded (minAvailable "
+              f"{need})", file=sys.stderr)
+        return 0 if ok >= min(need, len(self.replicas)) and self.replicas else EXIT_FAILED
+
+    def _apply(self, action: str | None, r: Replica) -> int | None:
+        if action is None:
+            return None
+        print(f"corral: {r.name}-{r.index} ended with {r.exit}: {action}", file=sys.stderr)
+        if action in ("AbortJob", "TerminateJob", "CompleteJob"):
+            self.kill(self.replicas)
+            return {"AbortJob": EXIT_ABORTED, "TerminateJob": EXIT_TERMINATED}.get(action, 0)
+        self.retries += 1
+        if self.retries > self._limit(r):
+            print(f"corral: maxRetry {self._limit(r)} reached", file=sys.stderr)
+            self.kill(self.replicas)
+            return EXIT_FAILED
+        group = {"RestartPod": [r], "RestartTask": [x for x in self.replicas
+                                                    if x.name == r.name]}.get(
+            action, self.replicas)
+        self.kill(group)
+        for x in group:
+            self.start(x)
+        return None
+
+    def _wait_one(self, live: list[Replica]) -> Replica:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                pid, status = 0, 0
+            for r in live:
+                if r.proc is not None and (r.proc.pid == pid or pid == 0):
+                    if pid == 0:
+                        r.proc.wait()
+                        code = r.proc.returncode
+                    else:
+                        code = os.waitstatus_to_exitcode(status)
+                        r.proc.returncode = code
+                    r.exit = code
+                    self._record_end(r, code)
+                    return r
+            time.sleep(0)
+
+
+def main() -> None:
+    plan = json.loads(sys.stdin.read())
+    launcher = Launcher(plan, dict(os.environ))
+
+    def stop(_sig: int, _frame: Any) -> None:
+        launcher.kill(launcher.replicas)
+        sys.exit(EXIT_TERMINATED)
+
+    signal.signal(signal.SIGTERM, stop)
+    sys.exit(launcher.run())
+
+
+if __name__ == "__main__":
+    main()

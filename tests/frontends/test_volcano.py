@@ -1,0 +1,192 @@
+"""Volcano Job manifests to Corral submissions, and Corral jobs back to Volcano Jobs that
+validate against the Volcano v1.15 CRD schema (shared/schemas/volcano)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.core.model.job import JobSpec, TaskGroup
+from corral.frontends.volcano import ManifestError, parse_job, plan_of_script, quantity
+from corral.frontends.volcano_export import export
+from corral.submission import JobSubmission
+
+SCHEMAS = Path("/work/shared/schemas/volcano")
+
+# the seeds' mixed CFD + AI job (shared/seeds/001_*.txt), verbatim but for quoting
+CFD_AI: dict[str, Any] = {
+    "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+    "metadata": {"name": "cfd-ai-hybrid"},
+    "spec": {"minAvailable": 8, "tasks": [
+        {"name": "cfd-simulation", "replicas": 4, "template": {"spec": {"containers": [{
+            "name": "cfd", "image": "registry.chpc.edu.cn/hpc/openfoam:latest",
+            "command": ["mpirun", "-np", "4", "simpleFoam"],
+            "resources": {"requests": {"cpu": 8, "memory": "32Gi", "nvidia.com/gpu": 0}}}]}}},
+        {"name": "ai-training", "replicas": 4, "template": {"spec": {
+            "containers": [{"name": "ai", "image": "registry.chpc.edu.cn/ai/pytorch:latest",
+                            "command": ["python", "train.py"],
+                            "resources": {"requests": {"cpu": 4, "memory": "16Gi",
+                                                       "nvidia.com/gpu": 1}}}],
+            "nodeSelector": {"gpu-type": "A100"}}}},
+    ]},
+}
+
+
+def _validator(kind: str = "Job") -> Any:
+    jsonschema = pytest.importorskip("jsonschema")
+    yaml = pytest.importorskip("yaml")
+    name = {"Job": "batch.volcano.sh_jobs.yaml", "Queue": "scheduling.volcano.sh_queues.yaml"}
+    path = SCHEMAS / name[kind]
+    if path.exists():
+        schema = yaml.safe_load(path.read_text())["spec"]["versions"][0]["schema"][
+            "openAPIV3Schema"]
+    else:  # the packaged copy (scripts/volcano-crds) where shared/ is not at hand
+        from corral.controller.kube_discovery import crds
+
+        schema = crds()[kind]
+    return jsonschema.Draft7Validator(schema)
+
+
+def _valid(manifest: dict[str, Any]) -> None:
+    errors = [f"{'/'.join(map(str, e.path))}: {e.message}"
+              for e in _validator().iter_errors(manifest)]
+    assert not errors, errors
+
+
+def test_the_seeds_cfd_ai_job_maps_to_a_gang_of_two_task_groups() -> None:
+    vj = parse_job(CFD_AI, python="/usr/bin/python3")
+    spec = vj.submission.spec
+    assert spec.min_available == 8 and spec.name == "cfd-ai-hybrid"
+    assert spec.task_groups == (
+        TaskGroup("cfd-simulation", 4, 8, 32 * 1024, 0, None, None, None),
+        TaskGroup("ai-training", 4, 4, 16 * 1024, 1, "A100", None, None))
+    assert vj.submission.dialect == "volcano"
+    plan = plan_of_script(vj.submission.script or "")
+    assert plan is not None and [t["argv"] for t in plan["tasks"]] == [
+        ["mpirun", "-np", "4", "simpleFoam"], ["python", "train.py"]]
+    _valid(CFD_AI)
+
+
+def test_fields_map_to_corral() -> None:
+    m = copy.deepcopy(CFD_AI)
+    m["metadata"]["namespace"] = "physics"
+    m["spec"].update(queue="gpu", priorityClassName="high", maxRetry=2,
+                     ttlSecondsAfterFinished=60, plugins={"env": [], "svc": []},
+                     policies=[{"event": "PodFailed", "action": "RestartJob"}])
+    ai = m["spec"]["tasks"][1]["template"]["spec"]
+    ai["nodeSelector"] = {"feature.node.kubernetes.io/avx512": "true", "ib": "true",
+                          "rack": "r1"}
+    ai["activeDeadlineSeconds"] = 600
+    ai["tolerations"] = [{"key": "hpc", "operator": "Exists"}]
+    ai["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": ["a", "b"]}]}]}}}
+    m["spec"]["tasks"][1]["minAvailable"] = 2
+    m["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "500m", "memory": "1.5Gi"}, "limits": {"cpu": "2"}}
+    vj = parse_job(m, namespace="physics")
+    s = vj.submission.spec
+    assert (s.account, s.partitions, s.qos, s.time_limit_s) == ("physics", ("gpu",), "high",
+                                                                  600)
+    g = s.task_groups[1]
+    assert (g.cpus_per_task, g.mem_per_task_mb, g.min_available) == (2, 1536, 2)
+    assert g.constraint == "avx512&ib&rack=r1&(zone=a|zone=b)"
+    assert vj.submission.extra["vc_ttl_s"] == "60"
+    plan = vj.plan
+    assert plan["max_retry"] == 2 and plan["plugins"] == ["env", "svc"]
+    assert plan["policies"] == [{"events": ["PodFailed"], "exit_code": None,
+                                 "action": "RestartJob"}]
+
+
+def test_minavailable_defaults_to_the_tasks_minimums() -> None:
+    m = copy.deepcopy(CFD_AI)
+    del m["spec"]["minAvailable"]
+    m["spec"]["tasks"][0]["minAvailable"] = 1
+    assert parse_job(m).submission.spec.min_available == 5
+
+
+@pytest.mark.parametrize("change, path", [
+    (lambda m: m["spec"].update(minSuccess=1), "spec.minSuccess"),
+    (lambda m: m["spec"].update(bogus=1), "spec.bogus"),
+    (lambda m: m["spec"]["tasks"][0]["template"]["spec"]["containers"][0].update(
+        envFrom=[{"configMapRef": {"name": "x"}}]),
+     "spec.tasks[0].template.spec.containers[0].envFrom"),
+    (lambda m: m["spec"]["tasks"][0]["template"]["spec"].update(
+        volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]),
+     "spec.tasks[0].template.spec.volumes[0]"),
+    (lambda m: m["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["resources"][
+        "requests"].update({"example.com/fpga": 1}),
+     "spec.tasks[1].template.spec.containers[0].resources.requests.example.com/fpga"),
+    (lambda m: m["spec"].update(plugins={"ssh": []}), "spec.plugins.ssh"),
+    (lambda m: m["spec"]["tasks"][0]["template"]["spec"]["containers"][0].pop("command"),
+     "spec.tasks[0].template.spec.containers[0].command"),
+    (lambda m: m["spec"].update(minAvailable=9), "spec.minAvailable"),
+    (lambda m: m["spec"]["tasks"][1].update(name="cfd-simulation"), "spec.tasks[1].name"),
+    (lambda m: m["spec"].update(policies=[{"event": "PodFailed", "action": "Reboot"}]),
+     "spec.policies[0].action"),
+    (lambda m: m["spec"]["tasks"][0]["template"]["spec"].update(affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "k", "operator": "NotIn", "values": ["v"]}]}]}}}),
+     "spec.tasks[0].template.spec.affinity.nodeAffinity."
+     "requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]."
+     "matchExpressions[0].operator"),
+    (lambda m: m["metadata"].update(name="Bad_Name"), "metadata.name"),
+])
+def test_what_corral_cannot_honour_is_refused_by_its_path(change: Any, path: str) -> None:
+    m = copy.deepcopy(CFD_AI)
+    change(m)
+    with pytest.raises(ManifestError) as err:
+        parse_job(m)
+    assert path in [f for f, _r, _m in err.value.causes], err.value.causes
+
+
+def test_images_are_refused_where_host_commands_are_off() -> None:
+    with pytest.raises(ManifestError, match="no container runtime"):
+        parse_job(CFD_AI, host_commands=False)
+
+
+def test_quantities() -> None:
+    assert [quantity(q) for q in ("500m", "2", 3, "1Gi", "1e3", "1.5k")] == [
+        0.5, 2.0, 3.0, 2.0**30, 1000.0, 1500.0]
+    for bad in ("1x", "-1", True, "Gi"):
+        with pytest.raises(ValueError):
+            quantity(bad)
+
+
+def test_a_volcano_job_exports_as_its_manifest_and_validates() -> None:
+    vj = parse_job(CFD_AI)
+    out = export(vj.submission, 7)
+    assert out["spec"] == CFD_AI["spec"] and out["metadata"]["name"] == "cfd-ai-hybrid"
+    _valid(out)
+
+
+@pytest.mark.parametrize("spec, script", [
+    (JobSpec(name="hello world", nodes_min=1, cpus_per_task=2, mem_per_node_mb=1024,
+             time_limit_s=600, partitions=("batch",), qos="normal"), "#!/bin/sh\nhostname\n"),
+    (JobSpec(name="mpi", nodes_min=4, ntasks_per_node=8, cpus_per_task=1, mem_per_cpu_mb=500,
+             gpus_per_node=2, gpu_type="a100", constraint="avx512&ib", account="phys"),
+     "#!/bin/bash\n#SBATCH -N 4\nsrun ./a.out\n"),
+    (JobSpec(name="gang", task_groups=(TaskGroup("ps", 1, 2), TaskGroup("w", 4, 1, 100, 1,
+                                                                        min_available=2)),
+             min_available=3, constraint="(a|b)"), None),
+])
+def test_sbatch_jobs_export_as_volcano_jobs_that_validate(spec: JobSpec,
+                                                          script: str | None) -> None:
+    sub = JobSubmission(spec=spec, script=script, argv=("/bin/true",), workdir="/home/u",
+                        dialect="slurm")
+    out = export(sub, 42, "batch")
+    _valid(out)
+    json.dumps(out)
+    assert out["metadata"]["name"].endswith("-42")
+    if spec.nodes_min > 1:
+        assert [t["replicas"] for t in out["spec"]["tasks"]] == [1, 3]
+        res = out["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]
+        assert res["requests"] == {"cpu": "8", "memory": "4000Mi", "nvidia.com/gpu": "2"}
+        assert out["metadata"]["namespace"] == "phys"
+    if spec.task_groups:
+        assert out["spec"]["minAvailable"] == 3
+        assert out["metadata"]["annotations"]["corral.dev/constraint"] == "(a|b)"
