@@ -227,7 +227,7 @@ class Kube:
                             continue
                         yield render("ADDED", o, first)
                         first = False
-                    elif rv != old[0] or o != old[1]:
+                    elif rv != old[0] or _steady(o) != _steady(old[1]):
                         yield render("MODIFIED", o, first)
                         first = False
                 for uid in list(known):
@@ -238,6 +238,14 @@ class Kube:
                 await asyncio.sleep(WATCH_POLL_S)
 
         return StreamingResponse(stream(), media_type="application/json")
+
+
+def _steady(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without what changes by itself (a running job's duration)."""
+    status = obj.get("status")
+    if not isinstance(status, dict) or "runningDuration" not in status:
+        return obj
+    return {**obj, "status": {k: v for k, v in status.items() if k != "runningDuration"}}
 
 
 JOB_COLUMNS: list[Column] = [

@@ -149,7 +149,9 @@ class Launcher:
             env["VC_TASK_INDEX"] = env["VK_TASK_INDEX"] = str(r.index)
         pod = pod_name(self.plan["job"], r.name, r.index)
         env["CORRAL_POD_NAME"] = env.setdefault("HOSTNAME", pod)
-        out = open(self.dir / f"{pod}.log", "ab")
+        # a new run starts a new log (job ids of another cluster may have written it);
+        # a restarted replica appends
+        out = open(self.dir / f"{pod}.log", "ab" if r.step is not None else "wb")
         argv = list(t["argv"])
         cwd = t.get("workdir") or None
         if r.node and self.here and r.node != self.here:

@@ -1,0 +1,248 @@
+"""The real kubectl against a running Corral cluster (issue 14): Volcano Jobs applied,
+listed (table and YAML), described, their pods' logs read, waited for, deleted; a gang
+that cannot fit waits whole; the seeds' two-task CFD + AI job with host commands; a
+field Corral cannot honour refused with its path; another user's jobs invisible; every
+exported job valid against the Volcano CRD schema. One TLS cluster for the module:
+kubectl sends no bearer token over plain HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.cluster import TEST_CONFIG, Cluster, corral, wait_for
+
+KUBECTL = os.environ.get("CORRAL_TEST_KUBECTL") or shutil.which("kubectl")
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed "
+                                                         "(scripts/system-deps installs it)")
+CONFIG = TEST_CONFIG.replace("[controller]\n",
+                             '[controller]\nlisten = "127.0.0.1:0"\ntls = true\n', 1)
+
+
+class Kube:
+    def __init__(self, cluster: Cluster, kubeconfig: Path) -> None:
+        self.c = cluster
+        self.kubeconfig = kubeconfig
+
+    def run(self, *args: str, stdin: str | None = None, ok: bool = True,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        assert KUBECTL is not None
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        r = subprocess.run([KUBECTL, *args], input=stdin, capture_output=True, text=True,
+                           env=env, timeout=timeout)
+        if ok:
+            assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stdout}{r.stderr}\n" \
+                                      f"{self.c.logs()}"
+        return r
+
+    def apply(self, manifest: dict[str, Any], *args: str, ok: bool = True
+              ) -> subprocess.CompletedProcess[str]:
+        return self.run("apply", "-f", "-", *args, stdin=yaml.safe_dump(manifest), ok=ok)
+
+    def get(self, *what: str) -> Any:
+        return json.loads(self.run("get", *what, "-o", "json").stdout)
+
+    def wait_phase(self, name: str, phase: str, timeout: int = 30) -> None:
+        self.run("wait", f"--for=jsonpath={{.status.state.phase}}={phase}", f"vcjob/{name}",
+                 f"--timeout={timeout}s", timeout=timeout + 10)
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[Kube]:
+    root = Path(tempfile.mkdtemp(prefix="corral-e2e-"))
+    c = Cluster(root, CONFIG)
+    c.up()
+    global WORKDIR
+    WORKDIR = str(c.work)
+    try:
+        kc = root / "kubeconfig"
+        env = dict(os.environ, CORRAL_STATE_DIR=str(c.state_dir))
+        r = corral("kubeconfig", "-o", str(kc), env=env)
+        assert r.returncode == 0, r.stderr
+        yield Kube(c, kc)
+    finally:
+        c.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def vcjob(name: str, *tasks: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": name}, "spec": {"schedulerName": "volcano", **spec,
+                                                 "tasks": list(tasks)}}
+
+
+WORKDIR = ""  # the module cluster's shared work directory (set by the fixture)
+
+
+def task(name: str, replicas: int, command: str, cpu: int | str = 1,
+         memory: str = "50Mi", **pod: Any) -> dict[str, Any]:
+    return {"name": name, "replicas": replicas, "template": {"spec": {
+        "restartPolicy": "Never", **pod,
+        "containers": [{"name": name, "image": "busybox", "command": ["sh", "-c", command],
+                        "workingDir": WORKDIR,
+                        "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}}
+
+
+def test_apply_get_describe_logs_wait_delete(kube: Kube) -> None:
+    job = vcjob("hello", task("worker", 2, "echo hello $VC_TASK_INDEX of $VC_WORKER_NUM; "
+                              "cat $VC_HOSTFILE_DIR/worker.host"),
+                plugins={"env": [], "svc": []}, queue="default")
+    assert "job.batch.volcano.sh/hello created" in kube.apply(job).stdout
+    kube.wait_phase("hello", "Completed")
+    table = kube.run("get", "vcjob", "-o", "wide").stdout.splitlines()
+    assert table[0].split() == ["NAME", "STATUS", "MINAVAILABLE", "RUNNINGS", "AGE", "QUEUE"]
+    assert table[1].split()[:4] == ["hello", "Completed", "2", "0"]
+    obj = yaml.safe_load(kube.run("get", "vcjob", "hello", "-o", "yaml").stdout)
+    assert obj["status"]["state"]["phase"] == "Completed"
+    assert obj["status"]["succeeded"] == 2 and obj["spec"] == job["spec"]
+    pods = kube.run("get", "pods", "-o", "wide").stdout.splitlines()
+    assert [p.split()[:3] for p in pods[1:]] == [["hello-worker-0", "0/1", "Completed"],
+                                                ["hello-worker-1", "0/1", "Completed"]]
+    assert all(p.split()[-1] == "testnode" for p in pods[1:])
+    assert kube.run("logs", "hello-worker-1").stdout == "hello 1 of 2\ntestnode\ntestnode\n"
+    described = kube.run("describe", "vcjob", "hello").stdout
+    assert "Phase:" in described and "Scheduled" in described and "Completed" in described
+    # the same job through Corral's own API (squeue, corral queue)
+    jid = int(obj["metadata"]["annotations"]["corral.dev/job-id"])
+    assert kube.c.job(jid)["name"] == "hello" and kube.c.job(jid)["state"] == "COMPLETED"
+    # apply again: unchanged; new labels: configured; a new spec: refused by its path
+    assert "unchanged" in kube.apply(job).stdout
+    job["metadata"]["labels"] = {"team": "cfd"}
+    assert "configured" in kube.apply(job).stdout
+    assert kube.get("vcjob", "-l", "team=cfd")["items"][0]["metadata"]["name"] == "hello"
+    job["spec"]["tasks"][0]["replicas"] = 3
+    r = kube.apply(job, ok=False)
+    assert r.returncode == 1 and 'The Job "hello" is invalid: spec: Forbidden' in r.stderr
+    assert 'job.batch.volcano.sh "hello" deleted' in kube.run("delete", "vcjob", "hello").stdout
+    r = kube.run("get", "vcjob", "hello", ok=False)
+    assert r.returncode == 1 and "NotFound" in r.stderr
+
+
+def test_a_gang_that_cannot_fit_waits_whole(kube: Kube) -> None:
+    c = kube.c
+    blocker = c.submit("sleep 120", cpus_per_task=10)  # 6 of the node's 16 CPUs stay free
+    c.wait_state(blocker, "RUNNING")
+    try:
+        kube.apply(vcjob("gang", task("a", 4, "true"), task("b", 4, "true")))
+        # a smaller minimum starts now on what is free: 6 of 8 replicas
+        # (a time limit below the blocker's lets it backfill before the gang's reservation)
+        kube.apply(vcjob("partial", task("a", 4, "true", activeDeadlineSeconds=30),
+                         task("b", 4, "true", activeDeadlineSeconds=30), minAvailable=5))
+        kube.wait_phase("partial", "Completed")
+        assert kube.get("vcjob", "partial")["status"]["succeeded"] == 6
+        gang = kube.get("vcjob", "gang")
+        assert gang["status"]["state"]["phase"] == "Pending"
+        assert gang["status"]["state"]["reason"] == "Resources"
+        pods = kube.get("pods", "-l", "volcano.sh/job-name=gang")["items"]
+        assert len(pods) == 8 and {p["status"]["phase"] for p in pods} == {"Pending"}
+        events = kube.run("get", "events").stdout
+        assert "PodGroupPending" in events and "job/gang" in events
+        jid = int(gang["metadata"]["annotations"]["corral.dev/job-id"])
+        assert c.job(jid)["state"] == "PENDING" and not c.job(jid)["steps"]
+    finally:
+        c.client.cancel([blocker])
+    kube.wait_phase("gang", "Completed")
+    assert kube.get("vcjob", "gang")["status"]["succeeded"] == 8
+
+
+def test_the_seeds_cfd_ai_job_with_host_commands(kube: Kube) -> None:
+    # shared/seeds/001: minAvailable 8, a CFD task of 4 and an AI task of 4 replicas; the
+    # images' programs are host commands here (no container runtime yet), sized to fit
+    cfd = task("cfd-simulation", 4, "echo simpleFoam rank $VC_TASK_INDEX", cpu=2,
+               memory="100Mi")
+    ai = task("ai-training", 4, "echo train.py worker $VC_TASK_INDEX; "
+              "echo cfd=$VC_CFD_SIMULATION_NUM", cpu="500m")
+    kube.apply(vcjob("cfd-ai-hybrid", cfd, ai, minAvailable=8,
+                     plugins={"env": [], "svc": []}))
+    kube.wait_phase("cfd-ai-hybrid", "Completed")
+    st = kube.get("vcjob", "cfd-ai-hybrid")["status"]
+    assert st["succeeded"] == 8 and st["taskStatusCount"] == {
+        "cfd-simulation": {"phase": {"Succeeded": 4}},
+        "ai-training": {"phase": {"Succeeded": 4}}}
+    assert kube.run("logs", "cfd-ai-hybrid-ai-training-3").stdout == \
+        "train.py worker 3\ncfd=4\n"
+    assert kube.run("logs", "cfd-ai-hybrid-cfd-simulation-0").stdout == "simpleFoam rank 0\n"
+
+
+def test_policies_abort_a_job_on_a_failed_pod(kube: Kube) -> None:
+    kube.apply(vcjob("abort", task("w", 2, "if [ $VC_TASK_INDEX = 1 ]; then exit 3; fi; "
+                                   "sleep 60"),
+                     plugins={"env": []}, policies=[{"event": "PodFailed",
+                                                     "action": "AbortJob"}]))
+    kube.wait_phase("abort", "Aborted")
+    pods = {p["metadata"]["name"]: p for p in kube.get("pods", "-l",
+                                                       "volcano.sh/job-name=abort")["items"]}
+    term = pods["abort-w-1"]["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 3 and pods["abort-w-1"]["status"]["phase"] == "Failed"
+
+
+def test_unsupported_fields_are_refused_with_their_path(kube: Kube) -> None:
+    bad = vcjob("bad", task("t", 1, "true"))
+    bad["spec"]["minSuccess"] = 1
+    bad["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["envFrom"] = [
+        {"configMapRef": {"name": "x"}}]
+    r = kube.apply(bad, ok=False)
+    assert r.returncode == 1
+    assert 'The Job "bad" is invalid' in r.stderr
+    assert "spec.minSuccess: Forbidden: not supported by Corral" in r.stderr
+    assert "spec.tasks[0].template.spec.containers[0].envFrom: Forbidden" in r.stderr
+    unknown = vcjob("bad", task("t", 1, "true"))
+    unknown["spec"]["tasks"][0]["replica"] = 2  # a typo
+    r = kube.apply(unknown, "--validate=strict", ok=False)
+    assert r.returncode == 1 and "spec.tasks[0].replica: Forbidden" in r.stderr
+    r = kube.run("get", "vcjob", "bad", ok=False)
+    assert "NotFound" in r.stderr
+
+
+def test_another_users_jobs_are_invisible(kube: Kube, test_user: Any) -> None:
+    kube.apply(vcjob("mine", task("t", 1, "true")))
+    token = kube.c.client.token(user=test_user.pw_name)
+    cfg = yaml.safe_load(kube.kubeconfig.read_text())
+    cfg["users"][0]["user"]["token"] = token
+    theirs = kube.kubeconfig.with_name("theirs")
+    theirs.write_text(yaml.safe_dump(cfg))
+    other = Kube(kube.c, theirs)
+    assert "No resources found" in other.run("get", "vcjob").stderr
+    for verb in (("get", "vcjob", "mine"), ("delete", "vcjob", "mine"),
+                 ("logs", "mine-t-0")):
+        r = other.run(*verb, ok=False)
+        assert r.returncode == 1 and "NotFound" in r.stderr, verb
+    assert kube.get("vcjob", "mine")["metadata"]["name"] == "mine"
+    assert other.get("nodes")["items"][0]["status"]["capacity"]["cpu"] == "16"
+
+
+def test_exported_jobs_validate_and_corral_submit_takes_a_manifest(kube: Kube) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from corral.controller.kube_discovery import crds
+
+    validator = jsonschema.Draft7Validator(crds()["Job"])
+    c = kube.c
+    env = dict(os.environ, CORRAL_STATE_DIR=str(c.state_dir))
+    sb = c.submit("hostname", nodes_min=1, ntasks=2, mem_per_node_mb=200)
+    c.wait_done(sb)
+    manifest = kube.c.root / "exported.yaml"
+    r = corral("export", "--volcano", str(sb), env=env)
+    assert r.returncode == 0, r.stderr
+    out = yaml.safe_load(r.stdout)
+    assert not list(validator.iter_errors(out))
+    assert out["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"][:2] == \
+        ["/bin/sh", "-c"]
+    out["metadata"]["name"] = "from-sbatch"
+    manifest.write_text(yaml.safe_dump(out))
+    r = corral("submit", str(manifest), env=env)
+    assert r.returncode == 0 and "Volcano Job default/from-sbatch" in r.stdout, r.stderr
+    kube.wait_phase("from-sbatch", "Completed")
+    vc = kube.get("vcjob", "from-sbatch")
+    again = corral("export", "--volcano", vc["metadata"]["annotations"]["corral.dev/job-id"],
+                   env=env)
+    assert not list(validator.iter_errors(yaml.safe_load(again.stdout)))
+    wait_for(lambda: "from-sbatch" in kube.run("get", "vcjob").stdout, 5)
