@@ -185,6 +185,22 @@ def test_policies_abort_a_job_on_a_failed_pod(kube: Kube) -> None:
     assert term["exitCode"] == 3 and pods["abort-w-1"]["status"]["phase"] == "Failed"
 
 
+def test_restarts_count_against_max_retry(kube: Kube) -> None:
+    marker = f"{WORKDIR}/restart-marker-$CORRAL_JOB_ID"
+    flaky = task("w", 1, f"if [ -e {marker} ]; then echo second; else touch {marker}; "
+                         "echo first; exit 1; fi")
+    flaky["template"]["spec"]["restartPolicy"] = "OnFailure"  # = RestartPod on PodFailed
+    kube.apply(vcjob("flaky", flaky))
+    kube.wait_phase("flaky", "Completed")
+    pod = kube.get("pod", "flaky-w-0")
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 1
+    assert kube.run("logs", "flaky-w-0").stdout == "first\nsecond\n"
+    kube.apply(vcjob("doomed", task("w", 2, "exit 1"), maxRetry=1,
+                     policies=[{"event": "PodFailed", "action": "RestartJob"}]))
+    kube.wait_phase("doomed", "Failed")
+    assert kube.get("vcjob", "doomed")["status"]["retryCount"] == 1
+
+
 def test_unsupported_fields_are_refused_with_their_path(kube: Kube) -> None:
     bad = vcjob("bad", task("t", 1, "true"))
     bad["spec"]["minSuccess"] = 1

@@ -130,6 +130,9 @@ def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> list[dict[s
     p = plan(rec)
     slots = layout(rec)
     by_name = {s["name"]: s for s in steps}  # the last run of each replica wins
+    runs: dict[str, int] = {}
+    for s in steps:
+        runs[s["name"]] = runs.get(s["name"], 0) + 1
     out = []
     ns = namespace_of(rec)
     for t in p["tasks"]:
@@ -139,7 +142,7 @@ def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> list[dict[s
             mine = slots.get(t["name"], [])
             node = (str(st["nodes"][0]) if st and st.get("nodes")
                     else mine[i] if i < len(mine) else None)
-            out.append(pod(rec, t, i, name, ns, node, st, now))
+            out.append(pod(rec, t, i, name, ns, node, st, max(0, runs.get(name, 0) - 1)))
     return out
 
 
@@ -161,7 +164,8 @@ def _pod_phase(rec: JobRecord, st: dict[str, Any] | None) -> tuple[str, dict[str
 
 
 def pod(rec: JobRecord, task: dict[str, Any], index: int, name: str, ns: str,
-        node: str | None, st: dict[str, Any] | None, now: float) -> dict[str, Any]:
+        node: str | None, st: dict[str, Any] | None, restarts: int) -> dict[str, Any]:
+    """The Pod of one replica (``restarts``: its runs in this job run, less one)."""
     phase, cstate = _pod_phase(rec, st)
     req: dict[str, str] = {"cpu": str(task["cpus"])}
     if task.get("mem_mb"):
@@ -190,7 +194,7 @@ def pod(rec: JobRecord, task: dict[str, Any], index: int, name: str, ns: str,
         "status": {"phase": phase, "hostIP": None, "startTime": ts(started),
                    "containerStatuses": [{"name": container["name"], "image": container[
                        "image"], "imageID": "", "ready": phase == "Running",
-                       "restartCount": 0, "started": phase == "Running",
+                       "restartCount": restarts, "started": phase == "Running",
                        "state": cstate}]},
     }
 
@@ -204,7 +208,9 @@ def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> dict[str, 
         spec = {}
     counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
     tasks: dict[str, dict[str, dict[str, int]]] = {}  # task -> {"phase": {phase: n}}
+    restarted = 0
     for pd in pods(rec, steps, now):
+        restarted = max(restarted, pd["status"]["containerStatuses"][0]["restartCount"])
         ph = pd["status"]["phase"]
         key = {"Pending": "pending", "Running": "running", "Succeeded": "succeeded"}.get(
             ph, "failed")
@@ -226,7 +232,7 @@ def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> dict[str, 
         conds.append({"status": phase, "lastTransitionTime": ts(rec.end_time)})
     status: dict[str, Any] = {
         "state": state, "minAvailable": int(rec.sub.spec.min_available or 1),
-        "retryCount": rec.restarts, "version": 1, "conditions": conds,
+        "retryCount": rec.restarts + restarted, "version": 1, "conditions": conds,
         "taskStatusCount": tasks, **counts}
     if rec.start_time:
         run = (rec.end_time or now) - rec.start_time
