@@ -73,6 +73,8 @@ class Replica:
         self.proc: subprocess.Popen[bytes] | None = None
         self.step: int | None = None
         self.exit: int | None = None
+        self.remote = False  # started through srun, which records its step itself
+        self.started = False
 
     @property
     def name(self) -> str:
@@ -121,6 +123,8 @@ class Launcher:
         return self.client
 
     def _record_start(self, r: Replica) -> None:
+        if r.remote:
+            return
         try:
             r.step = self._api().start_step(
                 self.job_id, r.task["argv"], name=pod_name(self.plan["job"], r.name, r.index),
@@ -151,13 +155,17 @@ class Launcher:
         env["CORRAL_POD_NAME"] = env.setdefault("HOSTNAME", pod)
         # a new run starts a new log (job ids of another cluster may have written it);
         # a restarted replica appends
-        out = open(self.dir / f"{pod}.log", "ab" if r.step is not None else "wb")
+        out = open(self.dir / f"{pod}.log", "ab" if r.started else "wb")
+        r.started = True
         argv = list(t["argv"])
         cwd = t.get("workdir") or None
-        if r.node and self.here and r.node != self.here:
+        r.remote = bool(r.node and self.here and r.node != self.here)
+        if r.remote:  # a step on the replica's node, named after the pod
             srun = [sys.executable, "-c", "import sys; from corral.shims.lean import main; "
-                    "main('srun', sys.argv[1:])", "-N1", "-n1", "-w", r.node,
+                    "main('srun', sys.argv[1:])", "-N1", "-n1", "-w", r.node, "-J", pod,
                     f"--cpus-per-task={t['cpus']}", "--export=ALL"]
+            if cwd:
+                srun.append(f"--chdir={cwd}")
             argv = srun + argv
         try:
             r.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out,

@@ -1,0 +1,35 @@
+"""A Volcano Job across hosts: each replica runs on its node of the gang's allocation
+(the launcher starts the other nodes' replicas through srun, named after their pods),
+the svc plugin's host list names those nodes, and each pod's log holds its output."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.multinode.hosts import NetnsCluster
+
+pytestmark = [pytest.mark.multinode, pytest.mark.root]
+
+
+def test_replicas_run_on_their_hosts(mn_cluster: NetnsCluster) -> None:
+    c = mn_cluster
+    manifest = {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "spread"},
+        "spec": {"plugins": {"env": [], "svc": []}, "tasks": [{
+            "name": "w", "replicas": 3, "template": {"spec": {"containers": [{
+                "name": "w", "image": "busybox", "workingDir": str(c.shared),
+                "command": ["sh", "-c", "echo $VC_TASK_INDEX $(hostname) $VC_W_HOSTS"],
+                # a whole host each: the three replicas land on three hosts
+                "resources": {"requests": {"cpu": c.cpus, "memory": "100Mi"}}}]}}}]}}
+    jid = int(c.client.request("POST", "/volcano/jobs", manifest)["job_id"])
+    job = c.wait_done(jid, 90)
+    assert job["state"] == "COMPLETED", (job, c.logs())
+    steps = {s["name"]: s for s in job["steps"]}
+    assert sorted(steps) == ["spread-w-0", "spread-w-1", "spread-w-2"], job["steps"]
+    nodes = [steps[f"spread-w-{i}"]["nodes"][0] for i in range(3)]
+    assert sorted(nodes) == sorted(c.names) and all(
+        s["state"] == "COMPLETED" for s in steps.values())
+    logs = c.shared / ".corral" / f"vcjob-{jid}"
+    for i, node in enumerate(nodes):
+        assert (logs / f"spread-w-{i}.log").read_text() == f"{i} {node} {','.join(nodes)}\n"
