@@ -4,11 +4,14 @@ validate against the Volcano v1.15 CRD schema (shared/schemas/volcano)."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corral.core.model.job import JobSpec, TaskGroup
 from corral.frontends.volcano import ManifestError, parse_job, plan_of_script, quantity
@@ -36,6 +39,7 @@ CFD_AI: dict[str, Any] = {
 }
 
 
+@functools.cache
 def _validator(kind: str = "Job") -> Any:
     jsonschema = pytest.importorskip("jsonschema")
     yaml = pytest.importorskip("yaml")
@@ -190,3 +194,36 @@ def test_sbatch_jobs_export_as_volcano_jobs_that_validate(spec: JobSpec,
     if spec.task_groups:
         assert out["spec"]["minAvailable"] == 3
         assert out["metadata"]["annotations"]["corral.dev/constraint"] == "(a|b)"
+
+
+_KEYS = st.sampled_from(["name", "replicas", "command", "env", "resources", "requests", "cpu",
+                         "value", "template", "spec", "containers", "policies", "event",
+                         "nodeSelector", "affinity", "volumes", "minAvailable", "tasks",
+                         "plugins", "metadata"])
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3)
+    | st.sampled_from(["", "x", "1Gi", "500m", "true", "In", "PodFailed", "RestartJob"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=12)
+
+
+def test_any_malformed_manifest_is_a_manifest_error() -> None:
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(path=st.sampled_from(["metadata", "spec", "spec.tasks", "task", "pod",
+                                 "container", "resources"]), value=_json_values)
+    def check(path: str, value: Any) -> None:
+        m = copy.deepcopy(CFD_AI)
+        t = m["spec"]["tasks"][0]
+        where = {"metadata": (m, "metadata"), "spec": (m, "spec"),
+                 "spec.tasks": (m["spec"], "tasks"), "task": (t, "template"),
+                 "pod": (t["template"], "spec"),
+                 "container": (t["template"]["spec"]["containers"], 0),
+                 "resources": (t["template"]["spec"]["containers"][0], "resources")}
+        obj, key = where[path]
+        obj[key] = value  # type: ignore[index]
+        try:
+            parse_job(m)
+        except ManifestError:
+            pass
+
+    check()

@@ -98,8 +98,8 @@ class Kube:
     # ---- create / change -------------------------------------------------------------------
 
     async def create(self, who: Identity, ns: str, body: Any, dry_run: bool) -> dict[str, Any]:
-        name = str((body.get("metadata") or {}).get("name", "")) if isinstance(body, dict) \
-            else ""
+        md = body.get("metadata") if isinstance(body, dict) else None
+        name = str(md.get("name", "")) if isinstance(md, dict) else ""
         try:
             vj = parse_job(body, namespace=ns,
                            host_commands=self.ctl.cfg.controller.volcano_host_commands)

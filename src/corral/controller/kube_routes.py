@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 from corral.controller import kube_discovery as disc
 from corral.controller import kube_objects as ko
@@ -73,6 +74,17 @@ async def _body(request: Request) -> Any:
         return json.loads(raw) if raw else {}
     except ValueError as exc:
         raise KubeError(400, f"the body is not valid JSON: {exc}") from None
+
+
+class VolcanoManifest(BaseModel):
+    """A ``batch.volcano.sh/v1alpha1`` ``Job`` (checked field by field by
+    ``corral.frontends.volcano.parse_job``; the CRD schema is in ``/k8s/openapi/v3``)."""
+
+    model_config = ConfigDict(extra="allow")
+    apiVersion: str = "batch.volcano.sh/v1alpha1"  # noqa: N815 (the manifest's own names)
+    kind: str = "Job"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: dict[str, Any] = Field(default_factory=dict)
 
 
 PREFIX = "/k8s"  # the kubeconfig's server URL ends in it: Corral's own API has /api/v1
@@ -446,14 +458,11 @@ def add_corral_routes(app: FastAPI, k: Kube) -> None:
         return _json(export(rec.sub, rec.id, rec.partition))
 
     @app.post("/api/v1/volcano/jobs", summary="Submit a Volcano Job manifest (JSON)")
-    async def submit_volcano(request: Request) -> Response:
+    async def submit_volcano(request: Request, manifest: VolcanoManifest) -> Response:
         me = k.identity(request)
-        try:
-            body = json.loads(await request.body() or b"{}")
-        except ValueError as exc:
-            raise ApiError("invalid", f"the request body is not valid JSON: {exc}") from None
-        ns = str(((body.get("metadata") or {}) if isinstance(body, dict) else {}).get(
-            "namespace") or "default")
+        body = manifest.model_dump(exclude_unset=True)
+        md = body.get("metadata")
+        ns = str((md if isinstance(md, dict) else {}).get("namespace") or "default")
         try:
             obj = await k.create(me, ns, body, False)
         except KubeError as exc:
