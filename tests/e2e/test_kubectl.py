@@ -201,6 +201,22 @@ def test_restarts_count_against_max_retry(kube: Kube) -> None:
     assert kube.get("vcjob", "doomed")["status"]["retryCount"] == 1
 
 
+def test_logs_never_follow_a_link_or_read_a_fifo(kube: Kube) -> None:
+    kube.apply(vcjob("linked", task("t", 2, "echo mine")))
+    kube.wait_phase("linked", "Completed")
+    jid = kube.get("vcjob", "linked")["metadata"]["annotations"]["corral.dev/job-id"]
+    logs = Path(WORKDIR) / ".corral" / f"vcjob-{jid}"
+    assert kube.run("logs", "linked-t-0").stdout == "mine\n"
+    secret = Path(WORKDIR) / "secret.txt"
+    secret.write_text("not for kubectl\n")
+    (logs / "linked-t-0.log").unlink()
+    (logs / "linked-t-0.log").symlink_to(secret)
+    (logs / "linked-t-1.log").unlink()
+    os.mkfifo(logs / "linked-t-1.log")
+    assert kube.run("logs", "linked-t-0").stdout == ""
+    assert kube.run("logs", "linked-t-1", timeout=10).stdout == ""
+
+
 def test_unsupported_fields_are_refused_with_their_path(kube: Kube) -> None:
     bad = vcjob("bad", task("t", 1, "true"))
     bad["spec"]["minSuccess"] = 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import wraps
@@ -305,13 +306,14 @@ def add_routes(app: FastAPI, k: Kube) -> None:
         follow = request.query_params.get("follow") in ("1", "true")
 
         def read(offset: int) -> bytes:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:  # no symbolic link, and never blocking on a FIFO put in its place
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:
                 return b""
             try:
-                if os.fstat(fd).st_uid not in (rec.uid, os.geteuid()):
-                    return b""  # not written by the job: never read it for the caller
+                st = os.fstat(fd)
+                if st.st_uid != rec.uid or not stat.S_ISREG(st.st_mode):
+                    return b""  # not the job's own log: never read it for the caller
                 os.lseek(fd, offset, 0)
                 chunks = []
                 while True:
