@@ -235,6 +235,31 @@ def test_unsupported_fields_are_refused_with_their_path(kube: Kube) -> None:
     assert "NotFound" in r.stderr
 
 
+OLDER = [p for p in (os.environ.get("CORRAL_TEST_KUBECTL_OLD"),  # e.g. Debian's 1.20
+                     "/usr/lib/google-cloud-sdk/bin/kubectl.1.27") if p and os.path.exists(p)]
+
+
+@pytest.mark.parametrize("binary", OLDER or [None])
+def test_older_kubectl_validates_on_the_server_too(kube: Kube, binary: str | None) -> None:
+    """kubectl before 1.29 reads the OpenAPI v2 document (protobuf) first."""
+    if binary is None:
+        pytest.skip("no older kubectl (set CORRAL_TEST_KUBECTL_OLD)")
+    global KUBECTL
+    saved, KUBECTL = KUBECTL, binary
+    try:
+        name = "old-" + os.path.basename(binary).replace(".", "-").replace("_", "-")[-12:]
+        assert "created" in kube.apply(vcjob(name.strip("-"), task("t", 1, "true"))).stdout
+        name = name.strip("-")
+        wait_for(lambda: kube.get("vcjob", name)["status"]["state"]["phase"] == "Completed",
+                 30, what=name)  # (kubectl wait has no jsonpath before 1.23)
+        bad = vcjob("bad-old", task("t", 1, "true"))
+        bad["spec"]["bogus"] = 1
+        r = kube.apply(bad, ok=False)
+        assert r.returncode == 1 and "spec.bogus: Forbidden" in r.stderr, r.stderr
+    finally:
+        KUBECTL = saved
+
+
 def test_another_users_jobs_are_invisible(kube: Kube, test_user: Any) -> None:
     kube.apply(vcjob("mine", task("t", 1, "true")))
     token = kube.c.client.token(user=test_user.pw_name)

@@ -150,3 +150,52 @@ def openapi_doc(path: str) -> dict[str, Any] | None:
                                        "delete": _op(gvk, "delete", [])}
     return {"openapi": "3.0.0", "info": {"title": "Corral", "version": __version__},
             "paths": out_paths, "components": {"schemas": schemas}}
+
+
+# ---- OpenAPI v2 (kubectl before 1.29 reads it, in protobuf only) -------------------------
+#
+# A minimal gnostic ``openapi.v2.Document``: for each Volcano Job path its PATCH and POST
+# operations with the ``fieldValidation`` query parameter and the
+# ``x-kubernetes-group-version-kind`` extension, which is what kubectl's query-parameter
+# check looks for (it then validates on the server); no definitions, so older kubectl
+# (1.20) has no client-side schema for the Job and leaves the checks to the server.
+# Field numbers from gnostic's openapiv2/OpenAPIv2.proto.
+
+OPENAPI_V2_PB = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes | str) -> bytes:
+    data = payload.encode() if isinstance(payload, str) else payload
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _v2_operation(op_id: str, gvk: dict[str, str]) -> bytes:
+    query = _field(2, "query") + _field(4, "fieldValidation") + _field(6, "string")
+    param = _field(8, _field(1, _field(2, _field(3, query))))  # ParametersItem.parameter
+    ext_yaml = "".join(f"{k}: {v!r}\n" if not v else f"{k}: {v}\n"
+                       for k, v in sorted(gvk.items()))
+    ext = _field(13, _field(1, "x-kubernetes-group-version-kind")
+                 + _field(2, _field(2, ext_yaml)))
+    return _field(5, op_id) + param + ext
+
+
+def openapi_v2_protobuf() -> bytes:
+    g, v = VC_BATCH
+    gvk = {"group": g, "version": v, "kind": "Job"}
+    base = f"/apis/{g}/{v}/namespaces/{{namespace}}/jobs"
+    paths = _field(2, _field(1, base) + _field(2, _field(4, _v2_operation("createJob", gvk))))
+    paths += _field(2, _field(1, base + "/{name}")
+                    + _field(2, _field(3, _v2_operation("replaceJob", gvk))
+                             + _field(8, _v2_operation("patchJob", gvk))))
+    info = _field(1, "Corral") + _field(2, __version__)
+    return _field(1, "2.0") + _field(2, info) + _field(8, paths)

@@ -141,6 +141,12 @@ def add_routes(app: FastAPI, k: Kube) -> None:
             raise KubeError(404, f"the server could not find {group}/{version}")
         return _json(got)
 
+    @r.get("/openapi/v2", include_in_schema=False)
+    @kube_errors
+    async def openapi_v2(request: Request) -> Response:
+        who(request)
+        return Response(disc.openapi_v2_protobuf(), media_type="application/octet-stream")
+
     @r.get("/openapi/v3", include_in_schema=False)
     @kube_errors
     async def openapi_v3(request: Request) -> Response:
