@@ -201,6 +201,16 @@ def test_restarts_count_against_max_retry(kube: Kube) -> None:
     assert kube.get("vcjob", "doomed")["status"]["retryCount"] == 1
 
 
+def test_ttl_after_finished_removes_the_job_from_kubectl(kube: Kube) -> None:
+    made = json.loads(kube.run("create", "-f", "-", "-o", "json", stdin=yaml.safe_dump(
+        vcjob("short-lived", task("t", 1, "true"), ttlSecondsAfterFinished=0))).stdout)
+    jid = int(made["metadata"]["annotations"]["corral.dev/job-id"])
+    assert kube.c.wait_done(jid)["state"] == "COMPLETED"
+    r = kube.run("get", "vcjob", "short-lived", ok=False)
+    assert r.returncode == 1 and "NotFound" in r.stderr
+    assert kube.c.job(jid)["name"] == "short-lived"  # Corral keeps its record
+
+
 def test_logs_never_follow_a_link_or_read_a_fifo(kube: Kube) -> None:
     kube.apply(vcjob("linked", task("t", 2, "echo mine")))
     kube.wait_phase("linked", "Completed")
