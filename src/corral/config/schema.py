@@ -49,9 +49,6 @@ class ControllerConfig:
     token_ttl_s: int = 86400  # default lifetime of user tokens
     max_token_ttl_s: int = 30 * 86400  # longest lifetime a token may be minted with
     log_level: str = "info"
-    # Volcano Jobs (kubectl): a task with a container image runs its command on the host
-    # (no container runtime yet); false refuses images (docs/kubernetes.md)
-    volcano_host_commands: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -389,9 +389,6 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
 
     mount_web(app, ctl, identity)
     register_collector(ctl)
-    from corral.controller.kube import mount as mount_kube  # kubectl, under /k8s (issue 14)
-
-    mount_kube(app, ctl, identity)
     return app
 
 

@@ -55,6 +55,13 @@ def _json(data: Any, status: int = 200) -> Response:
                     media_type="application/json")
 
 
+def host_commands(ctl: Controller) -> bool:
+    """``[controller] volcano_host_commands``: a task with an image runs its command on
+    the host (default true; the setting joins the configuration schema with issue 11's
+    changes to it)."""
+    return bool(getattr(ctl.cfg.controller, "volcano_host_commands", True))
+
+
 def _pod_status(o: dict[str, Any]) -> str:
     ph = str(o["status"]["phase"])
     return {"Succeeded": "Completed", "Failed": "Error"}.get(ph, ph)
@@ -102,7 +109,7 @@ class Kube:
         name = str(md.get("name", "")) if isinstance(md, dict) else ""
         try:
             vj = parse_job(body, namespace=ns,
-                           host_commands=self.ctl.cfg.controller.volcano_host_commands)
+                           host_commands=host_commands(self.ctl))
         except ManifestError as exc:
             raise invalid("Job", GROUP, exc.name or name, exc.causes) from None
         now = time.time()

@@ -259,6 +259,9 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
 
         ctl.token_minter = mint
     app = create_app(ctl, auth)
+    from corral.controller.kube import mount as mount_kube  # kubectl under /k8s (issue 14)
+
+    mount_kube(app, ctl, app.state.identity)
     sock_path = Path(cfg.controller.socket or state_dir / SOCKET_NAME)
     sockets = [_bind_unix(sock_path, world=os.geteuid() == 0)]
     listen = listen or cfg.controller.listen

@@ -17,9 +17,9 @@ up to whole CPUs, memory likewise in MB, ``nvidia.com/gpu`` -> GPUs per task,
 (``feature.node.kubernetes.io/F: "true"`` and ``F: "true"`` -> feature ``F``; any other
 ``key: value`` -> feature ``key=value``; ``nvidia.com/gpu.product`` / ``gpu-type`` -> the
 GPU type); ``activeDeadlineSeconds`` -> the time limit. Images: Corral has no container
-runtime yet, so with ``[controller] volcano_host_commands`` (default true) a task's
-``command``/``args`` run on the host and the image is recorded only; otherwise an image
-is refused.
+runtime yet, so with ``host_commands`` (``[controller] volcano_host_commands``, default
+true) a task's ``command``/``args`` run on the host and the image is recorded only;
+otherwise an image is refused.
 """
 
 from __future__ import annotations
