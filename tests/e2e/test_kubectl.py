@@ -52,8 +52,14 @@ class Kube:
         return json.loads(self.run("get", *what, "-o", "json").stdout)
 
     def wait_phase(self, name: str, phase: str, timeout: int = 30) -> None:
-        self.run("wait", f"--for=jsonpath={{.status.state.phase}}={phase}", f"vcjob/{name}",
-                 f"--timeout={timeout}s", timeout=timeout + 10)
+        r = self.run("wait", f"--for=jsonpath={{.status.state.phase}}={phase}",
+                     f"vcjob/{name}", f"--timeout={timeout}s", timeout=timeout + 10, ok=False)
+        if r.returncode != 0:
+            got = self.run("get", "vcjob", name, "-o", "yaml", ok=False).stdout
+            pods = self.run("get", "pods", "-l", f"volcano.sh/job-name={name}", "-o", "yaml",
+                            ok=False).stdout
+            raise AssertionError(f"{name} not {phase}: {r.stderr}\n{got}\n{pods}\n"
+                                 f"{self.c.logs()}")
 
 
 @pytest.fixture(scope="module")
@@ -227,15 +233,23 @@ def test_logs_never_follow_a_link_or_read_a_fifo(kube: Kube) -> None:
     assert kube.run("logs", "linked-t-1", timeout=10).stdout == ""
 
 
+def test_min_success_completes_the_job_early(kube: Kube) -> None:
+    kube.apply(vcjob("enough", task("w", 3, "if [ $VC_TASK_INDEX = 2 ]; then sleep 60; fi"),
+                     plugins={"env": []}, minSuccess=2))
+    kube.wait_phase("enough", "Completed", timeout=20)
+    st = kube.get("vcjob", "enough")["status"]
+    assert st["succeeded"] == 2 and st["failed"] == 1  # the third was stopped
+
+
 def test_unsupported_fields_are_refused_with_their_path(kube: Kube) -> None:
     bad = vcjob("bad", task("t", 1, "true"))
-    bad["spec"]["minSuccess"] = 1
+    bad["spec"]["networkTopology"] = {"mode": "hard"}
     bad["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["envFrom"] = [
         {"configMapRef": {"name": "x"}}]
     r = kube.apply(bad, ok=False)
     assert r.returncode == 1
     assert 'The Job "bad" is invalid' in r.stderr
-    assert "spec.minSuccess: Forbidden: not supported by Corral" in r.stderr
+    assert "spec.networkTopology: Forbidden: not supported by Corral" in r.stderr
     assert "spec.tasks[0].template.spec.containers[0].envFrom: Forbidden" in r.stderr
     unknown = vcjob("bad", task("t", 1, "true"))
     unknown["spec"]["tasks"][0]["replica"] = 2  # a typo

@@ -114,7 +114,7 @@ def test_minavailable_defaults_to_the_tasks_minimums() -> None:
 
 
 @pytest.mark.parametrize("change, path", [
-    (lambda m: m["spec"].update(minSuccess=1), "spec.minSuccess"),
+    (lambda m: m["spec"].update(minSuccess=9), "spec.minSuccess"),
     (lambda m: m["spec"].update(bogus=1), "spec.bogus"),
     (lambda m: m["spec"]["tasks"][0]["template"]["spec"]["containers"][0].update(
         envFrom=[{"configMapRef": {"name": "x"}}]),

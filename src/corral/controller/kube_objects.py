@@ -16,8 +16,9 @@ Pure functions of the controller's records (no I/O). Mapping (docs/kubernetes.md
   ``feature.node.kubernetes.io/F: "true"``, ``key=value`` features as labels,
   ``nvidia.com/gpu.product`` from the GPU type); partitions are ``Queue``s.
 
-``resourceVersion`` of an object is the millisecond time of its last change, so a watch
-from a version sends what changed after it.
+``resourceVersion`` of a job's objects comes from ``Versions``: it grows whenever the
+controller sees the record change, so a watch from a list's version sends what changed
+after the list.
 """
 
 from __future__ import annotations
@@ -82,11 +83,41 @@ def uid_of(kind: str, key: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"corral:{kind}:{key}"))
 
 
+class Versions:
+    """``resourceVersion``: a number that grows each time the controller sees a job's
+    record change (its state, times, reason, labels, steps), from a clock in ms kept
+    strictly increasing. Versions are stamped when the controller sees a change, not with
+    the times the agents report (an end stamped before a list was answered would make a
+    watch from that list's version miss it)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[Any, int]] = {}
+        self.last = 0
+
+    def current(self) -> int:
+        """The version of a list answered now: below every later change's."""
+        return max(int(time.time() * 1000), self.last)
+
+    def of(self, rec: JobRecord) -> int:
+        key = (rec.state, rec.start_time, rec.end_time, rec.exit_code, rec.reason,
+               rec.reason_detail, rec.restarts, rec.sub.extra.get("k8s_meta"),
+               rec.sub.extra.get("k8s_deleted"),
+               tuple((s.name, s.state, s.end_time, s.exit_code) for s in rec.steps))
+        got = self.seen.get(rec.id)
+        if got is not None and got[0] == key:
+            return got[1]
+        if len(self.seen) > 100_000:
+            self.seen.clear()  # re-stamped later: at worst a spurious MODIFIED
+        self.last = self.current() + 1
+        self.seen[rec.id] = (key, self.last)
+        return self.last
+
+
+VERSIONS = Versions()
+
+
 def version_of(rec: JobRecord) -> int:
-    times = [rec.submit_time, rec.start_time or 0.0, rec.end_time or 0.0,
-             float(k8s_meta(rec).get("mtime") or 0.0)]
-    times += [s.end_time or s.start_time for s in rec.steps]
-    return int(max(times) * 1000)
+    return VERSIONS.of(rec)
 
 
 def phase_of(rec: JobRecord) -> str:
@@ -354,4 +385,4 @@ def events(rec: JobRecord, now: float) -> list[dict[str, Any]]:
 
 
 def now_version() -> str:
-    return str(int(time.time() * 1000))
+    return str(VERSIONS.current())

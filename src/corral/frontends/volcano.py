@@ -383,9 +383,9 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
     annotations = c.string_map(meta.get("annotations"), "metadata.annotations")
     spec = c.obj(m.get("spec"), "spec")
     c.only(spec, "spec", ("minAvailable", "tasks", "queue", "priorityClassName", "maxRetry",
-                          "policies", "plugins", "ttlSecondsAfterFinished", "schedulerName"),
-           {"minSuccess": "a job completes when minAvailable replicas succeed",
-            "volumes": "no persistent volume claims",
+                          "policies", "plugins", "ttlSecondsAfterFinished", "schedulerName",
+                          "minSuccess"),
+           {"volumes": "no persistent volume claims",
             "networkTopology": "use node features or --switches through sbatch",
             "runningEstimate": "give activeDeadlineSeconds for a time limit"})
     sched = spec.get("schedulerName")
@@ -413,6 +413,10 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
     if min_av is not None and total and not 1 <= min_av <= total:
         c.bad("spec.minAvailable", f"Invalid value: {min_av}: must be 1..{total} (the "
                                    "replicas of all tasks)")
+    min_success = c.integer(spec.get("minSuccess"), "spec.minSuccess", low=1)
+    if min_success is not None and total and min_success > total:
+        c.bad("spec.minSuccess", f"Invalid value: {min_success}: more than the {total} "
+                                 "replicas")
     max_retry = c.integer(spec.get("maxRetry"), "spec.maxRetry")
     ttl = c.integer(spec.get("ttlSecondsAfterFinished"), "spec.ttlSecondsAfterFinished")
     pols = _policies(c, spec.get("policies"), "spec.policies")
@@ -429,7 +433,7 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
                      for t in tasks) or 1
     queue = spec.get("queue") or "default"
     deadlines = [t["deadline_s"] for t in tasks if t["deadline_s"]]
-    plan = {"job": name, "namespace": ns, "min_available": min_av,
+    plan = {"job": name, "namespace": ns, "min_available": min_av, "min_success": min_success,
             "max_retry": 3 if max_retry is None else max_retry, "policies": pols,
             "plugins": sorted(plugins), "tasks": tasks}
     js = JobSpec(name=name, account=None if ns == "default" else ns,

@@ -19,9 +19,10 @@ of ``corral.frontends.volcano.parse_job`` on stdin) on the job's first node. Alg
    all of a task's replicas succeeded) acts: ``RestartPod``/``RestartTask``/``RestartJob``
    (counted against ``maxRetry``; beyond it the job fails), ``AbortJob``, ``TerminateJob``,
    ``CompleteJob``. With no matching policy nothing happens.
-5. When every replica has ended: exit 0 (phase ``Completed``) when at least the job's
-   ``minAvailable`` succeeded, else 1 (``Failed``); ``AbortJob`` exits 2 (``Aborted``),
-   ``TerminateJob`` 3 (``Terminated``).
+5. When ``minSuccess`` replicas have succeeded the others are stopped and the job is
+   done (exit 0). When every replica has ended: exit 0 (phase ``Completed``) when at least
+   ``minSuccess`` (default: the job's ``minAvailable``) succeeded, else 1 (``Failed``);
+   ``AbortJob`` exits 2 (``Aborted``), ``TerminateJob`` 3 (``Terminated``).
 """
 
 from __future__ import annotations
@@ -228,11 +229,15 @@ class Launcher:
                 mates = [x for x in self.replicas if x.name == ended.name]
                 if all(x.exit == 0 for x in mates):
                     action = self._action(ended, 0, "TaskCompleted")
+                enough = self.plan.get("min_success")
+                if enough and sum(1 for x in self.replicas if x.exit == 0) >= int(enough):
+                    action = "CompleteJob"  # minSuccess replicas succeeded: the job is done
             verdict = self._apply(action, ended)
             if verdict is not None:
                 return verdict
         ok = sum(1 for r in self.replicas if r.exit == 0)
-        need = int(self.plan.get("min_available") or len(self.replicas))
+        need = int(self.plan.get("min_success") or self.plan.get("min_available")
+                   or len(self.replicas))
         print(f"corral: {ok} of {len(self.replicas)} replicas succeeded (minAvailable "
               f"{need})", file=sys.stderr)
         return 0 if ok >= min(need, len(self.replicas)) and self.replicas else EXIT_FAILED
