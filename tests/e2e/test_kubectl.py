@@ -257,6 +257,10 @@ def test_unsupported_fields_are_refused_with_their_path(kube: Kube) -> None:
     assert r.returncode == 1 and "spec.tasks[0].replica: Forbidden" in r.stderr
     r = kube.run("get", "vcjob", "bad", ok=False)
     assert "NotFound" in r.stderr
+    r = kube.apply(vcjob("bad", task("t", 1, "true"), queue="nosuch", priorityClassName="x"),
+                   ok=False)
+    assert "spec.queue: Not found: queue 'nosuch'" in r.stderr
+    assert "spec.priorityClassName: Not found" in r.stderr
 
 
 OLDER = [p for p in (os.environ.get("CORRAL_TEST_KUBECTL_OLD"),  # e.g. Debian's 1.20

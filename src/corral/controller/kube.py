@@ -112,6 +112,7 @@ class Kube:
                            host_commands=host_commands(self.ctl))
         except ManifestError as exc:
             raise invalid("Job", GROUP, exc.name or name, exc.causes) from None
+        self.check_names(vj.name, vj.submission.spec)
         now = time.time()
         if any(r.sub.spec.name == vj.name for r in self.vcjobs(who, ns, now)):
             raise KubeError(409, f'jobs.{GROUP} "{vj.name}" already exists',
@@ -136,6 +137,27 @@ class Kube:
                                                    exc.message)]) from None
         rec = self.ctl.jobs[int(got["job_ids"][0])]
         return self.job_obj(rec, time.time())
+
+    def check_names(self, name: str, spec: Any) -> None:
+        """The queue, priority class and namespace must exist (refused by their paths)."""
+        causes = []
+        parts = {p.name for p in self.ctl.nodes.partitions}
+        if spec.partitions and spec.partitions[0] not in parts:
+            causes.append(("spec.queue", "FieldValueNotFound",
+                           f"Not found: queue {spec.partitions[0]!r} (the queues are the "
+                           f"partitions: {', '.join(sorted(parts))})"))
+        qos = {q.name for q in self.ctl.cfg.qos}
+        if spec.qos and qos and spec.qos not in qos:
+            causes.append(("spec.priorityClassName", "FieldValueNotFound",
+                           f"Not found: priority class {spec.qos!r} (the priority classes "
+                           f"are the QOS: {', '.join(sorted(qos))})"))
+        accounts = {a.name for a in self.ctl.cfg.accounts}
+        if spec.account and accounts and spec.account not in accounts:
+            causes.append(("metadata.namespace", "FieldValueNotFound",
+                           f"Not found: namespace {spec.account!r} (namespaces are accounts: "
+                           f"default, {', '.join(sorted(accounts))})"))
+        if causes:
+            raise invalid("Job", GROUP, name, causes)
 
     async def change(self, who: Identity, rec: JobRecord, new: dict[str, Any]) -> None:
         """Keep ``new``'s labels and annotations; its spec must be the job's."""
