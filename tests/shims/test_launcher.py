@@ -313,3 +313,37 @@ def test_real_cluster_matrix(shim_cluster: ShimCluster, bins: tuple[Path, Path],
     for argv in (["scancel", ma.group(1).decode()], ["scancel", mb.group(1).decode()]):
         assert run(c_bin, argv) == (0, b"", b"")
     assert run(c_bin, ["scancel", jid]) == (0, b"", b"")
+
+
+def test_tcp_token_against_a_real_controller(bins: tuple[Path, Path], tmp_path: Path) -> None:
+    """Over TCP the controller knows the caller only by the token: none or a bad one is
+    refused (HTTP 401) with the same words by both launchers; a good one works."""
+    import json
+    import shutil
+    import tempfile
+
+    from tests.e2e.cluster import TEST_CONFIG, Cluster
+
+    root = Path(tempfile.mkdtemp(prefix="corral-launcher-tcp-"))
+    c = Cluster(root, TEST_CONFIG.replace("[controller]\n",
+                                          '[controller]\nlisten = "127.0.0.1:0"\n', 1))
+    c.up()
+    try:
+        url = json.loads((c.state_dir / "controller.json").read_text())["url"]
+        assert url.startswith("http://127.0.0.1:")
+        env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "HOME": str(tmp_path),
+               "CORRAL_URL": url}
+        outs = []
+        for token in ("", "not-a-token", c.client.token()):
+            e = {**env, "CORRAL_TOKEN": token}
+            got = [subprocess.run([str(d / "squeue"), "-h", "-o", "%i"], env=e, cwd=tmp_path,
+                                  capture_output=True, timeout=60) for d in bins]
+            assert (got[0].returncode, got[0].stdout, got[0].stderr) == \
+                (got[1].returncode, got[1].stdout, got[1].stderr)
+            outs.append(got[0])
+        assert outs[0].returncode == 1 and b"answered HTTP 401" in outs[0].stderr
+        assert outs[1].returncode == 1 and b"answered HTTP 401" in outs[1].stderr
+        assert outs[2].returncode == 0, outs[2].stderr
+    finally:
+        c.down()
+        shutil.rmtree(root, ignore_errors=True)

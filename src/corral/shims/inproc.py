@@ -226,15 +226,21 @@ class InProcessClient:
                 "time": time.time(), "host": self.ctl.host}
 
 
+async def run_exec(ctl: Controller, who: Identity, raw: bytes) -> bytes:
+    """One shim command for ``who``: the framed reply (``corral.shims.lean``)."""
+    loop = asyncio.get_running_loop()
+    client = InProcessClient(ctl, who, loop)
+    return await loop.run_in_executor(_executor(), handle_exec, raw, who.uid, client)
+
+
 def mount(app: FastAPI, ctl: Controller, identity: Callable[[Request], Identity]) -> None:
-    """Add ``POST /api/v1/shim/exec`` to the controller's app."""
+    """Add ``POST /api/v1/shim/exec`` to the controller's app (declared here, for the
+    OpenAPI spec and any caller that reaches FastAPI; the controller serves it on its fast
+    path, ``corral.controller.api.with_fast_paths``, through ``run_exec``)."""
 
     @app.post(ROUTE, summary="Run a Slurm/PBS shim command (used by `corral shims`)",
               include_in_schema=True)
     async def shim_exec(request: Request) -> Response:
         who = identity(request)
-        raw = await request.body()
-        loop = asyncio.get_running_loop()
-        client = InProcessClient(ctl, who, loop)
-        frame = await loop.run_in_executor(_executor(), handle_exec, raw, who.uid, client)
+        frame = await run_exec(ctl, who, await request.body())
         return Response(content=frame, media_type=SHIM_MEDIA_TYPE)
