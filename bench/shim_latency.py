@@ -236,7 +236,7 @@ def render_md(res: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     met = missed = 0
-    for key, row in res["rows"].items():
+    for row in res["rows"].values():
         c = row.get("c", {}).get("median_ms")
         p = row.get("py", {}).get("median_ms")
         s = row.get("slurm", {}).get("median_ms")
