@@ -347,3 +347,14 @@ def test_tcp_token_against_a_real_controller(bins: tuple[Path, Path], tmp_path: 
     finally:
         c.down()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_sbatch_wait_takes_the_thread_path(shim_cluster: ShimCluster, bins: tuple[Path, Path],
+                                           tmp_path: Path) -> None:
+    """Submissions run on the controller's loop, but ``--wait`` polls afterwards: it must
+    still work (and the loop must not be blocked meanwhile: the job has to run)."""
+    p = subprocess.run([str(bins[0] / "sbatch"), "--wait", "-o", "/dev/null", "--wrap",
+                        "exit 3"], env=shim_cluster.env, cwd=tmp_path, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 3, p.stderr
+    assert SUBMIT.match(p.stdout), p.stdout

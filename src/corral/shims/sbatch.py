@@ -83,17 +83,10 @@ def rejection_lines(prog: str, exc: Exception, failed_prefix: str) -> str:
     return f"{prog}: error: {failed_prefix}: {message}"
 
 
-def submit(client: Client, sub: Any) -> tuple[str, list[int]]:
-    """Submit; returns (id to print, all job ids)."""
-    result = client.submit_result(sub.to_json())
-    ids = [int(i) for i in result.get("job_ids") or []]
-    shown = result.get("array_job_id") or (ids[0] if ids else result.get("display_id"))
-    return str(shown), ids
-
-
-def run(ctx: Context, client: Client) -> None:
-    from corral.client import CorralError
-
+def prepare(ctx: Context) -> Any:
+    """Parse the command line and script: the request to submit, or ``None`` when the
+    command is done already (``--help``, ``--version``). Pure: no controller call, so the
+    controller can run it on its event loop (``corral.shims.inproc``)."""
     sctx = submit_context(ctx, "sbatch")
     try:
         req = parse_sbatch(ctx.argv, sctx)
@@ -102,25 +95,52 @@ def run(ctx: Context, client: Client) -> None:
     o = req.options
     if o.help or o.usage:
         ctx.print(USAGE)
-        return
+        return None
     if o.version:
         ctx.print(VERSION)
-        return
+        return None
     if o.test_only:
         raise ctx.fail("sbatch: error: --test-only is not supported by Corral; "
                        "`corral submit --dry-run` shows the parsed request", 1)
-    try:
-        shown, ids = submit(client, req.submission)
-    except CorralError as exc:
-        if exc.code in ("unavailable", "unauthorized", "forbidden", "internal"):
-            raise ctx.fail(f"sbatch: error: {exc.message}", 1) from None
-        raise ctx.fail(rejection_lines("sbatch", exc, "Batch job submission failed"),
-                       1) from None
+    return req
+
+
+def needs_client(req: Any) -> bool:
+    """Whether the command talks to the controller again after the submission."""
+    return bool(req.options.wait)
+
+
+def refused(ctx: Context, exc: Any) -> ShimExit:
+    """The exit for a submission the controller refused (``exc``: a ``CorralError``)."""
+    if exc.code in ("unavailable", "unauthorized", "forbidden", "internal"):
+        return ctx.fail(f"sbatch: error: {exc.message}", 1)
+    return ctx.fail(rejection_lines("sbatch", exc, "Batch job submission failed"), 1)
+
+
+def report(ctx: Context, req: Any, result: dict[str, Any]) -> list[int]:
+    """Print what sbatch prints for an accepted submission; the job ids."""
+    ids = [int(i) for i in result.get("job_ids") or []]
+    shown = str(result.get("array_job_id") or (ids[0] if ids else result.get("display_id")))
+    o = req.options
     if o.parsable:
         ctx.print(shown)
     elif not o.quiet:
         ctx.print(f"Submitted batch job {shown}")
-    if o.wait:
+    return ids
+
+
+def run(ctx: Context, client: Client) -> None:
+    from corral.client import CorralError
+
+    req = prepare(ctx)
+    if req is None:
+        return
+    try:
+        result = client.submit_result(req.submission.to_json())
+    except CorralError as exc:
+        raise refused(ctx, exc) from None
+    ids = report(ctx, req, result)
+    if req.options.wait:
         rc = wait_for(client, ids)
         if rc:
             raise ShimExit(rc)
