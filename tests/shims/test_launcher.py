@@ -358,3 +358,15 @@ def test_sbatch_wait_takes_the_thread_path(shim_cluster: ShimCluster, bins: tupl
                        timeout=60)
     assert p.returncode == 3, p.stderr
     assert SUBMIT.match(p.stdout), p.stdout
+
+
+def test_a_request_over_the_bound_is_refused(shim_cluster: ShimCluster,
+                                             bins: tuple[Path, Path], tmp_path: Path) -> None:
+    """A script too large for one request ([controller] max_request_mb, 8 MiB): refused
+    before it is read whole, the same words through both launchers, nothing submitted."""
+    (tmp_path / "big.sh").write_text("#!/bin/sh\n" + "# padding\n" * 900_000)
+    got = [subprocess.run([str(d / "sbatch"), "big.sh"], env=shim_cluster.env, cwd=tmp_path,
+                          capture_output=True, timeout=60) for d in bins]
+    assert (got[0].returncode, got[0].stdout, got[0].stderr) == \
+        (got[1].returncode, got[1].stdout, got[1].stderr)
+    assert got[0].returncode == 1 and b"larger than 8 MiB" in got[0].stderr, got[0].stderr

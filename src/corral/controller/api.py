@@ -441,19 +441,14 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
     query_path = PREFIX + "/jobs/query"
     ping_path = PREFIX + "/ping"
     agent_path = PREFIX + "/agent"
-    from corral.shims.inproc import ROUTE as shim_path
-    from corral.shims.inproc import SHIM_MEDIA_TYPE, run_exec
 
-    shim_type = SHIM_MEDIA_TYPE.encode()
-
-    async def send_json(scope: Any, send: Any, status: int, body: bytes,
-                        content_type: bytes = b"application/json") -> None:
+    async def send_json(scope: Any, send: Any, status: int, body: bytes) -> None:
         corked = scope.get("corral.cork")  # one write for status line, headers and body
         if corked is not None:
             corked.cork()
         try:
             await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", content_type),
+                        "headers": [(b"content-type", b"application/json"),
                                     (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
         finally:
@@ -485,17 +480,6 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
             return
         if scope["type"] == "http" and scope["path"] == ping_path:
             await send_json(scope, send, 200, ping_body(ctl))
-            return
-        if scope["type"] == "http" and scope["method"] == "POST" and \
-                scope["path"] == shim_path:
-            # every sbatch/squeue/... of a shell loop or workflow tool comes this way
-            try:
-                caller = who(scope)
-            except ApiError as exc:
-                await send_json(scope, send, exc.status, json.dumps(exc.to_json()).encode())
-                return
-            frame = await run_exec(ctl, caller, await read_body(receive))
-            await send_json(scope, send, 200, frame, shim_type)
             return
         if scope["type"] == "http" and scope["method"] == "POST" and \
                 scope["path"] in (submit_path, query_path):

@@ -283,7 +283,10 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
             ca_file = str(ca)
             scheme = "https"
         http_url = f"{scheme}://{shown}:{port}"
-    uv_cfg = uvicorn.Config(with_fast_paths(app, ctl, auth), http=_peer_protocol_class(),
+    from corral.shims.fastpath import with_shim_fast_path
+
+    uv_cfg = uvicorn.Config(with_shim_fast_path(with_fast_paths(app, ctl, auth), ctl, auth),
+                            http=_peer_protocol_class(),
                             ws="websockets-sansio",
                             lifespan="off", log_level="warning", access_log=False,
                             ws_max_size=64 * 1024 * 1024, ws_ping_interval=None,

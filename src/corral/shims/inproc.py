@@ -6,11 +6,6 @@ the controller's event loop (``run_coroutine_threadsafe``), which owns all contr
 state, so nothing here touches that state from another thread. Records come straight from
 memory (``JobRecord.to_api``): no JSON round trip, which is what keeps ``squeue`` over
 thousands of jobs within tens of milliseconds.
-
-Submissions (``sbatch``, ``qsub``) skip the thread: their parsing is pure
-(``prepare``), the one controller call is awaited on the loop, and the answer is printed
-(``report``) there too: four thread switches less per call, which is what a shell loop of
-``sbatch`` calls waits on. ``sbatch --wait`` (it polls afterwards) takes the thread.
 """
 
 from __future__ import annotations
@@ -78,7 +73,9 @@ class InProcessClient:
     # ---- jobs ---------------------------------------------------------------------------
     def submit_result(self, sub: Mapping[str, Any]) -> dict[str, Any]:
         body = dict(sub)
-        return self._wrap(lambda: self.ctl.submit(body, self.who, submit_host(body)))
+        extra = body.get("extra")
+        host = str(extra.get("submit_host", "")) if isinstance(extra, dict) else ""
+        return self._wrap(lambda: self.ctl.submit(body, self.who, host))
 
     def jobs(
         self,
@@ -229,71 +226,15 @@ class InProcessClient:
                 "time": time.time(), "host": self.ctl.host}
 
 
-def submit_host(body: Mapping[str, Any]) -> str:
-    extra = body.get("extra")
-    return str(extra.get("submit_host", "")) if isinstance(extra, dict) else ""
-
-
-async def submit_inline(ctl: Controller, who: Identity, raw: bytes) -> bytes | None:
-    """``sbatch``/``qsub`` on the event loop; ``None``: not one of those (or ``--wait``),
-    run it in a thread."""
-    from corral.client import CorralError
-    from corral.controller.errors import ApiError
-    from corral.shims import qsub, sbatch
-    from corral.shims.context import NeedInput, ShimExit
-    from corral.shims.lean import encode_frame
-    from corral.shims.server import parse_request
-
-    try:
-        cmd, ctx = parse_request(raw, who.uid)
-    except (ValueError, TypeError):
-        return None  # handle_exec words the error
-    mod: Any = {"sbatch": sbatch, "qsub": qsub}.get(cmd)
-    if mod is None:
-        return None
-    try:
-        req = mod.prepare(ctx)
-        if req is not None:
-            if mod.needs_client(req):
-                return None
-            body = req.submission.to_json()
-            try:
-                result = await ctl.submit(body, who, submit_host(body))
-            except ApiError as exc:
-                raise mod.refused(ctx, CorralError(exc.code, exc.message, exc.status,
-                                                   slurm=exc.slurm)) from None
-            mod.report(ctx, req, result)
-    except NeedInput as exc:
-        return encode_frame(0, "", "", exc.paths)
-    except ShimExit as exc:
-        return encode_frame(exc.rc, ctx.stdout_text, ctx.stderr_text)
-    except Exception as exc:  # a bug must not take the controller's request down with it
-        import logging
-
-        logging.getLogger(__name__).exception("shim %s %r failed", cmd, ctx.argv)
-        ctx.error(f"{cmd}: error: internal error in Corral: {type(exc).__name__}: {exc}")
-        return encode_frame(1, ctx.stdout_text, ctx.stderr_text)
-    return encode_frame(0, ctx.stdout_text, ctx.stderr_text)
-
-
-async def run_exec(ctl: Controller, who: Identity, raw: bytes) -> bytes:
-    """One shim command for ``who``: the framed reply (``corral.shims.lean``)."""
-    frame = await submit_inline(ctl, who, raw)
-    if frame is not None:
-        return frame
-    loop = asyncio.get_running_loop()
-    client = InProcessClient(ctl, who, loop)
-    return await loop.run_in_executor(_executor(), handle_exec, raw, who.uid, client)
-
-
 def mount(app: FastAPI, ctl: Controller, identity: Callable[[Request], Identity]) -> None:
-    """Add ``POST /api/v1/shim/exec`` to the controller's app (declared here, for the
-    OpenAPI spec and any caller that reaches FastAPI; the controller serves it on its fast
-    path, ``corral.controller.api.with_fast_paths``, through ``run_exec``)."""
+    """Add ``POST /api/v1/shim/exec`` to the controller's app."""
 
     @app.post(ROUTE, summary="Run a Slurm/PBS shim command (used by `corral shims`)",
               include_in_schema=True)
     async def shim_exec(request: Request) -> Response:
         who = identity(request)
-        frame = await run_exec(ctl, who, await request.body())
+        raw = await request.body()
+        loop = asyncio.get_running_loop()
+        client = InProcessClient(ctl, who, loop)
+        frame = await loop.run_in_executor(_executor(), handle_exec, raw, who.uid, client)
         return Response(content=frame, media_type=SHIM_MEDIA_TYPE)

@@ -509,14 +509,12 @@ static int http_exchange(const buf *body, buf *reply) {
     }
     buf_str(&head, "Connection: close\r\n\r\n");
     char msg[512];
-    int err = send_all(fd, head.p, head.n);
-    if (!err)
-        err = send_all(fd, body->p, body->n);
+    /* a send that fails (the controller refused the request before reading it all, 413)
+     * still leaves its answer to read: lean.py does the same */
+    int sent = send_all(fd, head.p, head.n);
+    if (!sent)
+        sent = send_all(fd, body->p, body->n);
     free(head.p);
-    if (err) {
-        oserror_text(msg, sizeof msg, err, "lost the connection to the Corral controller");
-        die_msg(msg);
-    }
     reply->n = 0;
     for (;;) {
         buf_grow(reply, 262144, MAX_REPLY_BYTES + 262144);
@@ -524,7 +522,8 @@ static int http_exchange(const buf *body, buf *reply) {
         if (r < 0) {
             if (errno == EINTR)
                 continue;
-            oserror_text(msg, sizeof msg, errno, "lost the connection to the Corral controller");
+            oserror_text(msg, sizeof msg, sent ? sent : errno,
+                         "lost the connection to the Corral controller");
             die_msg(msg);
         }
         if (r == 0)
@@ -534,6 +533,10 @@ static int http_exchange(const buf *body, buf *reply) {
             die_msg("reply from the Corral controller too large");
     }
     close(fd);
+    if (sent && reply->n == 0) {
+        oserror_text(msg, sizeof msg, sent, "lost the connection to the Corral controller");
+        die_msg(msg);
+    }
     return 0;
 }
 

@@ -155,19 +155,26 @@ def http_request(
         + (f"Authorization: Bearer {token}\r\n" if token else "")
         + "Connection: close\r\n\r\n"
     )
+    chunks = []
+    sent: OSError | None = None
     try:
-        s.sendall(head.encode("latin-1") + body)
-        chunks = []
+        try:
+            s.sendall(head.encode("latin-1") + body)
+        except OSError as exc:  # refused before the body was read (413): read why
+            sent = exc
         while True:
             b = s.recv(262144)
             if not b:
                 break
             chunks.append(b)
     except OSError as exc:
-        raise LeanError(f"lost the connection to the Corral controller: {exc}") from None
+        raise LeanError(f"lost the connection to the Corral controller: {sent or exc}") \
+            from None
     finally:
         s.close()
     raw = b"".join(chunks)
+    if sent is not None and not raw:
+        raise LeanError(f"lost the connection to the Corral controller: {sent}")
     header, sep, payload = raw.partition(b"\r\n\r\n")
     if not sep:
         raise LeanError("incomplete reply from the Corral controller")

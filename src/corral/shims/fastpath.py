@@ -1,0 +1,153 @@
+"""The shim endpoint on the controller's fast path: ``POST /api/v1/shim/exec`` without
+FastAPI's routing and middleware, and submissions without a worker thread.
+
+``with_shim_fast_path(asgi, ctl, auth)`` wraps the controller's ASGI app (the one
+``corral.controller.api.with_fast_paths`` returns): a shim request is answered here, the
+rest passes through. The route itself stays declared in FastAPI (``corral.shims.inproc
+.mount``, for the OpenAPI spec); both run the command the same way.
+
+How a command runs (``run_exec``): ``sbatch`` and ``qsub`` on the event loop itself
+(``submit_inline``): their parsing is pure (``prepare``), the one controller call
+(``Controller.submit``) is awaited there and the answer printed (``report``): four thread
+switches less than a command in a worker thread makes, which is what a shell loop of
+``sbatch`` calls waits on. Everything else (and ``sbatch --wait``, which polls afterwards)
+runs in a worker thread (``corral.shims.inproc``). The caller is known by the Unix
+socket's SO_PEERCRED or the bearer token, as on every other route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from corral.shims.inproc import ROUTE, SHIM_MEDIA_TYPE, InProcessClient, _executor
+from corral.shims.server import handle_exec
+
+if TYPE_CHECKING:
+    from corral.controller.auth import Authenticator, Identity
+    from corral.controller.service import Controller
+
+log = logging.getLogger(__name__)
+
+
+def submit_host(body: Mapping[str, Any]) -> str:
+    extra = body.get("extra")
+    return str(extra.get("submit_host", "")) if isinstance(extra, dict) else ""
+
+
+async def submit_inline(ctl: Controller, who: Identity, raw: bytes) -> bytes | None:
+    """``sbatch``/``qsub`` on the event loop; ``None``: not one of those (or one that
+    talks to the controller again afterwards), run it in a thread."""
+    from corral.client import CorralError
+    from corral.controller.errors import ApiError
+    from corral.shims import qsub, sbatch
+    from corral.shims.context import NeedInput, ShimExit
+    from corral.shims.lean import encode_frame
+    from corral.shims.server import parse_request
+
+    try:
+        cmd, ctx = parse_request(raw, who.uid)
+    except (ValueError, TypeError):
+        return None  # handle_exec words the error
+    mod: Any = {"sbatch": sbatch, "qsub": qsub}.get(cmd)
+    if mod is None:
+        return None
+    try:
+        req = mod.prepare(ctx)
+        if req is not None:
+            if mod.needs_client(req):
+                return None
+            body = req.submission.to_json()
+            try:
+                result = await ctl.submit(body, who, submit_host(body))
+            except ApiError as exc:
+                raise mod.refused(ctx, CorralError(exc.code, exc.message, exc.status,
+                                                   slurm=exc.slurm)) from None
+            mod.report(ctx, req, result)
+    except NeedInput as exc:
+        return encode_frame(0, "", "", exc.paths)
+    except ShimExit as exc:
+        return encode_frame(exc.rc, ctx.stdout_text, ctx.stderr_text)
+    except Exception as exc:  # a bug must not take the controller's request down with it
+        log.exception("shim %s %r failed", cmd, ctx.argv)
+        ctx.error(f"{cmd}: error: internal error in Corral: {type(exc).__name__}: {exc}")
+        return encode_frame(1, ctx.stdout_text, ctx.stderr_text)
+    return encode_frame(0, ctx.stdout_text, ctx.stderr_text)
+
+
+async def run_exec(ctl: Controller, who: Identity, raw: bytes) -> bytes:
+    """One shim command for ``who``: the framed reply (``corral.shims.lean``)."""
+    frame = await submit_inline(ctl, who, raw)
+    if frame is not None:
+        return frame
+    loop = asyncio.get_running_loop()
+    client = InProcessClient(ctl, who, loop)
+    return await loop.run_in_executor(_executor(), handle_exec, raw, who.uid, client)
+
+
+def with_shim_fast_path(asgi: Any, ctl: Controller, auth: Authenticator) -> Any:
+    """``asgi`` with ``POST /api/v1/shim/exec`` served here."""
+    from corral.controller.errors import ApiError
+
+    media = SHIM_MEDIA_TYPE.encode()
+    # the bound every route has ([controller] max_request_mb, 8 MiB by default)
+    max_body = max(1, int(getattr(ctl.cfg.controller, "max_request_mb", 8))) * 1024 * 1024
+
+    def too_large() -> ApiError:
+        return ApiError("too_large", f"the request body is larger than {max_body >> 20} MiB "
+                                     "([controller] max_request_mb)")
+
+    def who(scope: Any) -> Identity:
+        peer = scope.get("corral.peer")
+        if peer is not None:
+            return auth.from_peer(peer[1], peer[2])
+        for k, v in scope.get("headers", ()):
+            if k == b"authorization" and v[:7].lower() == b"bearer ":
+                return auth.from_token(v[7:].decode().strip())
+        raise ApiError("unauthorized", "authentication required: use the Unix socket or "
+                                       "send Authorization: Bearer <token> (corral token)")
+
+    async def send(scope: Any, send_: Any, status: int, body: bytes, ctype: bytes) -> None:
+        corked = scope.get("corral.cork")  # one write for status line, headers and body
+        if corked is not None:
+            corked.cork()
+        try:
+            await send_({"type": "http.response.start", "status": status,
+                         "headers": [(b"content-type", ctype),
+                                     (b"content-length", str(len(body)).encode())]})
+            await send_({"type": "http.response.body", "body": body})
+        finally:
+            if corked is not None:
+                corked.uncork()
+
+    async def app(scope: Any, receive: Any, send_: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != ROUTE:
+            await asgi(scope, receive, send_)
+            return
+        try:
+            caller = who(scope)
+            for k, v in scope.get("headers", ()):
+                if k == b"content-length" and (not v.isdigit() or int(v) > max_body):
+                    raise too_large()
+            chunks = []
+            size = 0
+            while True:
+                msg = await receive()
+                chunk = msg.get("body", b"")
+                size += len(chunk)
+                if size > max_body:
+                    raise too_large()
+                chunks.append(chunk)
+                if not msg.get("more_body"):
+                    break
+        except ApiError as exc:
+            await send(scope, send_, exc.status, json.dumps(exc.to_json()).encode(),
+                       b"application/json")
+            return
+        frame = await run_exec(ctl, caller, b"".join(chunks))
+        await send(scope, send_, 200, frame, media)
+
+    return app
