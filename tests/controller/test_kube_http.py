@@ -79,3 +79,26 @@ def test_versions_grow_when_a_record_changes() -> None:
     listed = v.current()
     rec.state = "COMPLETED"
     assert v.of(rec) > listed >= first  # type: ignore[arg-type]
+
+
+def test_nodes_show_gpus_gres_and_features_as_kubernetes_sees_them() -> None:
+    from builders import node_spec
+
+    from corral.controller.kube_objects import node
+    from corral.controller.records import NodeRecord
+    from corral.core.model.node import NodeState
+
+    spec = node_spec("gpu1", 2, 8, 64000, gpus=4, gpu_type="h200",
+                     features=("avx512", "rack=r1"), gres=(("fpga", 2),))
+    rec = NodeRecord(spec=spec, state=NodeState.MIXED, alloc_cpus=4, alloc_mem_mb=1000,
+                     alloc_gpus=1, partitions=("gpu",))
+    out = node(rec, 0.0)
+    st = out["status"]
+    assert st["capacity"] == {"cpu": "16", "memory": "64000Mi", "pods": "110",
+                              "nvidia.com/gpu": "4", "corral.dev/fpga": "2"}
+    assert st["allocatable"]["cpu"] == "12" and st["allocatable"]["nvidia.com/gpu"] == "3"
+    labels = out["metadata"]["labels"]
+    assert labels["feature.node.kubernetes.io/avx512"] == "true" and labels["avx512"] == "true"
+    assert labels["rack"] == "r1" and labels["nvidia.com/gpu.product"] == "h200"
+    assert labels["corral.dev/partition-gpu"] == "true"
+    assert st["conditions"][0]["status"] == "True"
