@@ -148,6 +148,21 @@ def test_what_corral_cannot_honour_is_refused_by_its_path(change: Any, path: str
     assert path in [f for f, _r, _m in err.value.causes], err.value.causes
 
 
+def test_depends_on_orders_the_tasks_and_refuses_cycles() -> None:
+    m = copy.deepcopy(CFD_AI)
+    m["spec"]["tasks"][0]["dependsOn"] = {"name": ["ai-training"]}
+    vj = parse_job(m)
+    assert [t["name"] for t in vj.plan["tasks"]] == ["ai-training", "cfd-simulation"]
+    m["spec"]["tasks"][1]["dependsOn"] = {"name": ["cfd-simulation"]}
+    with pytest.raises(ManifestError, match="cycle"):
+        parse_job(m)
+    m["spec"]["tasks"][1]["dependsOn"] = {"name": ["nosuch"], "iteration": "some"}
+    with pytest.raises(ManifestError) as err:
+        parse_job(m)
+    assert [f for f, _r, _m in err.value.causes] == [
+        "spec.tasks[1].dependsOn.iteration", "spec.tasks[1].dependsOn.name"]
+
+
 def test_images_are_refused_where_host_commands_are_off() -> None:
     with pytest.raises(ManifestError, match="no container runtime"):
         parse_job(CFD_AI, host_commands=False)

@@ -265,9 +265,9 @@ _POD_OK = ("containers", "restartPolicy", "nodeSelector", "affinity", "toleratio
 
 def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
           hostpaths: dict[str, str]) -> dict[str, Any]:
-    c.only(t, path, ("name", "replicas", "minAvailable", "template", "policies", "maxRetry"),
-           {"dependsOn": "use separate jobs with dependencies",
-            "topologyPolicy": "CPU binding follows the node's cores",
+    c.only(t, path, ("name", "replicas", "minAvailable", "template", "policies", "maxRetry",
+                     "dependsOn"),
+           {"topologyPolicy": "CPU binding follows the node's cores",
             "partitionPolicy": "no network-topology partitions"})
     name = t.get("name")
     if not isinstance(name, str) or not _NAME.match(name) or len(name) > 63:
@@ -348,12 +348,41 @@ def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
     pols = _policies(c, t.get("policies"), f"{path}.policies")
     if restart == "OnFailure":
         pols.append({"events": ["PodFailed"], "exit_code": None, "action": "RestartPod"})
+    dep = c.obj(t.get("dependsOn"), f"{path}.dependsOn")
+    c.only(dep, f"{path}.dependsOn", ("name", "iteration"))
+    if dep.get("iteration", "all") not in ("all", "any"):
+        c.bad(f"{path}.dependsOn.iteration", f"Unsupported value: {dep['iteration']!r}: "
+                                             "supported values: \"all\", \"any\"")
     return {"name": name, "replicas": replicas, "min_available": tmin, "argv": command + args,
+            "depends_on": c.strings(dep.get("name"), f"{path}.dependsOn.name"),
             "env": env, "workdir": ct.get("workingDir"), "policies": pols,
             "max_retry": c.integer(t.get("maxRetry"), f"{path}.maxRetry"),
             "cpus": cpus, "mem_mb": mem_mb, "gpus": gpus, "gpu_type": gpu_type,
             "constraint": "&".join(terms) or None, "deadline_s": deadline,
             "image": image, "container": str(ct.get("name") or name)}
+
+
+def _start_order(c: _Check, tasks: list[dict[str, Any]], names: list[str]
+                 ) -> list[dict[str, Any]]:
+    """The tasks with every task after the tasks it ``dependsOn`` (Volcano creates a
+    task's pods once those tasks' pods run; here they start in that order)."""
+    for i, t in enumerate(tasks):
+        for d in t["depends_on"]:
+            if d not in names or d == t["name"]:
+                c.bad(f"spec.tasks[{i}].dependsOn.name", f"Invalid value: {d!r}: not another "
+                                                          "task of this job")
+    done: list[dict[str, Any]] = []
+    left = list(tasks)
+    while left:
+        ready = [t for t in left if all(d in {x["name"] for x in done} or d not in names
+                                        for d in t["depends_on"])]
+        if not ready:
+            c.bad("spec.tasks", "Invalid value: dependsOn makes a cycle: "
+                                + ", ".join(t["name"] for t in left))
+            return tasks
+        done.extend(ready)
+        left = [t for t in left if t not in ready]
+    return done
 
 
 def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool = True,
@@ -408,6 +437,7 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
     for i, n in enumerate(names):
         if n in names[:i]:
             c.bad(f"spec.tasks[{i}].name", f"Duplicate value: {n!r}")
+    tasks = _start_order(c, tasks, names)
     total = sum(t["replicas"] for t in tasks)
     min_av = c.integer(spec.get("minAvailable"), "spec.minAvailable")
     if min_av is not None and total and not 1 <= min_av <= total:

@@ -6,6 +6,7 @@ of ``corral.frontends.volcano.parse_job`` on stdin) on the job's first node. Alg
 1. The replicas' nodes come from ``CORRAL_VC_LAYOUT`` (the controller's allocation,
    ``task=node:count,node:count;...``): replica ``i`` of a task runs on the i-th slot.
    Replicas the gang started without (``minAvailable`` below the replicas) are not run.
+   Tasks start in the plan's order: a task after the tasks it ``dependsOn``.
 2. Each replica is a process with its container's ``command + args`` and ``env``, plus the
    ``env`` plugin's ``VC_TASK_INDEX``/``VK_TASK_INDEX`` and the ``svc`` plugin's
    ``VC_<TASK>_HOSTS``/``VC_<TASK>_NUM`` and host files (``<task>.host``, one host name a
