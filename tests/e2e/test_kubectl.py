@@ -301,8 +301,17 @@ def test_another_users_jobs_are_invisible(kube: Kube, test_user: Any) -> None:
                  ("logs", "mine-t-0")):
         r = other.run(*verb, ok=False)
         assert r.returncode == 1 and "NotFound" in r.stderr, verb
-    assert kube.get("vcjob", "mine")["metadata"]["name"] == "mine"
+    mine = kube.get("vcjob", "mine")
     assert other.get("nodes")["items"][0]["status"]["capacity"]["cpu"] == "16"
+    # nor can they export it (the manifest carries the commands)
+    from corral.client import Client, CorralError
+
+    url = json.loads((kube.c.state_dir / "controller.json").read_text())["url"]
+    with Client(url=url, token=token, ca_file=str(kube.c.state_dir / "ca.pem")) as cl:
+        with pytest.raises(CorralError) as err:
+            cl.request("GET", f"/jobs/{mine['metadata']['annotations']['corral.dev/job-id']}"
+                              "/volcano")
+    assert err.value.code == "forbidden"
 
 
 def test_exported_jobs_validate_and_corral_submit_takes_a_manifest(kube: Kube) -> None:
