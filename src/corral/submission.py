@@ -50,7 +50,9 @@ def spec_from_json(data: dict[str, Any]) -> JobSpec:
         d[key] = tuple(d.get(key) or ())
     for key in ("gres", "licenses"):
         d[key] = tuple((str(k), int(v)) for k, v in (d.get(key) or ()))
-    d["task_groups"] = tuple(TaskGroup(**g) for g in d.get("task_groups") or ())
+    d["task_groups"] = tuple(
+        TaskGroup(**{**g, "gres": tuple((str(k), int(v)) for k, v in g.get("gres") or ())})
+        for g in d.get("task_groups") or ())
     dep = d.get("dependency")
     if dep is not None:
         d["dependency"] = DependencySpec(

@@ -8,6 +8,7 @@ from builders import cluster, config, job
 
 from corral.core import run_cycle
 from corral.core.feasibility import validate
+from corral.core.model.job import TaskGroup
 
 
 def _two_cpus() -> object:
@@ -30,6 +31,26 @@ def test_group_without_minimum_still_waits_whole() -> None:
     r = run_cycle(c.snapshot(pending=[gang], running=[busy]), config(), 10.0)
     assert not r.starts and r.pending[2].reason == "Resources"
     assert "it needs 2 CPUs" in r.pending[2].detail
+
+
+def test_a_group_with_gres_takes_them_per_task_one_task_a_node() -> None:
+    from builders import Cluster, node_spec
+
+    from corral.core.model.node import Node, NodeState
+
+    c = Cluster([Node(node_spec(f"n{i}", 1, 4, 4000, gres=(("fpga", 1),)), NodeState.IDLE)
+                 for i in (1, 2)], [])
+    c.partition("batch", is_default=True)
+
+    two = job(1).walltime_s(60).spec(task_groups=(
+        TaskGroup("w", 2, 1, gres=(("fpga", 1),)),)).build()
+    r = run_cycle(c.snapshot(pending=[two]), config(), 10.0)
+    nodes = r.starts[0].allocation.nodes
+    assert sorted((n.node, n.tasks, n.gres) for n in nodes) == [
+        ("n1", 1, (("fpga", 1),)), ("n2", 1, (("fpga", 1),))]
+    three = job(2).walltime_s(60).spec(task_groups=(
+        TaskGroup("w", 3, 1, gres=(("fpga", 1),)),)).build()
+    assert validate(three.spec, c.snapshot(pending=[three]), config()) is not None
 
 
 def test_group_larger_than_the_partition_is_accepted_when_its_minimum_fits() -> None:

@@ -106,6 +106,21 @@ def test_fields_map_to_corral() -> None:
                                  "action": "RestartJob"}]
 
 
+def test_extended_resources_are_gres_per_replica() -> None:
+    m = copy.deepcopy(CFD_AI)
+    res = m["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]
+    res["requests"]["example.com/fpga"] = 1
+    res["limits"] = {"corral.dev/licence-x": "2"}
+    g = parse_job(m).submission.spec.task_groups[0]
+    assert g.gres == (("fpga", 1), ("licence-x", 2))
+    out = export(parse_job(m).submission, 1)  # a Volcano job: its own manifest back
+    _valid(out)
+    sub = JobSubmission(spec=JobSpec(task_groups=(g,)), argv=("true",), dialect="slurm")
+    rendered = export(sub, 2)["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    assert rendered["resources"]["requests"]["corral.dev/fpga"] == "1"
+    _valid(export(sub, 2))
+
+
 def test_minavailable_defaults_to_the_tasks_minimums() -> None:
     m = copy.deepcopy(CFD_AI)
     del m["spec"]["minAvailable"]
@@ -123,7 +138,10 @@ def test_minavailable_defaults_to_the_tasks_minimums() -> None:
         volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]),
      "spec.tasks[0].template.spec.volumes[0]"),
     (lambda m: m["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["resources"][
-        "requests"].update({"example.com/fpga": 1}),
+        "requests"].update({"ephemeral-storage": "1Gi"}),
+     "spec.tasks[1].template.spec.containers[0].resources.requests.ephemeral-storage"),
+    (lambda m: m["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["resources"][
+        "requests"].update({"example.com/fpga": "500m"}),
      "spec.tasks[1].template.spec.containers[0].resources.requests.example.com/fpga"),
     (lambda m: m["spec"].update(plugins={"ssh": []}), "spec.plugins.ssh"),
     (lambda m: m["spec"]["tasks"][0]["template"]["spec"]["containers"][0].pop("command"),

@@ -203,6 +203,8 @@ def pod(rec: JobRecord, task: dict[str, Any], index: int, name: str, ns: str,
         req["memory"] = f"{task['mem_mb']}Mi"
     if task.get("gpus"):
         req["nvidia.com/gpu"] = str(task["gpus"])
+    for gname, n in task.get("gres") or ():
+        req[f"corral.dev/{gname}"] = str(n)
     container = {"name": task.get("container") or task["name"],
                  "image": task.get("image") or "corral.host/none",
                  "command": list(task["argv"]), "resources": {"requests": req, "limits": req}}

@@ -20,7 +20,8 @@ Slurm conventions reproduced here:
   that divides evenly becomes a per-node count, otherwise it is spread over the nodes.
 * ``exclusive`` (or an ``OverSubscribe=EXCLUSIVE`` partition) takes whole idle nodes.
 
-Task groups: each group's tasks may land anywhere (any number of nodes). The job starts
+Task groups: each group's tasks may land anywhere (any number of nodes; one a node for a
+group with GRES, whose per-task GRES are then the per-node ones). The job starts
 only when every group can place at least its minimum and the total reaches the job's
 ``min_available`` (Volcano ``minAvailable``); the group minimum defaults to all replicas
 when the job gives no ``min_available``, else to zero, and the job's minimum defaults to
@@ -219,12 +220,14 @@ def _grouped(spec: JobSpec, exclusive: bool, mem_default: int | None) -> Shape:
             mem_task = mem_default * g.cpus_per_task
         else:
             mem_task = None
+        # per-node GRES accounting is exact for per-task GRES with one task per node
         sets.append(TaskSet(
-            name=g.name, tasks=g.replicas, fixed=False, hi=0, nodes_min=1 if gmin else 0,
+            name=g.name, tasks=g.replicas, fixed=False, hi=1 if g.gres else 0,
+            nodes_min=1 if gmin else 0,
             nodes_max=g.replicas, min_tasks=gmin, cpus_per_task=g.cpus_per_task,
             mem_per_task_mb=mem_task, mem_per_node_mb=None, gpus_per_node=0,
             gpus_per_task=g.gpus_per_task, gpus_total=0, gpu_type=g.gpu_type or spec.gpu_type,
-            gres=(), constraint=g.constraint,
+            gres=g.gres, constraint=g.constraint,
         ))
         total += g.replicas
     set_min = sum(s.min_tasks for s in sets)

@@ -13,7 +13,9 @@ Mapping (docs/kubernetes.md has the table): ``metadata.namespace`` -> account
 default partition); ``priorityClassName`` -> QOS; each task -> a ``TaskGroup`` with
 ``replicas``, its ``minAvailable``, CPUs = the larger of the cpu request and limit rounded
 up to whole CPUs, memory likewise in MB, ``nvidia.com/gpu`` -> GPUs per task,
-``nodeSelector`` / required node affinity -> the group's feature constraint
+other extended resources (``domain/name``) -> GRES ``name`` per replica (a task with GRES
+runs one replica a node), ``nodeSelector`` / required node affinity -> the group's
+feature constraint
 (``feature.node.kubernetes.io/F: "true"`` and ``F: "true"`` -> feature ``F``; any other
 ``key: value`` -> feature ``key=value``; ``nvidia.com/gpu.product`` / ``gpu-type`` -> the
 GPU type); ``activeDeadlineSeconds`` -> the time limit. Images: Corral has no container
@@ -140,8 +142,10 @@ def quantity(v: Any) -> float:
     return num * _SUFFIX[m.group(3) or ""]
 
 
-def _resources(c: _Check, res: dict[str, Any], path: str) -> tuple[int, int, int]:
-    """(cpus, mem_mb, gpus) of one container: the larger of request and limit."""
+def _resources(c: _Check, res: dict[str, Any], path: str
+               ) -> tuple[int, int, int, tuple[tuple[str, int], ...]]:
+    """(cpus, mem_mb, gpus, GRES) of one container: the larger of request and limit; an
+    extended resource ``domain/name`` is the GRES ``name``."""
     c.only(res, path, ("requests", "limits"))
     best: dict[str, float] = {}
     for part in ("requests", "limits"):
@@ -152,9 +156,12 @@ def _resources(c: _Check, res: dict[str, Any], path: str) -> tuple[int, int, int
             except ValueError as exc:
                 c.bad(where, f"Invalid value: {exc}")
                 continue
-            if name not in ("cpu", "memory", "nvidia.com/gpu"):
-                c.unsupported(where, "Corral takes cpu, memory and nvidia.com/gpu; other "
-                                     "extended resources are not mapped to task groups yet")
+            if name not in ("cpu", "memory", "nvidia.com/gpu") and "/" not in name:
+                c.unsupported(where, "Corral takes cpu, memory, nvidia.com/gpu and extended "
+                                     "resources (domain/name: the GRES name)")
+                continue
+            if "/" in name and name != "nvidia.com/gpu" and val != int(val):
+                c.bad(where, "Invalid value: an extended resource is a whole number")
                 continue
             best[name] = max(best.get(name, 0.0), val)
     cpus = max(1, math.ceil(best.get("cpu", 1.0) - 1e-9))
@@ -162,7 +169,9 @@ def _resources(c: _Check, res: dict[str, Any], path: str) -> tuple[int, int, int
     gpus = best.get("nvidia.com/gpu", 0.0)
     if gpus != int(gpus):
         c.bad(f"{path}.requests.nvidia.com/gpu", "Invalid value: must be a whole number")
-    return cpus, mem_mb, int(gpus)
+    gres = tuple(sorted((k.rsplit("/", 1)[1], int(v)) for k, v in best.items()
+                        if "/" in k and k != "nvidia.com/gpu" and v))
+    return cpus, mem_mb, int(gpus), gres
 
 
 _GPU_KEYS = ("nvidia.com/gpu.product", "gpu-type")
@@ -342,8 +351,8 @@ def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
         src = hostpaths.get(f"{name}/{m.get('name')}")
         if src is None or src.rstrip("/") != str(m.get("mountPath", "")).rstrip("/"):
             c.unsupported(mpath, "a mount must be a hostPath volume at its own path")
-    cpus, mem_mb, gpus = _resources(c, c.obj(ct.get("resources"), f"{cpath}.resources"),
-                                    f"{cpath}.resources")
+    cpus, mem_mb, gpus, gres = _resources(c, c.obj(ct.get("resources"),
+                                                   f"{cpath}.resources"), f"{cpath}.resources")
     terms, gpu_type = _selectors(c, pod, spath)
     pols = _policies(c, t.get("policies"), f"{path}.policies")
     if restart == "OnFailure":
@@ -358,6 +367,7 @@ def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
             "env": env, "workdir": ct.get("workingDir"), "policies": pols,
             "max_retry": c.integer(t.get("maxRetry"), f"{path}.maxRetry"),
             "cpus": cpus, "mem_mb": mem_mb, "gpus": gpus, "gpu_type": gpu_type,
+            "gres": [list(g) for g in gres],
             "constraint": "&".join(terms) or None, "deadline_s": deadline,
             "image": image, "container": str(ct.get("name") or name)}
 
@@ -456,7 +466,8 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
     if c.causes:
         raise ManifestError(c.causes, name)
     groups = tuple(TaskGroup(t["name"], t["replicas"], t["cpus"], t["mem_mb"], t["gpus"],
-                             t["gpu_type"], t["min_available"], t["constraint"])
+                             t["gpu_type"], t["min_available"], t["constraint"],
+                             tuple((str(k), int(v)) for k, v in t["gres"]))
                    for t in tasks)
     if min_av is None:  # Volcano's default: the tasks' minimums (all replicas when unset)
         min_av = sum(t["replicas"] if t["min_available"] is None else t["min_available"]

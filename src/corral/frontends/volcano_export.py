@@ -42,8 +42,11 @@ def dns_label(text: str, suffix: str = "") -> str:
     return f"{base}-{suffix}" if suffix else base
 
 
-def _resources(cpus: int, mem_mb: int, gpus: int) -> dict[str, Any]:
+def _resources(cpus: int, mem_mb: int, gpus: int,
+               gres: tuple[tuple[str, int], ...] = ()) -> dict[str, Any]:
     req: dict[str, str] = {"cpu": str(max(1, cpus))}
+    for name, n in gres:  # Corral's GRES as the extended resources its nodes advertise
+        req[f"corral.dev/{name.split(':')[0]}"] = str(n)
     if mem_mb:
         req["memory"] = f"{mem_mb}Mi"
     if gpus:
@@ -113,7 +116,8 @@ def export(sub: JobSubmission, job_id: int, partition: str | None = None) -> dic
         for g in spec.task_groups:
             t: dict[str, Any] = {"name": dns_label(g.name), "replicas": g.replicas,
                                  "template": _pod(dns_label(g.name), argv, _resources(
-                                     g.cpus_per_task, g.mem_per_task_mb, g.gpus_per_task),
+                                     g.cpus_per_task, g.mem_per_task_mb, g.gpus_per_task,
+                                     g.gres),
                                      _selector(g.constraint)[0] | selector, sub.workdir,
                                      deadline, g.gpu_type or spec.gpu_type)}
             if g.min_available is not None:
@@ -129,7 +133,7 @@ def export(sub: JobSubmission, job_id: int, partition: str | None = None) -> dic
         mem = spec.mem_per_node_mb or (spec.mem_per_cpu_mb or 0) * cpus
         gpus = spec.gpus_per_node + spec.gpus_per_task * per_node + (
             spec.gpus // nodes if spec.gpus else 0)
-        res = _resources(cpus, mem, gpus)
+        res = _resources(cpus, mem, gpus, spec.gres)
         tasks.append({"name": "batch", "replicas": 1, "template": _pod(
             "batch", argv, res, selector, sub.workdir, deadline, spec.gpu_type)})
         if nodes > 1:

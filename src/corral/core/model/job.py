@@ -119,6 +119,7 @@ class TaskGroup:
     gpu_type: str | None = None
     min_available: int | None = None  # per-group minimum; None: all replicas
     constraint: str | None = None
+    gres: GresItems = ()  # generic resources per task (such a group runs one task a node)
 
 
 @dataclass(frozen=True, slots=True)
