@@ -1,4 +1,4 @@
-"""The counted queue walk behind a blocked EASY head (``Pass._lean_run``) changes nothing.
+"""The counted queue walk behind a blocked EASY head (``passes.lean``) changes nothing.
 
 On one-core nodes the core counts, at C level, the run of queued jobs that it would only
 test and refuse (or skip as too wide). ``max_jobs_per_cycle`` set to a huge number turns
@@ -42,25 +42,25 @@ def test_counted_walk_matches_the_job_by_job_loop(traces_dir: Path, max_test: in
 @pytest.mark.parametrize("max_test", [1, 7, 500])
 def test_job_by_job_first_slice_matches_the_pipeline(traces_dir: Path, max_test: int,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """``Pass._lean_few`` (first slices of up to 8 jobs, counted job by job) gives the same
-    verdicts as ``Pass._lean_chunk`` (the C-level pipeline) on every slice."""
-    import corral.core.passes.schedule as schedule
+    """``LeanWalk._lean_few`` (first slices of up to 8 jobs, counted job by job) gives the same
+    verdicts as ``LeanWalk._lean_chunk`` (the C-level pipeline) on every slice."""
+    import corral.core.passes.lean as lean
 
     wl = select(build_workload(read_swf(traces_dir / "SDSC-SP2-1998-4.2-cln.swf.gz")), "1500")
     cl = from_header(wl.max_nodes, wl.max_procs, machine="cores")
     cfg = SchedulerConfig(ordering=Ordering.FCFS, backfill=BackfillMode.EASY,
                           bf_max_job_test=max_test)
     calls = {"few": 0}
-    few = schedule.Pass._lean_few
+    few = lean.LeanWalk._lean_few
 
-    def counted(self: schedule.Pass, *args: object, **kw: object) -> tuple[int, int]:
+    def counted(self: lean.LeanWalk, *args: object, **kw: object) -> tuple[int, int]:
         calls["few"] += 1
         return few(self, *args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(schedule.Pass, "_lean_few", counted)
+    monkeypatch.setattr(lean.LeanWalk, "_lean_few", counted)
     a = simulate(wl, cl, EngineOptions(config=cfg, record_allocations=True))
     assert calls["few"] > 0  # the job-by-job path ran
-    monkeypatch.setattr(schedule, "_LEAN_SMALL", 0)  # every slice through the pipeline
+    monkeypatch.setattr(lean, "_LEAN_SMALL", 0)  # every slice through the pipeline
     b = simulate(wl, cl, EngineOptions(config=cfg, record_allocations=True))
     np.testing.assert_array_equal(a.start_s, b.start_s)
     np.testing.assert_array_equal(a.end_s, b.end_s)

@@ -27,30 +27,17 @@ the window are not made.
 Gangs (multi-node and task-group jobs) start all-or-nothing: a placement is taken from the
 pool whole or not at all, and a waiting gang holds nothing, so gangs cannot deadlock.
 Preemption (when configured) is tried for a job that cannot start now, before it blocks.
+
+This module is the general pass: the loop above, job by job. The simulator's count-only
+shortcuts behind a blocked head (narrowing the queue, counting runs of jobs that can only
+be refused) live in ``passes.lean`` and enter here only through ``walk`` (which yields
+every job in order when they do not apply); a lone job that starts at once is decided in
+``passes.alone``. Both are pinned to this loop by equivalence tests.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterator, Mapping
-from itertools import compress, count, repeat
-from math import ceil
-from operator import (
-    add,
-    and_,
-    attrgetter,
-    contains,
-    eq,
-    gt,
-    is_not,
-    itemgetter,
-    le,
-    mul,
-    not_,
-    or_,
-    truediv,
-)
-from operator import ge as ge_
+from collections.abc import Mapping
 
 from corral.core import reasons as R
 from corral.core.config import BackfillMode, PreemptType, ReservationPolicy, SchedulerConfig
@@ -63,6 +50,7 @@ from corral.core.limits import job_tres
 from corral.core.model.job import HoldKind, Job, JobState
 from corral.core.model.partition import PartitionState
 from corral.core.nodes import iter_bits
+from corral.core.passes.lean import LeanWalk
 from corral.core.passes.plan import Planner
 from corral.core.passes.preemption import Preemptor
 from corral.core.passes.state import Outcome, is_unit_cluster
@@ -72,17 +60,9 @@ from corral.core.profile import Profile
 from corral.core.snapshot import ClusterSnapshot
 
 _RUNNABLE = (PartitionState.UP, PartitionState.DRAIN)
-_NOT_LEAN = (0, 0, 0, 0, 0, "")
-_LEAN_CHUNK = 2048
-_LEAN_SMALL = 8  # slices up to this size are counted job by job (``Pass._lean_few``)
-_L_FLAG, _L_NEED, _L_WANT, _L_NREQ, _L_DUR, _L_PART = (itemgetter(k) for k in range(6))
-_SPEC = attrgetter("spec")
-_TIME_LIMIT = attrgetter("time_limit_s")
-_PLAIN_KEY = attrgetter("time_limit_s", "hold", "array_max_running")
-_PLAIN = (None, HoldKind.NONE, None)  # what ``_PLAIN_KEY`` reads off a plain job
 
 
-class Pass(Planner, Preemptor):
+class Pass(LeanWalk, Planner, Preemptor):
     """One cycle's queue pass over a snapshot (see the module docstring)."""
 
     def plan_of(self, job: Job) -> Plan:
@@ -113,64 +93,12 @@ class Pass(Planner, Preemptor):
         # are fixed, so the runnable ones are memoized with the plan
         runnable = [o for o in got.options if o.partition.state in _RUNNABLE]
         # no begin time, dependency or licenses: only the job record can hold it; and no
-        # --time-min (a refused job may still start shortened): see ``_lean_info``
+        # --time-min (a refused job may still start shortened): see ``passes.lean``
         simple = (spec.begin_time is None and not (spec.dependency and spec.dependency.items)
                   and not spec.licenses and not spec.time_min_s)
         plans[id(spec)] = (spec, job.time_limit_s, got, runnable, simple)
-        leans: dict[int, tuple[int, int, int, int, int, str]] = memo[6]
-        if job.time_limit_s is None:  # the spec alone decides: see ``_fitting``
-            needs[id(spec)] = got.options[0].shape.cpus_min if got.options else 0
-            info = self._lean_info(got, runnable, simple)
-            if info is not None:
-                leans[id(spec)] = info
-            else:
-                leans.pop(id(spec), None)
-        else:
-            needs.pop(id(spec), None)
-            leans.pop(id(spec), None)
+        self.remember_counts(job, got, runnable, simple, needs, memo[6])
         return got, runnable, simple
-
-    def _needs(self) -> dict[int, int]:
-        """CPUs at the smallest start per spec id (0: rejected), for specs whose memoized
-        plan (which holds the spec) was made without a job time limit."""
-        self.planned_memo()
-        memo = self.table.memo["plans"]
-        assert isinstance(memo, tuple)
-        got: dict[int, int] = memo[5]
-        return got
-
-    def _leans(self) -> dict[int, tuple[int, int, int, int, int, str]]:
-        self.planned_memo()
-        memo = self.table.memo["plans"]
-        assert isinstance(memo, tuple)
-        got: dict[int, tuple[int, int, int, int, int, str]] = memo[6]
-        return got
-
-    def _lean_info(self, pl: Plan, runnable: list[Option],
-                   simple: bool) -> tuple[int, int, int, int, int, str] | None:
-        """(1, CPUs at the smallest start, nodes wanted, required nodes, time limit,
-        partition) of a spec ``_lean_run`` may count: plain, one runnable option whose
-        shape ``SetPlacer._unit`` places on any of the cluster's one-core nodes."""
-        t = self.table
-        if not simple or len(pl.options) != 1 or len(runnable) != 1 or (
-                t.unit_mask != t.all_mask):
-            return None
-        o = runnable[0]
-        got = self.placer.unit_static(o.shape, o.partition.name)
-        if got is None:
-            return None
-        cand, required, want, nreq = got
-        if cand != t.all_mask or required:
-            return None
-        return 1, o.shape.cpus_min, want, nreq, o.time_limit_s, o.partition.name
-
-    def planned_memo(self) -> None:
-        snap = self.snap
-        memo = self.table.memo.get("plans")
-        if not (isinstance(memo, tuple) and memo[0] is self.config and memo[1] is snap.qos
-                and memo[2] is snap.accounts and memo[3] is snap.licenses):
-            self.table.memo["plans"] = (self.config, snap.qos, snap.accounts, snap.licenses,
-                                        {}, {}, {})
 
     def licenses_free(self) -> dict[str, int]:
         if self._lic_free is None:
@@ -215,31 +143,10 @@ class Pass(Planner, Preemptor):
         memo = self.table.memo["plans"]
         assert isinstance(memo, tuple)
         plans_get = memo[4].get  # the memo of ``planned``, read inline (the hot loop)
-        items: Iterator[tuple[int, Job]] = enumerate(order, 1)
-        # the narrowed queue behind the head (only without annotations: ranks are not kept)
-        rest: list[Job] | None = None
-        pos = rank = 0
+        # behind a blocked head, a replay's queue walk skips and counts what it only
+        # would count (``passes.lean``); otherwise every job in order
         lean = prefilter and max_cycle is None and not limits_on
-        while True:
-            if prefilter and self.blocked and rest is None:
-                rest = self._fitting(order[rank:], self.pool.free_total * max_tpc)
-            if rest is not None:
-                if lean and pos < len(rest):
-                    used, tested, stop = self._lean_run(rest, pos, max_test,
-                                                        self.pool.free_total * max_tpc)
-                    pos += used
-                    attempts += tested
-                    if stop:
-                        break
-                if pos >= len(rest):
-                    break
-                job = rest[pos]
-                pos += 1
-            else:
-                nxt = next(items, None)
-                if nxt is None:
-                    break
-                rank, job = nxt
+        for rank, job in self.walk(order, prefilter, lean, max_test, max_tpc):
             if job.admin_priority is not None:
                 pr = float(job.admin_priority)
             else:  # FCFS (``prio`` is None): -submit time, what ``priority.compute`` gives
@@ -296,138 +203,6 @@ class Pass(Planner, Preemptor):
             self.out.reservations.append(r)
             self.out.reserved.append(r.job_id)
         return self.out
-
-    def _fitting(self, jobs: list[Job], limit: int) -> list[Job]:
-        """The rest of the queue without the jobs the prefilter would skip anyway.
-
-        A job is skipped when its smallest start needs more CPUs than ``limit`` (free
-        cores now times threads per core). Free cores only decrease during the pass, so a
-        job over the limit now is over it when visited. Its need is known only for specs
-        already planned without a job time limit (``need_of``); other jobs are kept and
-        checked as usual. All of it runs at C level: a long queue behind a blocked head
-        costs little more than a list copy."""
-        if not jobs:
-            return jobs
-        need = self._needs()
-        if len(jobs) <= _LEAN_SMALL:  # a few: cheaper than building the pipeline
-            get = need.get
-            return [j for j in jobs
-                    if get(id(j.spec), 0) <= limit or j.time_limit_s is not None]
-        small = map(le, map(need.get, map(id, map(_SPEC, jobs)), repeat(0)), repeat(limit))
-        own_limit = map(is_not, map(_TIME_LIMIT, jobs), repeat(None))
-        return list(compress(jobs, map(or_, small, own_limit)))
-
-    def _lean_run(self, rest: list[Job], pos: int, max_test: int,
-                  limit: int) -> tuple[int, int, bool]:
-        """EASY on one-core nodes behind a reserved head: the jobs from ``rest[pos]`` on
-        that the loop would only count, worked out at C level.
-
-        A *lean* job (``_leans``: a plain job of a plain spec, one runnable option on
-        every node, placed by ``SetPlacer._unit``) either is skipped by the prefilter
-        (wider than ``limit``) or is tested: its placement size ``k`` is refused by
-        ``CountProfile.allows`` and ``block`` has nothing to record (its partition is
-        blocked, has its first blocked job and holds the reservation). Neither changes
-        the pool or the profile, so the run of such jobs is computed at once from the
-        profile's running minimum. Returns (jobs consumed, jobs tested, stop the loop:
-        ``bf_max_job_test`` reached). Exactly what the loop would do job by job."""
-        prof = self._profile
-        if not (isinstance(prof, CountProfile) and prof.reserved_any) or self._nothing_more():
-            return 0, 0, False
-        pm = self.table.part_masks
-        blocked, reserved = self.blocked, self.reserved_mask
-        noop = {name for name in self.blocker
-                if not pm.get(name, 0) & ~blocked and pm.get(name, 0) & reserved}
-        if not noop:
-            return 0, 0, False
-        leans = self._leans()
-        pool = self.pool
-        ge = pool.ge_cores
-        free = (pool.up & ge[1]).bit_count() if len(ge) > 1 else 0
-        used = tested = 0
-        size = 8  # slices grow while whole slices are counted: a run that stops at once
-        while pos + used < len(rest):  # (a job to place, or not lean) costs little
-            start = pos + used
-            if size <= _LEAN_SMALL:
-                got, t = self._lean_few(rest, start, min(len(rest), start + size), leans,
-                                        noop, limit, free, prof)
-            else:
-                got, t = self._lean_chunk(rest[start:start + size], leans, noop, limit,
-                                          free, prof.now, prof.resolution,
-                                          prof.running_min(), prof.times)
-            used += got
-            tested += t
-            if self.out.tested + tested > max_test:  # the loop stops at the job over it
-                done = max(0, max_test - self.out.tested)
-                self.out.tested += done
-                return used, done, True
-            if got < size:
-                break
-            size = min(size * 4, _LEAN_CHUNK)
-        self.out.tested += tested
-        return used, tested, False
-
-    def _lean_few(self, rest: list[Job], lo: int, hi: int,
-                  leans: dict[int, tuple[int, int, int, int, int, str]], noop: set[str],
-                  limit: int, free: int, prof: CountProfile) -> tuple[int, int]:
-        """``_lean_chunk`` on ``rest[lo:hi]`` job by job, for the first few jobs: the same
-        verdicts (in the run: lean, plain and either skipped or refused by the running
-        minimum) without building the C-level pipeline, which costs more than a few jobs."""
-        tested = 0
-        mins: list[int] | None = None
-        now, res = prof.now, prof.resolution
-        for k in range(lo, hi):
-            job = rest[k]
-            info = leans.get(id(job.spec))
-            if (info is None or not info[0] or job.time_limit_s is not None
-                    or job.hold is not HoldKind.NONE or job.array_max_running is not None
-                    or info[5] not in noop):
-                return k - lo, tested
-            if info[1] > limit:
-                continue  # skipped by the prefilter
-            want, nreq = info[2], info[3]
-            n = free if free < want else want  # max(nreq, min(want, free)) without builtins
-            if nreq > n:
-                n = nreq
-            end = now + info[4]
-            if res > 1:
-                end = ceil(end / res) * res
-            if mins is None:
-                mins = prof.running_min()
-            if mins[bisect_left(prof.times, end)] >= n:
-                return k - lo, tested  # allowed: the loop places it
-            tested += 1
-        return hi - lo, tested
-
-    def _lean_chunk(self, jobs: list[Job],
-                    leans: dict[int, tuple[int, int, int, int, int, str]], noop: set[str],
-                    limit: int, free: int, now: float, res: int, mins: list[int],
-                    times: list[float]) -> tuple[int, int]:
-        """``_lean_run`` on a slice of the queue: (jobs in the run, jobs tested)."""
-        infos = list(map(leans.get, map(id, map(_SPEC, jobs)), repeat(_NOT_LEAN)))
-        # lean spec, and no own time limit, hold or array limit (a record merely *equal*
-        # to those, not identical, goes the loop's general way to the same verdict)
-        ok = map(and_, map(_L_FLAG, infos), map(eq, map(_PLAIN_KEY, jobs), repeat(_PLAIN)))
-        if not noop.issuperset(self.table.part_masks):  # else every partition is in it
-            ok = map(and_, ok, map(contains, repeat(noop), map(_L_PART, infos)))
-        skipped = list(map(gt, map(_L_NEED, infos), repeat(limit)))
-        ends: Iterator[float] = map(add, repeat(now), map(_L_DUR, infos))
-        if res > 1:
-            ends = map(mul, map(ceil, map(truediv, ends, repeat(res))), repeat(res))
-        ms = list(map(mins.__getitem__, map(bisect_left, repeat(times), ends)))
-        # m >= max(nreq, min(want, free)), i.e. m >= nreq and (m >= want or m >= free):
-        # comparisons only (builtin min/max cost several times as much per job)
-        allowed = map(and_, map(ge_, ms, map(_L_NREQ, infos)),
-                      map(or_, map(ge_, ms, map(_L_WANT, infos)), map(ge_, ms, repeat(free))))
-        in_run = map(and_, ok, map(or_, skipped, map(not_, allowed)))
-        stop = next(compress(count(), map(not_, in_run)), len(jobs))
-        return stop, stop - sum(skipped[:stop])
-
-    def _nothing_more(self) -> bool:
-        """No later job can start (simulator fast path; only when nothing is annotated)."""
-        up = self.pool.up
-        if self.mode == BackfillMode.NONE:
-            return self.blocked & up == up
-        return not self.pool.ge_cores[1] and self.config.preempt_type == PreemptType.NONE
 
     def static_reason(self, job: Job) -> tuple[str, str] | None:
         if job.hold == HoldKind.USER:

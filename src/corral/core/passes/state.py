@@ -89,6 +89,14 @@ class PassState:
         # conservative: last cycle's reservations, held until their job is visited
         self.carried: dict[int, tuple[Reserve, list[tuple[int, int, int, int]]]] = {}
 
+    def planned_memo(self) -> None:
+        snap = self.snap
+        memo = self.table.memo.get("plans")
+        if not (isinstance(memo, tuple) and memo[0] is self.config and memo[1] is snap.qos
+                and memo[2] is snap.accounts and memo[3] is snap.licenses):
+            self.table.memo["plans"] = (self.config, snap.qos, snap.accounts, snap.licenses,
+                                        {}, {}, {})
+
     @property
     def deps(self) -> DependencyIndex:
         """Dependency lookups over the snapshot (most cycles never need one)."""
