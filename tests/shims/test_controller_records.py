@@ -158,7 +158,7 @@ def test_step_end_usage_is_checked(shim_cluster: ShimCluster, tmp_path: Path) ->
             url = f"/jobs/{jid}/steps/{sid}/end"
             node = c.node
             for usage, field in (
-                    ([1, 2], "usage must be"),
+                    ([1, 2], "bad field usage"),
                     ({"nodes": []}, "usage.nodes"),
                     ({"nodes": {"elsewhere": {}}}, "'elsewhere' is not a node"),
                     ({"nodes": {node: {"cpu_time_s": -1}}}, "cpu_time_s"),
@@ -168,7 +168,7 @@ def test_step_end_usage_is_checked(shim_cluster: ShimCluster, tmp_path: Path) ->
                     ({"nodes": {node: {"pids": [1, 2]}}}, "pids"),  # one task
                     ({"nodes": {node: {"pids": ["x"]}}}, "pids"),
                     ({"nodes": {node: {"node": "other"}}}, ".node"),
-                    ({"nodes": {node: []}}, f"usage.nodes[{node!r}]"),
+                    ({"nodes": {node: []}}, f"usage.nodes.{node}"),
                     ({"cpu_time_s": -0.5}, "usage.cpu_time_s")):
                 with pytest.raises(CorralError) as err:
                     cl.request("POST", url, {"exit_code": 0, "usage": usage})

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from corral.agent.proctree import forget_dirs, open_in_dir, read_in_dir
 
-V1_CONTROLLERS = ("memory", "cpuset", "cpuacct", "pids", "freezer")
+V1_CONTROLLERS = ("memory", "cpuset", "cpuacct", "pids", "freezer", "devices")
 V2_CONTROLLERS = ("memory", "cpuset", "cpu", "pids")
 
 
@@ -221,10 +221,14 @@ def prepare(layout: CgroupLayout, cgroup_root: str) -> CgroupLayout:
                         tracking_full=full)
 
 
-def job_controllers(layout: CgroupLayout, cpus: tuple[int, ...], max_pids: int) -> list[str]:
-    """The v1 hierarchies a job gets a directory in (see the module docstring)."""
+def job_controllers(layout: CgroupLayout, cpus: tuple[int, ...], max_pids: int,
+                    devices: bool = False) -> list[str]:
+    """The v1 hierarchies a job gets a directory in (see the module docstring); ``devices``
+    only for a job with device files to hide."""
     out = []
     for ctl in layout.v1:
+        if ctl == "devices" and not devices:
+            continue
         if ctl == "cpuset" and not cpus:
             continue
         if ctl == "pids" and not max_pids:
@@ -285,9 +289,10 @@ class JobCgroup:
     @classmethod
     def create(cls, layout: CgroupLayout, rel: str, *, mem_mb: int = 0,
                cpus: tuple[int, ...] = (), max_pids: int = 0,
-               memsw_mb: int = 0) -> JobCgroup:
+               memsw_mb: int = 0, deny_devices: tuple[str, ...] = ()) -> JobCgroup:
         """``mem_mb``: the RAM limit, ``memsw_mb`` the RAM + swap limit (0: none; see
-        ``launch.memory_limits_mb``)."""
+        ``launch.memory_limits_mb``); ``deny_devices``: device files the job's processes
+        may not open (``corral.agent.devices``)."""
         if layout.mode == "none":
             raise CgroupError(layout.reason)
         dirs: dict[str, str] = {}
@@ -295,13 +300,17 @@ class JobCgroup:
             assert layout.v2_root is not None
             dirs["v2"] = os.path.join(layout.v2_root, rel)
         else:
-            for ctl in job_controllers(layout, cpus, max_pids):
+            for ctl in job_controllers(layout, cpus, max_pids, bool(deny_devices)):
                 dirs[ctl] = os.path.join(layout.v1[ctl], rel)
             if layout.tracking:
                 dirs["tracking"] = os.path.join(layout.tracking, rel)
         cg = cls(layout, dirs)
         try:
             cg._make(mem_mb, cpus, max_pids, memsw_mb)
+            if deny_devices:
+                from corral.agent.devices import deny
+
+                deny(cg.dirs, deny_devices)
         except OSError as exc:
             cg.remove(wait_s=0.0)
             raise CgroupError(f"cannot set up cgroup {rel}: {exc}") from exc

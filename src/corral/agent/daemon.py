@@ -57,7 +57,8 @@ class AgentDaemon:
                  heartbeat_s: float = 5.0, reconnect_max_s: float = 5.0,
                  pin_cpus: bool = True, isolation: str = "auto",
                  spec: NodeSpec | None = None, runner: Any = None,
-                 exit_batch_s: float = 0.005, ca_file: str | None = None) -> None:
+                 exit_batch_s: float = 0.005, ca_file: str | None = None,
+                 gpu_devices: tuple[str, ...] = ()) -> None:
         """``runner``: a JobRunner-like object (default: a real ``JobRunner`` on
         ``state_dir``); benchmarks pass a no-op one to measure the control path alone.
         ``exit_batch_s``: after a supervisor's notification, wait this long for more
@@ -65,7 +66,9 @@ class AgentDaemon:
         persists them in few commits).
         ``ca_file``: the cluster CA that a ``https://``/``wss://`` controller's certificate
         must be signed by (None: the system's trust store); jobs get it as
-        ``CORRAL_CA_FILE``."""
+        ``CORRAL_CA_FILE``.
+        ``gpu_devices``: the device file of each GPU, in index order (``[agent]
+        gpu_devices``); default: the files NVML discovery found."""
         from corral.agent.runner import JobRunner
 
         self.controller = controller
@@ -87,8 +90,11 @@ class AgentDaemon:
         self.spec = spec
         self.node = spec.name
         state_dir.mkdir(parents=True, exist_ok=True)
+        devices = ({i: p for i, p in enumerate(gpu_devices)} if gpu_devices
+                   else {g.index: g.device for g in spec.gpus if g.device})
         self.runner = runner if runner is not None else JobRunner(
-            state_dir, cgroup_root or "corral", self.node, isolation=isolation)
+            state_dir, cgroup_root or "corral", self.node, isolation=isolation,
+            gpu_devices=devices)
         self.unacked: dict[int, JobExit] = {}
         self._launched: list[dict[str, Any]] = []  # "launched" replies waiting for a flush
         self._request_flush: Any = None  # set during a session when exits are batched

@@ -127,8 +127,12 @@ def discover_gpus(nvml: Any | None = None, numa_cpus: dict[int, set[int]] | None
             except Exception:
                 cpus = ()
             numa = numa_for(cpus, numa_cpus, _sysfs_numa(sys_root, bus_id))
+            try:  # the driver's device file: /dev/nvidia<minor> (not always the index)
+                device = f"/dev/nvidia{int(nvml.nvmlDeviceGetMinorNumber(h))}"
+            except Exception:
+                device = ""
             spec = GpuSpec(index=index, type=gpu_type_slug(name), mem_mb=mem_mb, numa=numa,
-                           uuid=uuid)
+                           uuid=uuid, device=device)
             out.append(GpuInfo(spec, name, bus_id, cpus))
     finally:
         try:

@@ -130,13 +130,13 @@ def make_isolation(mode: str, cgroup_root: str, req: LaunchRequest,
         return Isolation(req, None), f"no cgroup isolation: {layout.reason}; using rlimits"
     try:
         cg: JobCgroup
-        if reuse:
+        if reuse and not req.hidden_devices:  # a slot is reset, not remade: no device list
             cg = _slot_for(layout, cgroup_root.strip("/"), req)
         else:
             ram_mb, memsw_mb = memory_limits_mb(req)
             cg = JobCgroup.create(layout, f"{cgroup_root.strip('/')}/job_{req.job_id}",
                                   mem_mb=ram_mb, cpus=req.cpus, max_pids=req.max_pids,
-                                  memsw_mb=memsw_mb)
+                                  memsw_mb=memsw_mb, deny_devices=req.hidden_devices)
     except CgroupError as exc:
         if mode == "cgroup":
             raise

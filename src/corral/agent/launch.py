@@ -44,6 +44,9 @@ class LaunchRequest:
     restarts: int = 0
     extra: dict[str, str] = field(default_factory=dict)
     max_pids: int = 0  # pids limit of the job's cgroup (0: none)
+    # device files the job may not open: this node's GPUs that are not the job's (set by
+    # the agent from its own GPU list; ``corral.agent.devices``)
+    hidden_devices: tuple[str, ...] = ()
     # Slurm's cgroup.conf memory knobs ([cgroup] of corral.toml; ``memory_limits_mb``)
     constrain_ram: bool = True  # ConstrainRAMSpace: mem_mb is enforced (else no RAM limit)
     min_ram_mb: int = 30  # MinRAMSpace: the lowest limit a job gets
@@ -61,7 +64,7 @@ class LaunchRequest:
     @staticmethod
     def from_json(data: dict[str, Any]) -> LaunchRequest:
         d = dict(data)
-        for key in ("argv", "cores", "cpus", "gpus", "nodes"):
+        for key in ("argv", "cores", "cpus", "gpus", "nodes", "hidden_devices"):
             d[key] = tuple(d.get(key) or ())
         return LaunchRequest(**d)
 

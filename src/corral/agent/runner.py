@@ -32,6 +32,7 @@ supervisor's exclusive claim covers a launch delivered twice). Every exit is rep
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import pwd
@@ -73,9 +74,12 @@ class _Sup:
 class JobRunner:
     def __init__(self, state_dir: Path | str, cgroup_root: str = "corral",
                  node_name: str | None = None, *, isolation: str = "auto",
-                 mem_poll_s: float = 1.0, sweep_s: float = 0.5, spool_dir: str = "auto") -> None:
+                 mem_poll_s: float = 1.0, sweep_s: float = 0.5, spool_dir: str = "auto",
+                 gpu_devices: dict[int, str] | None = None) -> None:
         """``spool_dir``: where job directories live (``spool.open_spool``: "auto" puts
-        them on a memory filesystem when there is one, "state" under ``state_dir``)."""
+        them on a memory filesystem when there is one, "state" under ``state_dir``).
+        ``gpu_devices``: this node's GPU device files by GPU index; a job cannot open those
+        of GPUs it was not given (``corral.agent.devices``)."""
         if isolation not in ("auto", "cgroup", "none"):
             raise ValueError(f"isolation must be auto, cgroup or none, not {isolation!r}")
         self.state_dir = Path(state_dir).resolve()
@@ -86,6 +90,7 @@ class JobRunner:
         # emulated nodes) never share a job's cgroup
         self.cgroup_parent = f"{self.cgroup_root}/{self.node_name.replace('/', '_')}"
         self.isolation = isolation
+        self.gpu_devices = dict(gpu_devices or {})
         self.mem_poll_s = mem_poll_s
         self.sweep_s = sweep_s
         self._jobs_dir = str(spool.open_spool(self.state_dir, spool_dir))
@@ -151,6 +156,11 @@ class JobRunner:
         except FileExistsError:  # debris of a run this runner never knew: replace it
             shutil.rmtree(jdir, ignore_errors=True)
             os.mkdir(jdir, 0o700)
+        if self.gpu_devices:
+            hidden = tuple(path for index, path in sorted(self.gpu_devices.items())
+                           if index not in req.gpus)
+            if hidden:
+                req = dataclasses.replace(req, hidden_devices=hidden)
         if pbsaux.KEY in req.extra:
             req = pbsaux.write_nodefile(req, self._aux)
             self._nodefiles[jid] = req.env["PBS_NODEFILE"]

@@ -48,6 +48,7 @@ class ControllerConfig:
     first_job_id: int = 1  # FirstJobId: ids start here (never below the highest id stored)
     token_ttl_s: int = 86400  # default lifetime of user tokens
     max_token_ttl_s: int = 30 * 86400  # longest lifetime a token may be minted with
+    max_request_mb: int = 8  # the largest request body accepted (413 above it)
     log_level: str = "info"
 
 
@@ -59,6 +60,9 @@ class AgentConfig:
     pin_cpus: bool = True  # CPU affinity/cpusets to the allocated cores
     reconnect_max_s: float = 5.0  # backoff cap when the controller is unreachable
     metrics_listen: str | None = None  # "host:port" of the agent's Prometheus /metrics
+    # device file of each GPU in index order, as gres.conf File= (default: from NVML);
+    # a job cannot open the files of GPUs it was not given (corral.agent.devices)
+    gpu_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

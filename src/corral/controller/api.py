@@ -26,9 +26,13 @@ Routes (all JSON, prefix ``/api/v1``; errors are ``{"error": {"code", "message",
 - ``GET  /metrics``              Prometheus text format (no prefix)
 - ``GET  /ui/``, ``/api/v1/ops/*`` the web dashboard and its JSON (``corral.web``)
 
+Every body is checked at the edge against its typed model (``corral.controller.requests``,
+published in ``/openapi.json``): a wrong type, range or size is a 400 naming the field.
 Handlers take the raw body and return pre-encoded JSON: the submit and queue paths are
-hot (thousands of calls per second), so no per-request model validation layer; the
-payload is decoded into the real types (``JobSubmission.from_json``) with precise errors.
+hot (thousands of calls per second), so a submission is checked by ``corral.wirecheck``
+(compiled from the same type hints) and decoded into the real types
+(``JobSubmission.from_json``). No request body may exceed ``[controller] max_request_mb``
+(413, on every route, however the body is sent).
 """
 
 from __future__ import annotations
@@ -73,46 +77,9 @@ async def _body(request: Request) -> Any:
         raise ApiError("invalid", f"the request body is not valid JSON: {exc}") from None
 
 
-# The types of the JSON bodies' known keys (issue 11): a wrong type is a 400 naming the
-# field, never an exception deeper down (a 500). Unknown keys are ignored.
-_IDS = list[str | int] | None
-QUERY_BODY: dict[str, Any] = {
-    "ids": _IDS, "states": list[str] | None, "fields": list[str] | None,
-    "user": str | None, "partition": str | None, "account": str | None,
-    "name": str | None, "include_finished": bool | None,
-    "limit": int | None, "after": int | None,  # paging (corral.controller.paging)
-}
-HISTORY_BODY: dict[str, Any] = {
-    "ids": _IDS, "states": list[str] | None, "user": str | None, "all_users": bool | None,
-    "since": float | None, "until": float | None, "account": str | None,
-    "partition": str | None, "limit": int | None, "after": int | None,
-}
-ACTION_BODY: dict[str, Any] = {
-    "ids": list[str | int], "signal": str | int | None, "scope": str | None,
-    "admin": bool | None, "batch_only": bool | None, "hold": bool | None,
-}
-TOKEN_BODY: dict[str, Any] = {"user": str | None}
-NODE_BODY: dict[str, Any] = {"reason": str | None}
-
-
-def checked(body: Any, shape: dict[str, Any], what: str) -> dict[str, Any]:
-    """``body`` as a JSON object whose known keys have the types of ``shape``."""
-    from corral.wirecheck import FieldError, checker
-
-    if not isinstance(body, dict):
-        raise ApiError("invalid", f"{what} is a JSON object")
-    for key, tp in shape.items():
-        if key in body:
-            try:
-                checker(tp)(body[key], key)
-            except FieldError as exc:
-                raise ApiError("invalid", f"bad field {exc.field}: {exc.message}") from None
-    if "limit" in shape and isinstance(body.get("limit"), int) and body["limit"] < 0:
-        raise ApiError("invalid", "bad field limit: must not be negative")
-    return body
-
-
 def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
+    from corral.controller import requests as rq
+
     app = FastAPI(title="Corral controller API", version=__version__,
                   description="Submit and manage jobs, nodes and partitions of a Corral "
                               "cluster. Local callers use the Unix socket (identity from "
@@ -137,7 +104,8 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
 
     # ---- jobs ---------------------------------------------------------------------------
 
-    @app.post(PREFIX + "/jobs", summary="Submit a job or array (JobSubmission JSON)")
+    @app.post(PREFIX + "/jobs", summary="Submit a job or array (JobSubmission JSON)",
+              openapi_extra=rq.body_of("JobSubmission"))
     async def submit(request: Request) -> Response:
         who = identity(request)
         body = await _body(request)
@@ -164,36 +132,40 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
             flt["ids"] = [s.strip() for s in id.split(",") if s.strip()]
         return _list(flt)
 
-    @app.post(PREFIX + "/jobs/query", summary="List jobs with a filter body")
+    @app.post(PREFIX + "/jobs/query", summary="List jobs with a filter body",
+              openapi_extra=rq.body_of("JobQuery", required=False))
     async def query_jobs(request: Request) -> Response:
         identity(request)
-        return _list(checked(await _body(request), QUERY_BODY, "the filter"))
+        return _list(rq.parse(rq.JobQuery, await _body(request), "the filter"))
 
     @app.get(PREFIX + "/jobs/{job_id}", summary="One job in detail")
     async def get_job(request: Request, job_id: str) -> Response:
         return _json(await ctl.get_job(job_id, identity(request)))
 
-    @app.patch(PREFIX + "/jobs/{job_id}", summary="Update a job")
+    @app.patch(PREFIX + "/jobs/{job_id}", summary="Update a job",
+               openapi_extra=rq.body_of("JobUpdate"))
     async def update_job(request: Request, job_id: str) -> Response:
         who = identity(request)
-        fields = await _body(request)
-        if not isinstance(fields, dict):
-            raise ApiError("invalid", "the update is a JSON object of fields")
+        fields = rq.parse(rq.JobUpdate, await _body(request), "the update")
         return _json(await ctl.update_job(job_id, fields, who))
 
-    @app.post(PREFIX + "/jobs/{job_id}/steps", summary="Record a job step (srun)")
+    @app.post(PREFIX + "/jobs/{job_id}/steps", summary="Record a job step (srun)",
+              openapi_extra=rq.body_of("StepStart"))
     async def start_step(request: Request, job_id: str) -> Response:
         from corral.controller.steps import start_step as start
 
         who = identity(request)
-        return _json(await start(ctl, job_id, await _body(request), who))
+        body = rq.parse(rq.StepStart, await _body(request), "a step")
+        return _json(await start(ctl, job_id, body, who))
 
-    @app.post(PREFIX + "/jobs/{job_id}/steps/{step_id}/end", summary="Record a step's end")
+    @app.post(PREFIX + "/jobs/{job_id}/steps/{step_id}/end", summary="Record a step's end",
+              openapi_extra=rq.body_of("StepEnd"))
     async def end_step(request: Request, job_id: str, step_id: str) -> Response:
         from corral.controller.steps import end_step as end
 
         who = identity(request)
-        return _json(await end(ctl, job_id, step_id, await _body(request), who))
+        body = rq.parse(rq.StepEnd, await _body(request), "a step's end")
+        return _json(await end(ctl, job_id, step_id, body, who))
 
     @app.get(PREFIX + "/jobs/{job_id}/environment",
              summary="An allocation's job variables (salloc)")
@@ -210,40 +182,46 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
         return _json(await keepalive(ctl, job_id, identity(request)))
 
     @app.post(PREFIX + "/jobs/{job_id}/allocation/release",
-              summary="End an allocation with its command's exit code")
+              summary="End an allocation with its command's exit code",
+              openapi_extra=rq.body_of("AllocationRelease", required=False))
     async def alloc_release(request: Request, job_id: str) -> Response:
         from corral.controller.allocations import release
 
-        return _json(await release(ctl, job_id, await _body(request), identity(request)))
+        who = identity(request)
+        body = rq.parse(rq.AllocationRelease, await _body(request))
+        return _json(await release(ctl, job_id, body, who))
 
     async def _action(request: Request, action: str) -> Response:
         who = identity(request)
-        body = checked(await _body(request), ACTION_BODY, "an action ({\"ids\": [...]})")
-        if "ids" not in body:
-            raise ApiError("invalid", "bad field ids: required field missing")
+        body = rq.parse(rq.JobAction, await _body(request), "an action ({\"ids\": [...]})")
         refs = [str(i) for i in body["ids"]]
         return _json({"results": await ctl.act(action, refs, who, body)})
 
-    @app.post(PREFIX + "/jobs/cancel", summary="Cancel jobs or send them a signal")
+    @app.post(PREFIX + "/jobs/cancel", summary="Cancel jobs or send them a signal",
+              openapi_extra=rq.body_of("JobAction"))
     async def cancel(request: Request) -> Response:
         return await _action(request, "cancel")
 
-    @app.post(PREFIX + "/jobs/hold", summary="Hold pending jobs")
+    @app.post(PREFIX + "/jobs/hold", summary="Hold pending jobs",
+              openapi_extra=rq.body_of("JobAction"))
     async def hold(request: Request) -> Response:
         return await _action(request, "hold")
 
-    @app.post(PREFIX + "/jobs/release", summary="Release held jobs")
+    @app.post(PREFIX + "/jobs/release", summary="Release held jobs",
+              openapi_extra=rq.body_of("JobAction"))
     async def release(request: Request) -> Response:
         return await _action(request, "release")
 
-    @app.post(PREFIX + "/jobs/requeue", summary="Requeue running or finished jobs")
+    @app.post(PREFIX + "/jobs/requeue", summary="Requeue running or finished jobs",
+              openapi_extra=rq.body_of("JobAction"))
     async def requeue(request: Request) -> Response:
         return await _action(request, "requeue")
 
-    @app.post(PREFIX + "/history", summary="Accounting records from the database")
+    @app.post(PREFIX + "/history", summary="Accounting records from the database",
+              openapi_extra=rq.body_of("HistoryQuery", required=False))
     async def history(request: Request) -> Response:
         who = identity(request)
-        flt = checked(await _body(request), HISTORY_BODY, "the filter")
+        flt = rq.parse(rq.HistoryQuery, await _body(request), "the filter")
         flt["limit"] = page_limit(flt)  # one page: at most MAX_ROWS rows
         rows = await ctl.history(flt, who)
         more = len(rows) == flt["limit"]
@@ -268,10 +246,11 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
                            slurm="Access/permission denied")
         return who
 
-    @app.post(PREFIX + "/nodes/{name}/drain", summary="Drain a node (operators)")
+    @app.post(PREFIX + "/nodes/{name}/drain", summary="Drain a node (operators)",
+              openapi_extra=rq.body_of("NodeReason", required=False))
     async def drain(request: Request, name: str) -> Response:
         who = _operator(request)
-        body = checked(await _body(request), NODE_BODY, "the request")
+        body = rq.parse(rq.NodeReason, await _body(request))
         rec = ctl.nodes.drain(name, str(body.get("reason") or ""), who)
         ctl.sched.trigger()
         return _json(rec.to_api())
@@ -283,10 +262,11 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
         ctl.sched.trigger()
         return _json(rec.to_api())
 
-    @app.post(PREFIX + "/nodes/{name}/down", summary="Set a node down (operators)")
+    @app.post(PREFIX + "/nodes/{name}/down", summary="Set a node down (operators)",
+              openapi_extra=rq.body_of("NodeReason", required=False))
     async def down(request: Request, name: str) -> Response:
         who = _operator(request)
-        body = checked(await _body(request), NODE_BODY, "the request")
+        body = rq.parse(rq.NodeReason, await _body(request))
         rec = ctl.nodes.set_down(name, str(body.get("reason") or ""), who)
         return _json(rec.to_api())
 
@@ -327,10 +307,11 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     async def ping(request: Request) -> Response:
         return Response(content=ping_body(ctl), media_type="application/json")
 
-    @app.post(PREFIX + "/tokens", summary="Mint a token for HTTP use")
+    @app.post(PREFIX + "/tokens", summary="Mint a token for HTTP use",
+              openapi_extra=rq.body_of("TokenRequest", required=False))
     async def tokens(request: Request) -> Response:
         who = identity(request)
-        body = checked(await _body(request), TOKEN_BODY, "a token request")
+        body = rq.parse(rq.TokenRequest, await _body(request), "a token request")
         user = body.get("user") or who.user
         ttl = token_ttl(body.get("ttl_s"), ctl.cfg.controller.token_ttl_s,
                         ctl.cfg.controller.max_token_ttl_s)
@@ -389,6 +370,7 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
 
     mount_web(app, ctl, identity)
     register_collector(ctl)
+    rq.publish(app)
     return app
 
 
@@ -455,13 +437,52 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
             if corked is not None:
                 corked.uncork()
 
+    max_body = max(1, ctl.cfg.controller.max_request_mb) * 1024 * 1024
+
+    def too_large() -> ApiError:
+        return ApiError("too_large", f"the request body is larger than {max_body >> 20} MiB "
+                                     "([controller] max_request_mb)")
+
     async def read_body(receive: Any) -> bytes:
+        """The whole body, or a 413 as soon as it grows past ``max_body`` (a request's
+        cost to the controller is bounded however the client sends it)."""
         chunks = []
+        size = 0
         while True:
             msg = await receive()
-            chunks.append(msg.get("body", b""))
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > max_body:
+                raise too_large()
+            chunks.append(chunk)
             if not msg.get("more_body"):
                 return b"".join(chunks)
+
+    def declared_size(scope: Any) -> int:
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length":
+                return int(v) if v.isdigit() else max_body + 1
+        return 0
+
+    async def bounded(scope: Any, receive: Any, send: Any) -> None:
+        """Hand ``scope`` to FastAPI with its body read first, within ``max_body``."""
+        try:
+            if declared_size(scope) > max_body:
+                raise too_large()
+            body = await read_body(receive)
+        except ApiError as exc:
+            await send_json(scope, send, exc.status, json.dumps(exc.to_json()).encode())
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await app(scope, replay, send)
 
     def who(scope: Any) -> Identity:
         peer = scope.get("corral.peer")
@@ -485,6 +506,8 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
                 scope["path"] in (submit_path, query_path):
             try:
                 caller = who(scope)
+                if declared_size(scope) > max_body:
+                    raise too_large()
                 raw = await read_body(receive)
                 try:
                     body = json.loads(raw) if raw else {}
@@ -496,7 +519,9 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
                     host = str(extra.get("submit_host", "")) if isinstance(extra, dict) else ""
                     out = json.dumps(await ctl.submit(body, caller, host)).encode()
                 else:
-                    out = list_body(ctl, checked(body, QUERY_BODY, "the filter"))
+                    from corral.controller.requests import JobQuery, parse
+
+                    out = list_body(ctl, parse(JobQuery, body, "the filter"))
             except ApiError as exc:
                 await send_json(scope, send, exc.status, json.dumps(exc.to_json()).encode())
                 return
@@ -506,6 +531,9 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
                 await send_json(scope, send, 500, json.dumps(err.to_json()).encode())
                 return
             await send_json(scope, send, 200, out)
+            return
+        if scope["type"] == "http":
+            await bounded(scope, receive, send)
             return
         await app(scope, receive, send)
 

@@ -10,6 +10,7 @@ STATUS = {
     "forbidden": 403,
     "not_found": 404,
     "conflict": 409,
+    "too_large": 413,
     "rejected": 422,
     "unavailable": 503,
     "internal": 500,

@@ -213,8 +213,8 @@ async def start_step(ctl: Controller, ref: str, body: Any, who: Identity) -> dic
         name = argv[0].rsplit("/", 1)[-1] if argv else "step"
     if not isinstance(name, str) or not name:
         raise ApiError("invalid", "name must be a non-empty string")
-    ntasks = _int(body, "ntasks", 1, low=1)
-    num_cpus = _int(body, "num_cpus", 0)
+    ntasks = _int(body, "ntasks", 1, low=1) or 1  # null: as if not sent
+    num_cpus = _int(body, "num_cpus", 0) or 0
     pid = _int(body, "pid", None, low=1)
     start = _time(body, "start_time")
     rec = await _the_job(ctl, ref, who)
@@ -360,10 +360,9 @@ async def end_step(ctl: Controller, ref: str, step: str, body: Any,
                                   "end_time}")
     if not is_number(step) or int(step) >= 2 ** 31:
         raise ApiError("invalid", f"bad step id {step!r}: a step id is a number")
-    exit_code = _int(body, "exit_code", 0)
-    signal = _int(body, "signal", 0)
+    exit_code = _int(body, "exit_code", 0) or 0  # null: as if not sent
+    signal = _int(body, "signal", 0) or 0
     end = _time(body, "end_time")
-    assert exit_code is not None and signal is not None
     if exit_code > 255:
         raise ApiError("invalid", f"exit_code must be 0..255, not {exit_code}")
     state = body.get("state")

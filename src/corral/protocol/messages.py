@@ -44,7 +44,7 @@ def node_spec_to_json(spec: NodeSpec) -> dict[str, Any]:
         "threads_per_core": spec.threads_per_core,
         "mem_mb": spec.mem_mb,
         "gpus": [{"index": g.index, "type": g.type, "mem_mb": g.mem_mb, "numa": g.numa,
-                  "uuid": g.uuid} for g in spec.gpus],
+                  "uuid": g.uuid, "device": g.device} for g in spec.gpus],
         "numa": [{"id": d.id, "cores": list(d.cores), "mem_mb": d.mem_mb} for d in spec.numa],
         "features": sorted(spec.features),
         "gres": [[k, v] for k, v in spec.gres],
@@ -66,7 +66,8 @@ def node_spec_from_json(d: dict[str, Any]) -> NodeSpec:
             mem_mb=int(d.get("mem_mb", 0)),
             gpus=tuple(GpuSpec(index=int(g["index"]), type=str(g.get("type", "gpu")),
                                mem_mb=int(g.get("mem_mb", 0)), numa=g.get("numa"),
-                               uuid=str(g.get("uuid", ""))) for g in d.get("gpus") or ()),
+                               uuid=str(g.get("uuid", "")), device=str(g.get("device", "")))
+                  for g in d.get("gpus") or ()),
             numa=tuple(NumaDomain(id=int(n["id"]), cores=tuple(int(c) for c in n["cores"]),
                                   mem_mb=int(n.get("mem_mb", 0))) for n in d.get("numa") or ()),
             features=frozenset(str(f) for f in d.get("features") or ()),

@@ -94,7 +94,7 @@ def with_shim_fast_path(asgi: Any, ctl: Controller, auth: Authenticator) -> Any:
 
     media = SHIM_MEDIA_TYPE.encode()
     # the bound every route has ([controller] max_request_mb, 8 MiB by default)
-    max_body = max(1, int(getattr(ctl.cfg.controller, "max_request_mb", 8))) * 1024 * 1024
+    max_body = max(1, ctl.cfg.controller.max_request_mb) * 1024 * 1024
 
     def too_large() -> ApiError:
         return ApiError("too_large", f"the request body is larger than {max_body >> 20} MiB "

@@ -229,8 +229,10 @@ class InProcessClient:
 def mount(app: FastAPI, ctl: Controller, identity: Callable[[Request], Identity]) -> None:
     """Add ``POST /api/v1/shim/exec`` to the controller's app."""
 
+    from corral.controller.requests import body_of
+
     @app.post(ROUTE, summary="Run a Slurm/PBS shim command (used by `corral shims`)",
-              include_in_schema=True)
+              include_in_schema=True, openapi_extra=body_of("ShimExec"))
     async def shim_exec(request: Request) -> Response:
         who = identity(request)
         raw = await request.body()

@@ -39,6 +39,14 @@ def parse_request(body: bytes | str | dict[str, Any], uid: int) -> tuple[str, Co
         raise BadRequest(f"unknown shim command {cmd!r}")
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         raise BadRequest("argv must be a list of strings")
+    from pydantic import ValidationError
+
+    from corral.controller.requests import ShimExec, describe
+
+    try:
+        ShimExec.model_validate(data)
+    except ValidationError as exc:
+        raise BadRequest(describe(exc)) from None
     env = data.get("env") or {}
     if not isinstance(env, dict):
         raise BadRequest("env must be an object")

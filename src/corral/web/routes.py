@@ -31,6 +31,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
+from corral.controller.requests import WebSubmit, body_of, parse
+
 PREFIX = "/api/v1/ops"
 STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 _CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
@@ -145,7 +147,8 @@ def router(ctl: Any, identity: Callable[[Request], Any]) -> APIRouter:
             "accounts": [x.to_json() for x in usage_by(jobs, "account", since, now, now)],
         })
 
-    @r.post(PREFIX + "/submit", summary="Submit from the web portal's form, as the caller")
+    @r.post(PREFIX + "/submit", summary="Submit from the web portal's form, as the caller",
+            openapi_extra=body_of("WebSubmit"))
     async def submit(request: Request) -> Response:
         from corral.frontends.errors import SubmitError
         from corral.web.submit import form_submission
@@ -155,6 +158,7 @@ def router(ctl: Any, identity: Callable[[Request], Any]) -> APIRouter:
             form = json.loads(await request.body() or b"{}")
         except ValueError as exc:
             raise ApiError("invalid", f"the form is not valid JSON: {exc}") from None
+        parse(WebSubmit, form, "the form")
         try:
             sub = form_submission(form, who.user, who.uid, who.gid)
         except SubmitError as exc:

@@ -60,6 +60,7 @@ class GpuSpec:
     mem_mb: int = 0
     numa: int | None = None
     uuid: str = ""
+    device: str = ""  # its device file on the node (/dev/nvidia<minor>), "" when unknown
 
 
 @dataclass(frozen=True, slots=True)
