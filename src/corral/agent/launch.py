@@ -47,6 +47,7 @@ class LaunchRequest:
     # device files the job may not open: this node's GPUs that are not the job's (set by
     # the agent from its own GPU list; ``corral.agent.devices``)
     hidden_devices: tuple[str, ...] = ()
+    max_output_mb: int = 0  # [cgroup] max_output_mb: output/error file size cap (0: none)
     # Slurm's cgroup.conf memory knobs ([cgroup] of corral.toml; ``memory_limits_mb``)
     constrain_ram: bool = True  # ConstrainRAMSpace: mem_mb is enforced (else no RAM limit)
     min_ram_mb: int = 30  # MinRAMSpace: the lowest limit a job gets

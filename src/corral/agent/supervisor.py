@@ -30,7 +30,9 @@ Algorithm:
    reap it, read accounting (cgroup counters, else rusage), decide the state, write
    ``exit.json`` atomically and notify the agent with a datagram.
 
-State precedence: CANCELLED > TIMEOUT > OUT_OF_MEMORY > COMPLETED (exit 0) / FAILED.
+State precedence: CANCELLED > TIMEOUT > FAILED (output limit) > OUT_OF_MEMORY > COMPLETED
+(exit 0) / FAILED. With ``[cgroup] max_output_mb``, the output and error files are measured
+every second; one past the limit ends the job as a time limit does (SIGTERM, then SIGKILL).
 Suspension (``suspend``/``resume`` commands: cgroup freezer, else SIGSTOP/SIGCONT) stops
 the time-limit clock, as in Slurm. A cancel that arrives before the job started means it
 never starts.
@@ -83,6 +85,7 @@ from corral.agent.proctree import (
 WAKE_SIGNALS = frozenset({signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT,
                           signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2, signal.SIGPIPE})
 _REAP_DEADLINE_S = 10.0
+_OUTPUT_POLL_S = 1.0  # how often the output files are measured ([cgroup] max_output_mb)
 _IGNORED_BY_DEFAULT = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
 _CATCHABLE = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
@@ -127,7 +130,8 @@ class _Run:
     main_status: int | None = None
     cpu_s: float = 0.0
     maxrss_kb: int = 0
-    ending: str = ""  # "" | CANCELLED | TIMEOUT | OUT_OF_MEMORY (why we are killing the job)
+    # "" | CANCELLED | TIMEOUT | OUT_OF_MEMORY | OUTPUT_LIMIT (why we are killing the job)
+    ending: str = ""
     kill_at: float | None = None
     warn_sent: bool = False
     mem_peak: int = 0
@@ -135,6 +139,7 @@ class _Run:
     suspended_s: float = 0.0  # suspended time so far (does not count against the limit)
     frozen_by: str = ""  # "cgroup" or "signal"
     next_mem_check: float = 0.0
+    next_output_check: float = 0.0
     notes: list[str] = field(default_factory=list)
 
 
@@ -604,7 +609,31 @@ class Supervisor:
                 self.memory_watchdog()
                 run.next_mem_check = now + self.cfg.mem_poll_s
             nxt = min(nxt, run.next_mem_check)
+        if self.req.max_output_mb > 0 and run.job_pid and not run.ending:
+            if now >= run.next_output_check:
+                self.output_watchdog()
+                run.next_output_check = now + _OUTPUT_POLL_S
+            nxt = min(nxt, run.next_output_check)
         return nxt
+
+    def output_watchdog(self) -> None:
+        """``[cgroup] max_output_mb``: kill the job whose output or error file outgrew it
+        (the files the supervisor opened for it; a path the job replaced by a link is
+        not followed)."""
+        limit = self.req.max_output_mb * 1024 * 1024
+        for path in dict.fromkeys((self.stdout_path, self.stderr_path)):
+            if not path or path == "/dev/null":
+                continue
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                self.slurm_message(f"error: *** JOB {self.req.job_id} ON {self.cfg.node_name} "
+                                   f"CANCELLED AT {stamp()} DUE TO OUTPUT LIMIT: {path} is "
+                                   f"over {self.req.max_output_mb} MB ***")
+                self.terminate("OUTPUT_LIMIT", float(self.req.kill_grace_s))
+                return
 
     def memory_watchdog(self) -> None:
         """Without a memory cgroup: kill the job when its total RSS passes the limit."""
@@ -681,6 +710,9 @@ class Supervisor:
             state, reason = "FAILED", failure
         elif run.ending in ("CANCELLED", "TIMEOUT"):
             state = run.ending
+        elif run.ending == "OUTPUT_LIMIT":
+            state = "FAILED"
+            reason = f"output limit of {req.max_output_mb} MB exceeded ([cgroup] max_output_mb)"
         elif oom:
             limit_mb = self.iso.mem_limit_mb if self.iso else req.mem_mb
             state, reason = "OUT_OF_MEMORY", f"memory limit of {limit_mb} MB exceeded"

@@ -77,6 +77,9 @@ class CgroupConfig:
     allowed_ram_space: float = 100.0  # the limit in percent of the job's memory
     constrain_swap_space: bool = False  # limit RAM + swap too
     allowed_swap_space: float = 0.0  # swap allowed on top, in percent of the job's memory
+    # the largest a job's output (or error) file may grow while it runs; past it the job is
+    # killed, FAILED with the reason (0: no limit; not a cgroup limit, the supervisor's)
+    max_output_mb: int = 0
 
     def launch_fields(self) -> dict[str, Any]:
         """The ``LaunchRequest`` fields these settings give every launch."""
@@ -85,7 +88,8 @@ class CgroupConfig:
                 "min_ram_mb": self.min_ram_space_mb,
                 "allowed_ram_pct": self.allowed_ram_space,
                 "constrain_swap": self.constrain_swap_space,
-                "allowed_swap_pct": self.allowed_swap_space}
+                "allowed_swap_pct": self.allowed_swap_space,
+                "max_output_mb": self.max_output_mb}
 
 
 @dataclass(frozen=True, slots=True)
