@@ -141,3 +141,17 @@ def test_switch_tree_errors(change: dict, key: str, words: str) -> None:  # type
         parse_config(data)
     assert e.value.key == key, str(e.value)
     assert words in str(e.value)
+
+
+def test_starvation_guard_is_a_scheduler_setting() -> None:
+    """``[scheduler] ordering = "sjf"`` with ``starvation_guard_s`` (issue 18): the
+    controller's core gets the guarded short-first order; Slurm time strings work."""
+    from corral.core.config import Ordering
+
+    sc = parse_config({"scheduler": {"ordering": "sjf",
+                                     "starvation_guard_s": "12:00:00"}}).to_scheduler_config()
+    assert sc.ordering is Ordering.SJF and sc.starvation_guard_s == 12 * 3600
+    assert parse_config({}).to_scheduler_config().starvation_guard_s is None
+    with pytest.raises(ConfigError) as e:
+        parse_config({"scheduler": {"starvation_guard_s": "soon"}})
+    assert e.value.key == "scheduler.starvation_guard_s"

@@ -152,3 +152,19 @@ def test_narrow_terminal_does_not_cut_the_table(tmp_path: Path) -> None:
                        capture_output=True, text=True, env=_env(), timeout=60, check=False)
     assert r.returncode == 0
     assert max(len(x) for x in r.stdout.splitlines() if "fcfs" in x) <= 40
+
+
+def test_starvation_guard_as_policy_word_and_option(tmp_path: Path) -> None:
+    trace = _trace(tmp_path)
+    out = tmp_path / "g.json"
+    r = subprocess.run(
+        [*CORRAL, "sim", "compare", str(trace), "--policies", "sjf+easy+guard90m,sjf+easy",
+         "--starvation-guard", "2:00:00", "--json", str(out)],
+        capture_output=True, text=True, env=_env(), timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "starvation_guard=2h" in r.stdout  # the option is the base of every policy
+    data = json.loads(out.read_text())
+    assert [d["settings"]["scheduler"]["starvation_guard_s"] for d in data] == [5400, 7200]
+    r = subprocess.run([*CORRAL, "sim", "run", str(trace), "--policy", "sjf+guard12x"],
+                       capture_output=True, text=True, env=_env(), timeout=60, check=False)
+    assert r.returncode == 2 and "unknown policy word 'guard12x'" in r.stderr

@@ -102,6 +102,9 @@ FavorSmallOpt = Annotated[bool | None, typer.Option(
     "--favor-small/--no-favor-small", help="multifactor job size favours small jobs")]
 DefaultTimeOpt = Annotated[str | None, typer.Option(
     "--default-time", help="time limit for a job that gives none, Slurm time")]
+GuardOpt = Annotated[str | None, typer.Option(
+    "--starvation-guard", help="a job waiting this long (Slurm time, e.g. 12:00:00) goes "
+    "ahead of all that have not, in submit order; 'off' to disable")]
 
 
 def _fail(msg: str) -> typer.Exit:
@@ -210,11 +213,13 @@ def _scheduler(base: SchedulerConfig | None, **given: Any) -> SchedulerConfig:
         raise _fail(str(exc)) from None
 
 
-def _header(title: str, summaries: list[dict[str, Any]]) -> str:
-    from corral.sim.settings import describe
+def _header(title: str, summaries: list[dict[str, Any]], base: SchedulerConfig) -> str:
+    """Title, the base scheduler settings (a policy's own words, e.g. ``guard12h`` or
+    ``highest``, are in its label) and the engine's."""
+    from corral.sim.settings import as_dict, describe
 
     s = summaries[0]["settings"]
-    return (f"{title}\nscheduler: {describe(s['scheduler'])}\n"
+    return (f"{title}\nscheduler: {describe(as_dict(base))}\n"
             f"engine: exceed={s['exceed']} cycle={s['cycle_mode']} placement={s['placement']}")
 
 
@@ -340,7 +345,7 @@ def run_cmd(
     fairshare_algorithm: FsAlgOpt = None, decay_half_life: HalfLifeOpt = None,
     priority_weights: WeightsOpt = None, priority_max_age: MaxAgeOpt = None,
     favor_small: FavorSmallOpt = None, default_time: DefaultTimeOpt = None,
-    width: WidthOpt = None, progress: ProgressOpt = None,
+    starvation_guard: GuardOpt = None, width: WidthOpt = None, progress: ProgressOpt = None,
 ) -> None:
     """Replay TRACE with one policy and print its metrics."""
 
@@ -360,7 +365,8 @@ def run_cmd(
         max_jobs_per_cycle=max_jobs_per_cycle, reservation_policy=reservation_policy,
         fairshare_algorithm=fairshare_algorithm, decay_half_life=decay_half_life,
         priority_weights=priority_weights, priority_max_age=priority_max_age,
-        favor_small=favor_small, default_time=default_time)
+        favor_small=favor_small, default_time=default_time,
+        starvation_guard=starvation_guard)
     try:
         pol = parse_policy(policy, base_cfg)
     except PolicyError as exc:
@@ -370,7 +376,8 @@ def run_cmd(
     summaries = _summaries(runs)
     console = _stdout(width)
     what = f"{sample} sampled sequences" if sample else f"{len(wl):,} jobs"
-    console.print(_header(f"{trace.name}: {what} on {cl.description}", summaries), markup=False)
+    console.print(_header(f"{trace.name}: {what} on {cl.description}", summaries, base_cfg),
+                  markup=False)
     console.print(comparison_table(summaries))
     if wl.dropped:
         console.print(f"dropped while reading: {_dropped(wl.dropped)}")
@@ -409,7 +416,7 @@ def compare_cmd(
     fairshare_algorithm: FsAlgOpt = None, decay_half_life: HalfLifeOpt = None,
     priority_weights: WeightsOpt = None, priority_max_age: MaxAgeOpt = None,
     favor_small: FavorSmallOpt = None, default_time: DefaultTimeOpt = None,
-    width: WidthOpt = None, progress: ProgressOpt = None,
+    starvation_guard: GuardOpt = None, width: WidthOpt = None, progress: ProgressOpt = None,
 ) -> None:
     """Replay TRACE under several policies and print them side by side."""
 
@@ -425,7 +432,8 @@ def compare_cmd(
         max_jobs_per_cycle=max_jobs_per_cycle, reservation_policy=reservation_policy,
         fairshare_algorithm=fairshare_algorithm, decay_half_life=decay_half_life,
         priority_weights=priority_weights, priority_max_age=priority_max_age,
-        favor_small=favor_small, default_time=default_time)
+        favor_small=favor_small, default_time=default_time,
+        starvation_guard=starvation_guard)
     try:
         pols = [parse_policy(p, base_cfg) for p in policies.split(",") if p.strip()]
     except PolicyError as exc:
@@ -437,7 +445,8 @@ def compare_cmd(
     summaries = _summaries(runs)
     what = f"{sample} sampled sequences" if sample else f"{len(wl):,} jobs"
     console = _stdout(width)
-    console.print(_header(f"{trace.name}: {what} on {cl.description}", summaries), markup=False)
+    console.print(_header(f"{trace.name}: {what} on {cl.description}", summaries, base_cfg),
+                  markup=False)
     console.print(comparison_table(summaries))
     if wl.dropped:
         console.print(f"dropped while reading: {_dropped(wl.dropped)}")

@@ -232,6 +232,7 @@ class SchedulerSection:
     default_time_s: int = 3600
     default_mem_per_cpu_mb: int = 0
     max_array_size: int = 4001
+    starvation_guard_s: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +345,7 @@ class ClusterConfig:
             default_time_s=s.default_time_s,
             default_mem_per_cpu_mb=s.default_mem_per_cpu_mb,
             max_array_size=s.max_array_size,
+            starvation_guard_s=s.starvation_guard_s,
         )
 
     def partition_models(self, node_names: list[str]) -> tuple[Partition, ...]:

@@ -94,3 +94,6 @@ class SchedulerConfig:
     reservation_policy: ReservationPolicy = ReservationPolicy.CURRENT_HIGHEST
     annotate_pending: bool = True  # False: no PendingInfo/est. starts (simulator fast path)
     bf_max_preempt_candidates: int = 256  # running jobs examined as victims per preemptor
+    # a job waiting at least this long goes ahead of every job that has not, in submit
+    # order (``priority.guard``); None: off. Not applied under FCFS (already that order)
+    starvation_guard_s: int | None = None

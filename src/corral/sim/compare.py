@@ -8,7 +8,10 @@ A policy is written as ``+``-joined words, in any order:
 * a placement: ``pack`` (best fit), ``spread`` (least loaded), ``topology``;
 * fair-share for ``multifactor``: ``fs`` (default weight) or ``nofs`` (weight 0);
 * ``highest``: reservations persist until the job starts (Maui ``HIGHEST``), when the core
-  supports it.
+  supports it;
+* ``guardN`` with a unit (``guard12h``, ``guard90m``, ``guard1.5d``): the starvation guard
+  (``corral.core.priority.guard``): a job waiting that long goes ahead of every job that
+  has not, in submit order.
 
 Unspecified parts come from the base configuration (the cluster's ``[scheduler]`` section
 or Corral's defaults: multifactor, EASY, pack). Examples: ``fcfs+easy``, ``sjf+strict``,
@@ -18,6 +21,7 @@ or Corral's defaults: multifactor, EASY, pack). Examples: ``fcfs+easy``, ``sjf+s
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +36,8 @@ _PASS = {"strict": BackfillMode.NONE, "nobf": BackfillMode.NONE, "none": Backfil
          "easy": BackfillMode.EASY, "conservative": BackfillMode.CONSERVATIVE,
          "cons": BackfillMode.CONSERVATIVE}
 _PLACE = {p.value: p for p in PlacementMode}
+_GUARD = re.compile(r"^guard(\d+(?:\.\d+)?)([smhd])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 DEFAULT_COMPARE = ("fcfs+strict", "fcfs+easy", "sjf+easy", "f1+easy", "fcfs+conservative",
                    "multifactor+easy")
@@ -66,13 +72,18 @@ def parse_policy(text: str, base: SchedulerConfig | None = None) -> Policy:
             fairshare = True
         elif w in ("nofs", "nofairshare"):
             fairshare = False
+        elif _GUARD.match(w):
+            m = _GUARD.match(w)
+            assert m is not None
+            changes["starvation_guard_s"] = round(float(m.group(1)) * _UNIT[m.group(2)])
         elif w == "highest":
             if not any(f.name == "reservation_policy" for f in dataclasses.fields(cfg)):
                 raise PolicyError("this core has no persistent reservations (HIGHEST) yet")
             field_type = type(cfg.reservation_policy)
             changes["reservation_policy"] = field_type("highest")
         else:
-            known = sorted(set(_ORDER) | set(_PASS) | set(_PLACE) | {"fs", "nofs", "highest"})
+            known = sorted(set(_ORDER) | set(_PASS) | set(_PLACE)
+                           | {"fs", "nofs", "highest", "guardNh"})
             raise PolicyError(f"unknown policy word {w!r} in {text!r}; known: {', '.join(known)}")
     cfg = dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
     if fairshare is not None:

@@ -3,8 +3,9 @@
 ``corral sim run``/``compare`` take every knob of ``corral.core.config.SchedulerConfig``
 that means something for a trace replay (backfill window, depth, resolution and
 continuation, the main pass's job cap, reservation policy, fair-share algorithm and
-half-life, priority weights and max age, the default time limit). ``override`` applies the
-ones given on top of a base configuration (the cluster's ``[scheduler]`` or the defaults);
+half-life, priority weights and max age, the default time limit, the starvation guard).
+``override`` applies the ones given on top of a base configuration (the cluster's
+``[scheduler]`` or the defaults);
 ``describe`` prints the resulting values on one line for the report header, and
 ``as_dict`` records them in the JSON summary.
 
@@ -71,6 +72,7 @@ def override(
     priority_max_age: str | None = None,
     favor_small: bool | None = None,
     default_time: str | None = None,
+    starvation_guard: str | None = None,
 ) -> SchedulerConfig:
     """``cfg`` with the given settings replaced; ``SettingsError`` names a bad one."""
     changes: dict[str, object] = {}
@@ -109,6 +111,10 @@ def override(
         changes["decay_half_life_s"] = _duration("--decay-half-life", decay_half_life)
     if default_time is not None:
         changes["default_time_s"] = _duration("--default-time", default_time)
+    if starvation_guard is not None:
+        changes["starvation_guard_s"] = (None if starvation_guard.lower() in ("none", "off")
+                                         else _duration("--starvation-guard",
+                                                        starvation_guard))
     out = dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
     if priority_weights is not None:
         out = _weights(out, priority_weights)
@@ -132,6 +138,7 @@ def as_dict(cfg: SchedulerConfig) -> dict[str, Any]:
         "reservation_policy": cfg.reservation_policy.value,
         "fairshare": cfg.fairshare.value, "decay_half_life_s": cfg.decay_half_life_s,
         "default_time_s": cfg.default_time_s,
+        "starvation_guard_s": cfg.starvation_guard_s,
         "weights": {k: getattr(w, k) for k in _WEIGHT_KEYS}
         | {"max_age_s": w.max_age_s, "favor_small": w.favor_small},
     }
@@ -160,6 +167,8 @@ def describe(settings: Mapping[str, Any]) -> str:
         f"reservation_policy={s['reservation_policy']}",
         f"fairshare={s['fairshare']}", f"decay_half_life={_dur(s['decay_half_life_s'])}",
         f"default_time={_dur(s['default_time_s'])}",
+        "starvation_guard=" + ("off" if s.get("starvation_guard_s") is None
+                               else _dur(s["starvation_guard_s"])),
         "weights " + ",".join(f"{k}={w[k]}" for k in _WEIGHT_KEYS)
         + f" max_age={_dur(w['max_age_s'])} favor_small={'yes' if w['favor_small'] else 'no'}",
     ]

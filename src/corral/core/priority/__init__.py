@@ -18,6 +18,7 @@ import dataclasses
 from corral.core.config import Ordering, SchedulerConfig
 from corral.core.model.job import Job
 from corral.core.priority.decay import association_of
+from corral.core.priority.guard import apply_guard
 from corral.core.priority.multifactor import (
     FACTOR_NAMES,
     Factor,
@@ -40,10 +41,15 @@ __all__ = [
 
 
 def compute(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> dict[int, float]:
-    """Priority of every pending job under ``config.ordering``; higher runs first."""
+    """Priority of every pending job under ``config.ordering``; higher runs first. With
+    ``config.starvation_guard_s``, jobs that waited that long go first (``guard``)."""
     if config.ordering is Ordering.MULTIFACTOR:
-        return multifactor_priorities(snapshot, config, now)
-    return ordering_priorities(snapshot.pending, snapshot, config, now)
+        prio = multifactor_priorities(snapshot, config, now)
+    else:
+        prio = ordering_priorities(snapshot.pending, snapshot, config, now)
+    if config.starvation_guard_s is not None and config.ordering is not Ordering.FCFS:
+        return apply_guard(prio, snapshot.pending, config.starvation_guard_s, now)
+    return prio
 
 
 def explain_all(
