@@ -98,6 +98,18 @@ class NodeTable:
                                               state=NodeState.UNKNOWN)
         self._refresh_partitions()
 
+    def verdict_deferred(self, partitions: tuple[str, ...]) -> bool:
+        """True while the nodes that could run a job in ``partitions`` (empty: the default
+        partition) are not all known yet: a configured node has never registered, or the
+        partitions have no node at all (an elastic cluster before its first node). The
+        "can never run" verdict then waits; the job is queued, never refused because an
+        agent has not connected yet."""
+        if any(name not in self.nodes for name in self.configured):
+            return True
+        wanted = [p for p in self.partitions
+                  if (p.name in partitions if partitions else p.is_default)]
+        return bool(wanted) and all(not p.nodes for p in wanted)
+
     # ---- persistence -----------------------------------------------------------------
 
     def load(self, rows: list[Any]) -> None:

@@ -156,6 +156,8 @@ class SchedulerLoop:
         if self._validate is None:
             return
         table = self.ctl.nodes
+        if table.verdict_deferred(spec.partitions):
+            return
         key = (table.partitions, tuple((n.spec, n.partitions) for n in table.nodes.values()))
         if key != self._feasible_key:
             self._feasible_key = key

@@ -171,6 +171,9 @@ def _partition_problem(spec: JobSpec, job: Job, p: Partition, qn: str | None, ta
                 f"{fmt_time(p.max_time_s)}")
     pmask = table.part_masks.get(p.name, 0)
     pcount = pmask.bit_count()
+    if pcount == 0:  # no node has registered yet (or an elastic partition is empty)
+        return (R.REQ_NODE_NOT_AVAIL,
+                f"partition {p.name} has no nodes yet: the job waits for them")
     if p.max_nodes is not None and shape.nodes_min > p.max_nodes:
         return (R.PARTITION_NODE_LIMIT,
                 f"requests {shape.nodes_min} nodes but partition {p.name} allows at most "
