@@ -511,9 +511,8 @@ static int http_exchange(const buf *body, buf *reply) {
     char msg[512];
     /* a send that fails (the controller refused the request before reading it all, 413)
      * still leaves its answer to read: lean.py does the same */
+    buf_add(&head, body->p, body->n); /* one write: the controller reads it in one go */
     int sent = send_all(fd, head.p, head.n);
-    if (!sent)
-        sent = send_all(fd, body->p, body->n);
     free(head.p);
     reply->n = 0;
     for (;;) {
