@@ -66,6 +66,11 @@ def test_accepted_oddities(shim_cluster: ShimCluster, tmp_path: Path) -> None:
     for args in (["-n", "1000"], ["-c", "100"], ["-N", "2"]):
         p = shim_cluster.run("sbatch", *args, "--wrap=true", cwd=tmp_path)
         assert p.returncode == 1 and "Batch job submission failed" in p.stderr, p.stderr
+    # a reservation that does not exist is refused, never ignored
+    p = shim_cluster.run("sbatch", "--reservation=maint", "--wrap=true", cwd=tmp_path)
+    assert p.returncode == 1 and p.stderr.endswith(
+        "sbatch: error: Batch job submission failed: Requested reservation is invalid\n")
+    assert "reservation 'maint' does not exist" in p.stderr
 
 
 def test_job_ids_start_at_first_job_id(shim_cluster: ShimCluster, tmp_path: Path) -> None:
