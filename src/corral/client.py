@@ -4,7 +4,8 @@ Connection (first match wins):
 
 1. ``Client(url=..., token=...)`` or ``Client(socket_path=...)`` given explicitly;
 2. ``CORRAL_URL`` (``http://host:port``, or ``https://host:port`` when the controller
-   has ``[controller] tls``) with ``CORRAL_TOKEN`` (a JWT from ``corral token``), for
+   has ``[controller] tls``; a comma-separated list for the controllers of an HA
+   cluster: calls go to the leader) with ``CORRAL_TOKEN`` (a JWT from ``corral token``), for
    remote users; over https the controller's certificate is verified against
    ``CORRAL_CA_FILE`` (the cluster's ``ca.pem``), else ``<state dir>/ca.pem`` when it
    exists, else the system's trust store;
@@ -211,21 +212,43 @@ class Client:
         self._addr: tuple[str, int] | None = None
         self._tls = False
         self.ca_file = ca_file
-        if url is not None:
-            rest = url.split("://", 1)[-1].rstrip("/")
-            self._tls = url.startswith("https://")
-            if self._tls and ca_file is None:
-                self.ca_file = os.environ.get("CORRAL_CA_FILE") or None
-                if self.ca_file is None:
-                    sd = default_state_dir()
-                    if os.path.exists(os.path.join(sd, "ca.pem")):
-                        self.ca_file = os.path.join(sd, "ca.pem")
-            hostport = rest.split("/", 1)[0]
-            host, _, port = hostport.rpartition(":")
-            if not host:
-                host, port = hostport, "443" if self._tls else "80"
-            self._host = hostport
-            self._addr = (host.strip("[]"), int(port))
+        self._ca_given = ca_file is not None
+        # the controllers of an HA cluster: "http://h1:6817,http://h2:6817"; requests go
+        # to the one that leads (a standby answers not_leader, naming the leader)
+        self.urls = [u.strip() for u in url.split(",") if u.strip()] if url else []
+        self.failover_wait_s = float(os.environ.get("CORRAL_FAILOVER_WAIT_S") or 30.0)
+        self._sent = False
+        if self.urls:
+            self._use(self.urls[0])
+
+    def _use(self, url: str) -> None:
+        """Talk to the controller at ``url`` from now on."""
+        self.close()
+        self.url = url
+        rest = url.split("://", 1)[-1].rstrip("/")
+        self._tls = url.startswith("https://")
+        if self._tls and not self._ca_given:
+            self.ca_file = os.environ.get("CORRAL_CA_FILE") or None
+            if self.ca_file is None:
+                sd = default_state_dir()
+                if os.path.exists(os.path.join(sd, "ca.pem")):
+                    self.ca_file = os.path.join(sd, "ca.pem")
+        hostport = rest.split("/", 1)[0]
+        host, _, port = hostport.rpartition(":")
+        if not host:
+            host, port = hostport, "443" if self._tls else "80"
+        self._host = hostport
+        self._addr = (host.strip("[]"), int(port))
+
+    def _failover(self, hint: str) -> None:
+        """Move to the leader a standby named, else to the next controller of the list."""
+        if hint.startswith(("http://", "https://")):
+            if hint not in self.urls:
+                self.urls.append(hint)
+            self._use(hint)
+            return
+        i = self.urls.index(self.url) if self.url in self.urls else -1
+        self._use(self.urls[(i + 1) % len(self.urls)])
 
     # ---- transport -------------------------------------------------------------------
 
@@ -330,12 +353,15 @@ class Client:
         out, self._buf = self._buf[:n], self._buf[n:]
         return out
 
-    def _roundtrip(self, method: str, path: str, payload: bytes | None) -> tuple[int, bytes]:
+    def _roundtrip(self, method: str, path: str, payload: bytes | None,
+                   extra: tuple[str, ...] = ()) -> tuple[int, bytes]:
         reused = self._sock is not None
+        self._sent = False
         if self._sock is None:
             self._sock = self._connect()
         sock = self._sock
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self._host}", "Accept: application/json"]
+        lines.extend(extra)
         if self.auth_token:
             lines.append(f"Authorization: Bearer {self.auth_token}")
         if payload is not None:
@@ -344,12 +370,13 @@ class Client:
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         try:
             sock.sendall(head + payload if payload is not None else head)
+            self._sent = True
             end = self._recv_until(sock, b"\r\n\r\n")
         except (ConnectionResetError, BrokenPipeError) as exc:
             # An idle keep-alive connection the server closed: nothing was processed.
             self.close()
             if reused and not self._buf:
-                return self._roundtrip(method, path, payload)
+                return self._roundtrip(method, path, payload, extra)
             raise CorralError("unavailable", f"lost the controller connection: {exc}") from None
         except TimeoutError:
             self.close()
@@ -401,12 +428,52 @@ class Client:
             self.close()
         return status, body
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        """One API call; returns the decoded JSON answer or raises ``CorralError``."""
+    def request(self, method: str, path: str, body: Any = None, *,
+                idempotency_key: str | None = None) -> Any:
+        """One API call; returns the decoded JSON answer or raises ``CorralError``.
+
+        With several controllers (``CORRAL_URL`` a comma list) a call that reached no
+        leader (unreachable, or a standby's ``not_leader``) is sent to the leader the
+        standby named, else to the next controller, until ``CORRAL_FAILOVER_WAIT_S``
+        (30 s) passed; a call whose connection broke after it was sent is repeated only
+        when that is safe (a read, or a submit with its idempotency key)."""
         import json
 
         payload = None if body is None else json.dumps(body).encode()
-        status, raw = self._roundtrip(method, API + path, payload)
+        extra = (f"Idempotency-Key: {idempotency_key}",) if idempotency_key else ()
+        if not self.urls:  # the Unix socket: one controller
+            status, raw = self._roundtrip(method, API + path, payload, extra)
+            return self._decode(status, raw)
+        import time
+
+        deadline = time.monotonic() + self.failover_wait_s
+        tries = 0
+        while True:
+            try:
+                status, raw = self._roundtrip(method, API + path, payload, extra)
+            except CorralError as exc:
+                safe = not self._sent or method == "GET" or idempotency_key is not None
+                if exc.code != "unavailable" or not safe or len(self.urls) < 2 \
+                        or time.monotonic() > deadline:
+                    raise
+                hint = ""
+            else:
+                if status != 503 or b'"not_leader"' not in raw:
+                    return self._decode(status, raw)
+                try:
+                    hint = str(json.loads(raw)["error"].get("leader") or "")
+                except (ValueError, KeyError, AttributeError):
+                    hint = ""
+                if time.monotonic() > deadline:
+                    return self._decode(status, raw)
+            tries += 1
+            if hint == self.url or tries % len(self.urls) == 0:
+                time.sleep(0.05)  # once around the list (a failover under way): a pause
+            self._failover("" if hint == self.url else hint)
+
+    def _decode(self, status: int, raw: bytes) -> Any:
+        import json
+
         try:
             data: Any = json.loads(raw) if raw else None
         except ValueError:
@@ -441,13 +508,15 @@ class Client:
         is root or an operator. Returns after the job is committed to the database.
         """
         body = sub if isinstance(sub, Mapping) else sub.to_json()
-        return [int(i) for i in self.request("POST", "/jobs", body)["job_ids"]]
+        return [int(i) for i in self.request("POST", "/jobs", body,
+                                             idempotency_key=os.urandom(16).hex())["job_ids"]]
 
     def submit_result(self, sub: JobSubmission | Mapping[str, Any]) -> dict[str, Any]:
         """Like ``submit`` but returns the whole answer: ``job_ids``, ``array_job_id``,
         ``display_id`` (what ``sbatch`` prints)."""
         body = sub if isinstance(sub, Mapping) else sub.to_json()
-        result: dict[str, Any] = self.request("POST", "/jobs", body)
+        result: dict[str, Any] = self.request("POST", "/jobs", body,
+                                              idempotency_key=os.urandom(16).hex())
         return result
 
     def jobs(

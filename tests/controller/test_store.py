@@ -1,10 +1,14 @@
-"""The SQL store: group commit from concurrent writers, durable reads, history filters."""
+"""The SQL store: group commit from concurrent writers, durable reads, history filters.
+
+Every test runs on SQLite and on a real PostgreSQL server (``tests/pg.py``)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from corral.controller.records import JobRecord
 from corral.controller.rows import insert_row, record_from_row, update_row
@@ -19,8 +23,15 @@ def _rec(i: int, state: JobState = JobState.PENDING, user: str = "u") -> JobReco
     return JobRecord(id=i, sub=sub, submit_time=1000.0 + i, state=state)
 
 
-def test_group_commit_and_reopen(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'c.db'}"
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'c.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+def test_group_commit_and_reopen(db_url: str) -> None:
+    url = db_url
     st = Store(url)
     st.open()
     futs = []
@@ -60,8 +71,8 @@ def test_group_commit_and_reopen(tmp_path: Path) -> None:
     st2.close()
 
 
-def test_one_bad_op_does_not_lose_the_others(tmp_path: Path) -> None:
-    st = Store(f"sqlite:///{tmp_path / 'c.db'}")
+def test_one_bad_op_does_not_lose_the_others(db_url: str) -> None:
+    st = Store(db_url)
     st.open()
     ok1 = st.submit(st.op_insert_jobs([insert_row(_rec(1))]))
     bad = st.submit(st.op_insert_jobs([insert_row(_rec(1))]))  # duplicate primary key
@@ -73,13 +84,84 @@ def test_one_bad_op_does_not_lose_the_others(tmp_path: Path) -> None:
     st.close()
 
 
-def test_writes_are_fast_enough(tmp_path: Path) -> None:
+def test_writes_are_fast_enough(db_url: str) -> None:
     """A batch of 2,000 inserts commits well within a second (no per-row overhead)."""
-    st = Store(f"sqlite:///{tmp_path / 'c.db'}")
+    st = Store(db_url)
     st.open()
     rows = [insert_row(_rec(i)) for i in range(1, 2001)]
     t0 = time.perf_counter()
     st.submit(st.op_insert_jobs(rows)).result(30)
     assert time.perf_counter() - t0 < 5.0
     assert len(st.load_active()) == 2000
+    st.close()
+
+
+def test_job_ids_from_the_database_never_repeat(db_url: str) -> None:
+    """Two stores on one database (two controllers) reserving ids at once get disjoint
+    blocks from the counter row; a reset continues after the highest stored id."""
+    a, b = Store(db_url), Store(db_url)
+    a.open()
+    b.open()
+    got: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def reserve(st: Store) -> None:
+        for _ in range(20):
+            first = st.submit(st.op_reserve_ids(7)).result(30)
+            with lock:
+                got.append((first, first + 7))
+
+    threads = [threading.Thread(target=reserve, args=(st,)) for st in (a, b, a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [i for lo, hi in got for i in range(lo, hi)]
+    assert len(ids) == 80 * 7 and len(set(ids)) == len(ids)
+    assert min(ids) == 1
+    a.submit(a.op_insert_jobs([insert_row(_rec(41))])).result(10)
+    assert a.submit(a.op_reset_ids(1)).result(10) == 42  # after the highest stored id
+    assert b.submit(b.op_reserve_ids(3)).result(10) == 42
+    assert a.submit(a.op_reset_ids(1000)).result(10) == 1000  # FirstJobId raised
+    a.close()
+    b.close()
+
+
+def test_submission_keys_round_trip(db_url: str) -> None:
+    st = Store(db_url)
+    st.open()
+    rows = [{"key": f"0:k{i}", "time": 100.0 + i, "answer": '{"job_ids":[%d]}' % i}
+            for i in range(5)]
+    st.submit(st.op_insert_keys(rows)).result(10)
+    dup = st.submit(st.op_insert_keys(rows[:1]))
+    assert dup.exception(10) is not None  # a key is recorded once
+    assert [r.key for r in st.load_keys(102.0)] == ["0:k2", "0:k3", "0:k4"]
+    st.submit(st.op_prune_keys(103.0)).result(10)
+    assert [r.key for r in st.load_keys(0.0)] == ["0:k3", "0:k4"]
+    st.close()
+
+
+def test_nodes_meta_steps_and_history_filters(db_url: str) -> None:
+    st = Store(db_url)
+    st.open()
+    recs = [_rec(i, user="ann" if i % 2 else "bob") for i in range(1, 7)]
+    st.submit(st.op_insert_jobs([insert_row(r) for r in recs])).result(10)
+    st.submit(st.op_upsert_node("n1", {"cpus": 4}, "DRAIN", "fan", {"x": 1})).result(10)
+    st.submit(st.op_upsert_node("n1", {"cpus": 8}, "", "", {})).result(10)
+    st.submit(st.op_set_meta("k", "v1")).result(10)
+    st.submit(st.op_set_meta("k", "v2")).result(10)
+    st.submit(st.op_insert_step({"job_id": 2, "restarts": 0, "step_id": 0, "name": "s",
+                                 "state": "RUNNING", "start_time": 5.0, "end_time": None,
+                                 "data": "{}"})).result(10)
+    st.submit(st.op_update_steps([{"job_id": 2, "restarts": 0, "step_id": 0,
+                                   "state": "COMPLETED", "end_time": 6.0,
+                                   "data": "{}"}])).result(10)
+    nodes = st.load_nodes()
+    assert len(nodes) == 1 and nodes[0].spec == '{"cpus": 8}' and nodes[0].admin_state == ""
+    assert st.get_meta("k") == "v2" and st.get_meta("nope") is None
+    steps = st.load_steps([2, 3])
+    assert [(s.job_id, s.state, s.end_time) for s in steps] == [(2, "COMPLETED", 6.0)]
+    assert [r.id for r in st.history(user="ann")] == [1, 3, 5]
+    assert [r.id for r in st.history(after=2, limit=2)] == [3, 4]
+    assert [r.id for r in st.history(ids=[4], array_ids=[])] == [4]
     st.close()

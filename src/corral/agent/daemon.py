@@ -52,7 +52,7 @@ def _boot_time() -> float | None:
 
 
 class AgentDaemon:
-    def __init__(self, controller: str, key: str, state_dir: Path, *,
+    def __init__(self, controller: str | list[str], key: str, state_dir: Path, *,
                  node_name: str | None = None, cgroup_root: str | None = None,
                  heartbeat_s: float = 5.0, reconnect_max_s: float = 5.0,
                  pin_cpus: bool = True, isolation: str = "auto",
@@ -68,10 +68,16 @@ class AgentDaemon:
         must be signed by (None: the system's trust store); jobs get it as
         ``CORRAL_CA_FILE``.
         ``gpu_devices``: the device file of each GPU, in index order (``[agent]
-        gpu_devices``); default: the files NVML discovery found."""
+        gpu_devices``); default: the files NVML discovery found.
+        ``controller``: one address, or the controllers of an HA cluster (a list, or
+        comma-separated): the agent connects to one; a standby closes the connection
+        naming the leader, and the agent moves there (any other failure: the next one)."""
         from corral.agent.runner import JobRunner
 
-        self.controller = controller
+        self.controllers = split_controllers(controller)
+        if not self.controllers:
+            raise ValueError("no controller address given")
+        self.controller = self.controllers[0]
         self.ca_file = ca_file
         self.key = key
         self.state_dir = state_dir
@@ -204,7 +210,7 @@ class AgentDaemon:
             return req
         else:
             env = dict(req.env)
-            env.setdefault("CORRAL_URL", self.controller_url)
+            env.setdefault("CORRAL_URL", self.controller_urls)
             if self.ca_file and env["CORRAL_URL"].startswith("https://"):
                 env.setdefault("CORRAL_CA_FILE", self.ca_file)
             env["CORRAL_NODE_ADDR"] = self.node_addr
@@ -214,12 +220,30 @@ class AgentDaemon:
 
     @property
     def controller_url(self) -> str:
-        base = self.controller.rstrip("/")
-        if base.startswith("ws://"):
-            return "http://" + base[5:]
-        if base.startswith("wss://"):
-            return "https://" + base[6:]
-        return base if base.startswith(("http://", "https://")) else "http://" + base
+        return _http_url(self.controller)
+
+    @property
+    def controller_urls(self) -> str:
+        """``CORRAL_URL`` for jobs: the controller connected to first, then the others."""
+        urls = [self.controller_url] + [_http_url(c) for c in self.controllers
+                                        if c != self.controller
+                                        and not c.startswith(("unix:", "/"))]
+        return ",".join(urls)
+
+    def _next_controller(self, hint: str = "") -> None:
+        """Move to the controller a standby named (``hint``), else to the next one."""
+        if hint:
+            for c in self.controllers:
+                if _http_url(c) == _http_url(hint) or c == hint:
+                    self.controller = c
+                    return
+            if hint.startswith(("http://", "https://")):
+                self.controllers.append(hint)  # a leader this agent was not told about
+                self.controller = hint
+                return
+        i = self.controllers.index(self.controller) if self.controller in self.controllers \
+            else -1
+        self.controller = self.controllers[(i + 1) % len(self.controllers)]
 
     def stats(self) -> dict[str, Any]:
         """Counters of the runner's costs, for the controller (node record ``agent_stats``)."""
@@ -422,6 +446,7 @@ class AgentDaemon:
 
     async def run(self) -> None:
         delay = 0.05
+        standby_delay = 0.01
         while not self._stop.is_set():
             try:
                 ws = await self._connect()
@@ -437,8 +462,10 @@ class AgentDaemon:
                 else:
                     log.info("cannot reach the controller at %s: %s (retry in %.1f s)",
                              self.controller, exc, delay)
-                await self._sleep(delay)
-                delay = min(delay * 2, self.reconnect_max_s)
+                self._next_controller()
+                if self.controller == self.controllers[0] or len(self.controllers) == 1:
+                    await self._sleep(delay)  # once around the list: back off
+                    delay = min(delay * 2, self.reconnect_max_s)
                 continue
             delay = 0.05
             try:
@@ -450,12 +477,25 @@ class AgentDaemon:
             try:
                 await self._session(ws)
             except Exception as exc:
-                log.info("connection lost: %r", exc)
+                if getattr(ws, "close_code", None) != NOT_LEADER_CLOSE:
+                    log.info("connection lost: %r", exc)
             finally:
                 try:
                     await ws.close()
                 except Exception:
                     pass
+            reason = str(getattr(ws, "close_reason", "") or "")
+            if getattr(ws, "close_code", None) == NOT_LEADER_CLOSE:
+                hint = reason.partition(" ")[2].strip()
+                log.debug("%s is a standby controller; the leader is %s", self.controller,
+                          hint or "not known yet")
+                self._next_controller(hint)
+                await self._sleep(standby_delay)  # a failover under way: short pauses
+                standby_delay = min(standby_delay * 2, 0.1)
+                continue
+            standby_delay = 0.01
+            if len(self.controllers) > 1:
+                self._next_controller()  # the leader went away: try the others
             await self._sleep(delay)
 
     async def _sleep(self, seconds: float) -> None:
@@ -468,7 +508,31 @@ class AgentDaemon:
         self._stop.set()
 
 
-def run_agent(controller: str, key: str, state_dir: Path, **kwargs: Any) -> None:
+NOT_LEADER_CLOSE = 4409  # a standby controller's close code (corral.controller.roles)
+
+
+def split_controllers(controller: str | list[str]) -> list[str]:
+    """Controller addresses from ``--controller`` values (each may be a comma list)."""
+    items = [controller] if isinstance(controller, str) else list(controller)
+    out: list[str] = []
+    for item in items:
+        for part in item.split(","):
+            part = part.strip()
+            if part and part not in out:
+                out.append(part)
+    return out
+
+
+def _http_url(target: str) -> str:
+    base = target.rstrip("/")
+    if base.startswith("ws://"):
+        return "http://" + base[5:]
+    if base.startswith("wss://"):
+        return "https://" + base[6:]
+    return base if base.startswith(("http://", "https://", "unix:", "/")) else "http://" + base
+
+
+def run_agent(controller: str | list[str], key: str, state_dir: Path, **kwargs: Any) -> None:
     """Run an agent until SIGINT/SIGTERM (blocking). Jobs keep running after it exits."""
     from corral.agent.proctree import set_process_name
 

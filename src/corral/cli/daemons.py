@@ -292,8 +292,10 @@ def controller(
 
 
 def agent(
-    controller_url: Annotated[str, typer.Option(
-        "--controller", help="Controller: http://host:port or unix:/path/corral.sock")],
+    controller_url: Annotated[list[str] | None, typer.Option(
+        "--controller", help="Controller: http://host:port or unix:/path/corral.sock; "
+                             "repeat it (or give a comma list) for the controllers of an HA "
+                             "cluster (default: [agent] controllers)")] = None,
     state_dir: Annotated[Path | None, typer.Option(
         "--state-dir", help="Agent state (job spool). Default: <state dir>/agent")] = None,
     key_file: Annotated[Path | None, typer.Option(
@@ -309,6 +311,11 @@ def agent(
     """Run a node agent in the foreground (jobs survive its restarts)."""
     cfg = _load(config)
     _setup_logging(cfg.controller.log_level)
+    controllers = list(controller_url or cfg.agent.controllers)
+    if not controllers:
+        typer.echo("corral: no controller: pass --controller URL (or set [agent] controllers)",
+                   err=True)
+        raise typer.Exit(2)
     key = os.environ.pop("CORRAL_CLUSTER_KEY", "")  # not inherited by anything it starts
     if key_file is not None:
         try:
@@ -340,7 +347,7 @@ def agent(
         except (ValueError, OSError) as exc:
             typer.echo(f"corral: agent.metrics_listen {ac.metrics_listen!r}: {exc}", err=True)
             raise typer.Exit(2) from None
-    run_agent(controller_url, key, sd, node_name=name,
+    run_agent(controllers, key, sd, node_name=name,
               cgroup_root=ac.cgroup_root or None, heartbeat_s=ac.heartbeat_s,
               reconnect_max_s=ac.reconnect_max_s, pin_cpus=ac.pin_cpus,
               isolation="none" if ac.cgroup_root == "" else "auto", ca_file=ca,

@@ -4,7 +4,8 @@ Routes (all JSON, prefix ``/api/v1``; errors are ``{"error": {"code", "message",
 "slurm"?}}`` with a matching HTTP status):
 
 - ``POST /jobs``                 submit (JobSubmission JSON) -> ``{job_ids, array_job_id,
-                                 display_id}``
+                                 display_id}``; header ``Idempotency-Key``: a repeat with
+                                 the same key answers the first submit's jobs
 - ``GET  /jobs``                 active jobs (query: user, state, partition, id, all)
 - ``POST /jobs/query``           same with a JSON filter body (ids, states, fields, ...)
 - ``GET  /jobs/{id}``            one job in detail (``12`` or ``12_3``)
@@ -50,6 +51,7 @@ from corral.config.load import config_to_json
 from corral.controller.auth import Authenticator, Identity, token_ttl
 from corral.controller.errors import ApiError
 from corral.controller.paging import page, page_limit
+from corral.controller.submitkeys import check_key
 
 if TYPE_CHECKING:
     from corral.controller.service import Controller
@@ -113,7 +115,8 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
         if isinstance(body, dict):
             host = str((body.get("extra") or {}).get("submit_host", "")) if isinstance(
                 body.get("extra"), dict) else ""
-        return _json(await ctl.submit(body, who, host))
+        key = check_key(request.headers.get("idempotency-key"))
+        return _json(await ctl.submit(body, who, host, key))
 
     def _list(flt: dict[str, Any]) -> Response:
         return Response(content=list_body(ctl, flt), media_type="application/json")
@@ -403,7 +406,7 @@ def list_body(ctl: Controller, flt: dict[str, Any]) -> bytes:
 
 def ping_body(ctl: Controller) -> bytes:
     return json.dumps({
-        "status": "ok", "cluster": ctl.cfg.cluster_name, "version": __version__,
+        **(ctl.ha or {}), "status": "ok", "cluster": ctl.cfg.cluster_name, "version": __version__,
         "time": time.time(), "nodes_up": ctl.nodes.up_count(), "agents": len(ctl.hub.conns),
         "jobs_active": len(ctl.pending) + len(ctl.running), "pending": len(ctl.pending),
         "running": len(ctl.running), "cycles": ctl.sched.cycles,
@@ -517,7 +520,11 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
                 if scope["path"] == submit_path:
                     extra = body.get("extra") if isinstance(body, dict) else None
                     host = str(extra.get("submit_host", "")) if isinstance(extra, dict) else ""
-                    out = json.dumps(await ctl.submit(body, caller, host)).encode()
+                    key = None
+                    for k, v in scope.get("headers", ()):
+                        if k == b"idempotency-key":
+                            key = check_key(v.decode("latin-1"))
+                    out = json.dumps(await ctl.submit(body, caller, host, key)).encode()
                 else:
                     from corral.controller.requests import JobQuery, parse
 

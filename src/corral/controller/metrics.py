@@ -38,6 +38,17 @@ class Metrics:
         self.nodes_gauge = Gauge("corral_nodes", "Nodes by state", ["state"], registry=r)
         self.agents_connected = Gauge("corral_agents_connected", "Connected agents",
                                       registry=r)
+        # high availability (``corral.controller.roles``): 1 while this controller leads
+        self.leader = Gauge("corral_controller_leader",
+                            "1 while this controller is the leader, 0 as a standby",
+                            registry=r)
+        self.leader_epoch = Gauge("corral_leader_epoch",
+                                  "Fencing epoch of this controller's leadership", registry=r)
+        self.takeovers = Gauge("corral_leader_takeovers",
+                               "Times this controller process became the leader", registry=r)
+        self.failovers = Gauge("corral_failovers",
+                               "Leader changes recorded in the database (the epoch - 1)",
+                               registry=r)
         # children of the labels set on every submit and end, looked up once (``labels``
         # takes a lock and builds a key on each call)
         self._pending = self.jobs_gauge.labels("PENDING")

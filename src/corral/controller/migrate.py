@@ -5,6 +5,9 @@ The revisions live in ``migrations/versions``; ``upgrade(engine)`` brings any da
 schema change in ``store.py``: ``alembic -c <(echo) -x ... revision`` is not needed; copy
 the newest file in ``versions/``, give it a new ``revision`` id and ``down_revision`` =
 the previous one, and write the ``op.*`` calls by hand.
+
+On PostgreSQL several controllers may start at once on one database: the upgrade holds a
+transaction-level advisory lock, so one migrates and the others then find it done.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATION_LOCK = 0x636F7201  # advisory lock key of schema upgrades ("cor" 1)
 
 
 def upgrade(engine: Engine) -> None:
@@ -23,5 +27,7 @@ def upgrade(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")

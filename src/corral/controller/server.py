@@ -246,28 +246,14 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
         raise SystemExit(f"another controller is running on {state_dir}") from None
     cluster_key = read_or_create_key(state_dir / "cluster.key")
     jwt_key = read_or_create_key(state_dir / "jwt.key")
-    operators = frozenset(cfg.operators) | frozenset(u.name for u in cfg.users if u.operator)
-    auth = Authenticator(jwt_key, cluster_key, operators)
     url = cfg.controller.database_url or f"sqlite:///{state_dir / 'corral.db'}"
-    store = Store(url)
-    ctl = Controller(cfg, state_dir, store, cycle_fn=cycle_fn)
-    if listen or cfg.controller.listen:  # jobs on other hosts reach the API over HTTP
-        from corral.controller.auth import Identity
-
-        def mint(user: str, uid: int, gid: int, ttl_s: int) -> str:
-            return auth.mint(Identity(user, uid, gid), ttl_s)
-
-        ctl.token_minter = mint
-    app = create_app(ctl, auth)
-    from corral.controller.kube import mount as mount_kube  # kubectl under /k8s (issue 14)
-
-    mount_kube(app, ctl, app.state.identity)
+    listen = listen or cfg.controller.listen
     sock_path = Path(cfg.controller.socket or state_dir / SOCKET_NAME)
     sockets = [_bind_unix(sock_path, world=os.geteuid() == 0)]
-    listen = listen or cfg.controller.listen
     http_url = None
     tls_ctx = None
     ca_file = None
+    port = 0
     if listen:
         tcp = _bind_tcp(listen)
         sockets.append(tcp)
@@ -283,20 +269,65 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
             ca_file = str(ca)
             scheme = "https"
         http_url = f"{scheme}://{shown}:{port}"
-    from corral.shims.fastpath import with_shim_fast_path
+    from corral.controller.roles import Gate, serve_seats
 
-    uv_cfg = uvicorn.Config(with_shim_fast_path(with_fast_paths(app, ctl, auth), ctl, auth),
-                            http=_peer_protocol_class(),
+    ha = url.startswith("postgresql")
+    if ha:  # the schema (the lease table), and the keys of the cluster's first controller
+        from corral.controller.sharedkeys import share_keys
+
+        cluster_key, jwt_key = share_keys(url, state_dir)
+    operators = frozenset(cfg.operators) | frozenset(u.name for u in cfg.users if u.operator)
+    auth = Authenticator(jwt_key, cluster_key, operators)
+    holder = cfg.controller.name or (f"{socket.gethostname().split('.')[0]}:{port}" if port
+                                     else f"{socket.gethostname().split('.')[0]}:{os.getpid()}")
+    advertise = http_url or f"unix:{sock_path}"
+    gate = Gate(holder, advertise, cfg.cluster_name)
+
+    def make() -> tuple[Any, Any]:
+        store = Store(url)
+        ctl = Controller(cfg, state_dir, store, cycle_fn=cycle_fn)
+        if listen:  # jobs on other hosts reach the API over HTTP
+            from corral.controller.auth import Identity
+
+            def mint(user: str, uid: int, gid: int, ttl_s: int) -> str:
+                return auth.mint(Identity(user, uid, gid), ttl_s)
+
+            ctl.token_minter = mint
+        app = create_app(ctl, auth)
+        from corral.controller.kube import mount as mount_kube  # kubectl under /k8s (issue 14)
+
+        mount_kube(app, ctl, app.state.identity)
+        from corral.shims.fastpath import with_shim_fast_path
+
+        return ctl, with_shim_fast_path(with_fast_paths(app, ctl, auth), ctl, auth)
+
+    seat_factory = None
+    if ha:
+        from corral.controller.leadership import Leadership
+
+        def seat_factory() -> Leadership:
+            return Leadership(url, holder, advertise, lease_s=cfg.controller.lease_s)
+
+    uv_cfg = uvicorn.Config(gate, http=_peer_protocol_class(),
                             ws="websockets-sansio",
                             lifespan="off", log_level="warning", access_log=False,
                             ws_max_size=64 * 1024 * 1024, ws_ping_interval=None,
                             timeout_keep_alive=60)
     server = _server_class(uvicorn.Server, tls_ctx)(uv_cfg)
     info = {"pid": os.getpid(), "socket": str(sock_path), "url": http_url,
-            "state_dir": str(state_dir), "cluster": cfg.cluster_name, "ca_file": ca_file}
+            "state_dir": str(state_dir), "cluster": cfg.cluster_name, "ca_file": ca_file,
+            "controller": holder, "ha": ha}
+    first = [True]
 
-    async def main() -> None:
-        await ctl.start()
+    def write_info() -> None:
+        tmp = state_dir / "controller.json.tmp"
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, state_dir / "controller.json")
+
+    def on_lead() -> None:
+        if not first[0]:
+            return
+        first[0] = False
         # what exists now (modules, FastAPI's routes and models, the configuration, the
         # jobs loaded from the store) lives as long as the process: out of the garbage
         # collector's sight, so its full collections no longer walk it all (in a 3,000-job
@@ -304,32 +335,44 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
         # stall of every caller while it runs)
         gc.collect()
         gc.freeze()
-        tmp = state_dir / "controller.json.tmp"
-        tmp.write_text(json.dumps(info))
-        os.replace(tmp, state_dir / "controller.json")
+        write_info()
         log.info("controller ready: socket %s%s", sock_path,
                  f", http {http_url}" if http_url else "")
         if ready is not None:
             ready(info)
+
+    async def main() -> None:
+        if ha:  # a standby is reachable (and says where the leader is) from now on
+            write_info()
+        stop = asyncio.Event()
+        seats = asyncio.create_task(serve_seats(gate, make, seat_factory, stop, on_lead))
         # uvicorn re-raises the signal that stopped it once it is done; with these as the
         # handlers it restores, that lands here instead of killing the process before the
         # cleanup below (store close, socket removal)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda _s, _f: None)
+        serving = asyncio.create_task(server.serve(sockets=sockets))
         try:
-            await server.serve(sockets=sockets)
+            done, _ = await asyncio.wait({seats, serving}, return_when=asyncio.FIRST_COMPLETED)
+            if seats in done:
+                seats.result()  # a crash of the role loop: raise it
         finally:
-            await ctl.stop()
+            stop.set()
+            server.should_exit = True
             try:
-                if json.loads((state_dir / "controller.json").read_text()).get(
-                        "pid") == os.getpid():
-                    (state_dir / "controller.json").unlink()
-            except (OSError, ValueError):
-                pass
-            try:
-                sock_path.unlink()
-            except OSError:
-                pass
+                await seats
+            finally:
+                await serving
+                try:
+                    if json.loads((state_dir / "controller.json").read_text()).get(
+                            "pid") == os.getpid():
+                        (state_dir / "controller.json").unlink()
+                except (OSError, ValueError):
+                    pass
+                try:
+                    sock_path.unlink()
+                except OSError:
+                    pass
 
     try:
         asyncio.run(main())

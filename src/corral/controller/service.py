@@ -71,7 +71,11 @@ class Controller:
         from corral.controller.usage import UsageLedger
 
         self.ledger = UsageLedger(cfg.account_tree(), cfg.scheduler.decay_half_life_s)
-        self.next_id = 1
+        from corral.controller.ids import IdAllocator
+        from corral.controller.submitkeys import SubmitKeys
+
+        self.ids = IdAllocator(store)
+        self.keys = SubmitKeys()
         self.metrics = Metrics()
         self.nodes = NodeTable(self)
         self.default_partition = next(
@@ -83,6 +87,8 @@ class Controller:
         self.hub = AgentHub(self)
         self.sched = SchedulerLoop(self, cycle_fn)
         self.started_at = time.time()
+        # high availability: this controller's role, set by ``corral.controller.roles``
+        self.ha: dict[str, Any] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
 
     @property
@@ -113,8 +119,15 @@ class Controller:
 
         attach_loaded(self.jobs, await loop.run_in_executor(None, self.store.load_steps,
                                                             started))
-        self.next_id = max(await loop.run_in_executor(None, self.store.max_job_id) + 1,
-                           self.cfg.controller.first_job_id)
+        # the counter restarts after the highest stored id (this controller is the only
+        # writer now: SQLite's state-directory lock, or PostgreSQL's fencing epoch)
+        self.ids.reset(await asyncio.wrap_future(self.store.submit(
+            self.store.op_reset_ids(self.cfg.controller.first_job_id))))
+        from corral.controller.submitkeys import TTL_S
+
+        since = time.time() - TTL_S
+        self.keys.load(await loop.run_in_executor(None, self.store.load_keys, since))
+        self.store.submit(self.store.op_prune_keys(since))
         from corral.controller.usage import META_KEY
 
         saved = await loop.run_in_executor(None, self.store.get_meta, META_KEY)
@@ -126,7 +139,7 @@ class Controller:
         await self._load_dependency_targets(list(self.pending.values()))
         self.metrics.set_jobs(len(self.pending), len(self.running))
         log.info("recovered %d pending and %d running jobs; next job id %d",
-                 len(self.pending), len(self.running), self.next_id)
+                 len(self.pending), len(self.running), self.ids.peek())
         await self.store.bind_loop()  # SQLite: commits on this loop from now on
         self._tasks.append(asyncio.create_task(self.sched.run(), name="scheduler"))
         self._tasks.append(asyncio.create_task(self._ticker(), name="ticker"))
@@ -158,6 +171,7 @@ class Controller:
         await self.nodes.check_timeouts(now)
         allocations.check_keepalives(self, now)
         self._prune_recent(now)
+        self.keys.prune(now)
         self._save_usage()
         if now - self.sched.last_cycle_end >= self.cfg.controller.tick_s:
             self.sched.trigger()
@@ -218,7 +232,8 @@ class Controller:
                     del self.finished[jid]
 
     def persist(self, inserts: Iterable[JobRecord] = (), updates: Iterable[JobRecord] = (),
-                with_submission: Iterable[JobRecord] = ()) -> asyncio.Future[Any]:
+                with_submission: Iterable[JobRecord] = (),
+                keys: list[dict[str, Any]] | None = None) -> asyncio.Future[Any]:
         ins = [insert_row(r) for r in inserts]
         ups = []
         step_ups: list[dict[str, Any]] = []
@@ -238,6 +253,8 @@ class Controller:
             ops.append(self.store.op_update_jobs(subs))
         if step_ups:
             ops.append(self.store.op_update_steps(step_ups))
+        if keys:
+            ops.append(self.store.op_insert_keys(keys))
 
         def run(conn: Any) -> None:
             for op in ops:
@@ -353,7 +370,36 @@ class Controller:
 
     # ---- submission ---------------------------------------------------------------------
 
-    async def submit(self, body: Any, who: Identity, submit_host: str = "") -> dict[str, Any]:
+    async def submit(self, body: Any, who: Identity, submit_host: str = "",
+                     key: str | None = None) -> dict[str, Any]:
+        """Accept a submission; with an idempotency ``key`` (``corral.controller.
+        submitkeys``), a repeat of an accepted one answers the same jobs."""
+        if key is None:
+            return await self._submit(body, who, submit_host, None)
+        scoped = f"{who.uid}:{key}"
+        known = self.keys.answers.get(scoped)
+        if known is not None:
+            self.keys.replays += 1
+            return dict(known)
+        inflight = self.keys.inflight.get(scoped)
+        if inflight is not None:
+            self.keys.replays += 1
+            return dict(await asyncio.shield(inflight))
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.keys.inflight[scoped] = fut
+        try:
+            out = await self._submit(body, who, submit_host, scoped)
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: no "never retrieved" warning without waiters
+            raise
+        finally:
+            del self.keys.inflight[scoped]
+        fut.set_result(out)
+        return out
+
+    async def _submit(self, body: Any, who: Identity, submit_host: str,
+                      key: str | None) -> dict[str, Any]:
         t0 = time.perf_counter()
         sub = intake.decode_submission(body)
         sub = intake.apply_identity(sub, who, self.cfg, self.single_uid)
@@ -380,24 +426,29 @@ class Controller:
                 spec = sub.spec
             sub = dataclasses.replace(sub, spec=spec)
         self.sched.check_feasible(sub.spec)
-        first = self.next_id
-        self.next_id += max(len(indices), 1)
+        first = await self.ids.take(max(len(indices), 1))
         now = time.time()
         recs = intake.build_records(sub, first, now, submit_host or self.host, indices,
                                     max_running)
         if sub.hold:
             for rec in recs:
                 rec.reason = "JobHeldUser"
-        await self.persist(inserts=recs)
+        answer = {"job_ids": [r.id for r in recs], "array_job_id": first if indices else None,
+                  "display_id": str(first)}
+        if key is None:
+            await self.persist(inserts=recs)
+        else:
+            from corral.controller.submitkeys import SubmitKeys
+
+            await self.persist(inserts=recs, keys=[SubmitKeys.row(key, answer, now)])
+            self.keys.recorded(key, answer, now)
         for rec in recs:
             self._index(rec)
         self.metrics.submitted(len(recs), time.perf_counter() - t0)
         self.metrics.set_jobs(len(self.pending), len(self.running))
         if not sub.hold:  # a held job cannot start: no cycle needed
             self.sched.trigger()
-        ids = [r.id for r in recs]
-        return {"job_ids": ids, "array_job_id": first if indices else None,
-                "display_id": str(first)}
+        return dict(answer)
 
     # ---- lookups ------------------------------------------------------------------------
 

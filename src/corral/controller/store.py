@@ -40,6 +40,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from corral.controller.errors import ApiError
+
 log = logging.getLogger("corral.store")
 
 metadata = sa.MetaData()
@@ -117,7 +119,43 @@ meta = sa.Table(
     sa.Column("value", sa.Text, nullable=False),
 )
 
+# high availability (``corral.controller.leadership``): the lease of the one leader, with
+# the fencing epoch every leader write is checked against (one row, id 1)
+leader = sa.Table(
+    "leader", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("since", sa.Float, nullable=False),
+    sa.Column("expires", sa.Float, nullable=False),  # the database's clock, epoch seconds
+)
+
+# atomic counters (``job_id``: the next job id to reserve; ``corral.controller.ids``)
+counters = sa.Table(
+    "counters", metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
+
+# idempotency keys of submissions: a retried submit answers the first one's jobs
+submit_keys = sa.Table(
+    "submit_keys", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("time", sa.Float, nullable=False),
+    sa.Column("answer", sa.Text, nullable=False),  # the submit's JSON answer
+    sa.Index("ix_submit_keys_time", "time"),
+)
+
 Op = Callable[[Connection], Any]
+
+
+class Fenced(ApiError):
+    """This controller is no longer the leader: the database refused its write (another
+    controller holds a newer fencing epoch). Answered as HTTP 503 ``not_leader``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("not_leader", message)
 
 
 _Fut = Future[Any] | asyncio.Future[Any]
@@ -143,6 +181,11 @@ class Store:
         self._pending: list[tuple[Op, _Fut]] = []
         self._flush_scheduled = False
         self._conn: Connection | None = None
+        # high availability: ``fence(conn)`` runs first in every write transaction and
+        # raises ``Fenced`` once another controller leads; ``on_fenced`` is told (once)
+        self.fence: Op | None = None
+        self.on_fenced: Callable[[Fenced], None] | None = None
+        self.fenced = False
 
     # ---- lifecycle -----------------------------------------------------------------
 
@@ -242,6 +285,8 @@ class Store:
                 conn = self._conn
                 try:
                     with conn.begin():
+                        if self.fence is not None:
+                            self.fence(conn)
                         for op, _fut in batch:
                             results.append(op(conn))
                 except Exception:
@@ -250,8 +295,19 @@ class Store:
                     raise
             else:
                 with self.engine.begin() as conn:
+                    if self.fence is not None:
+                        self.fence(conn)
                     for op, _fut in batch:
                         results.append(op(conn))
+        except Fenced as exc:  # no longer the leader: nothing of this batch may commit
+            for _op, fut in batch:
+                _resolve(fut, exc=exc)
+            if not self.fenced:
+                self.fenced = True
+                log.error("store: %s", exc)
+                if self.on_fenced is not None:
+                    self.on_fenced(exc)
+            return
         except Exception as exc:  # one bad op must not lose the others: retry one by one
             if len(batch) > 1:
                 for one in batch:
@@ -343,6 +399,54 @@ class Store:
                 conn.execute(meta.insert().values(key=key, value=value))
         return run
 
+    def op_insert_keys(self, rows: list[dict[str, Any]]) -> Op:
+        """Idempotency keys of submissions (``key``, ``time``, ``answer``)."""
+        sql = (f'INSERT INTO submit_keys ("key", "time", "answer") VALUES '
+               f'({self._param("key")}, {self._param("time")}, {self._param("answer")})')
+        if self.sqlite:
+            def run_raw(conn: Connection) -> None:
+                _driver(conn).executemany(sql, rows)
+            return run_raw
+
+        def run(conn: Connection) -> None:
+            conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
+        return run
+
+    @staticmethod
+    def op_reserve_ids(n: int) -> Op:
+        """Reserve ``n`` consecutive job ids from the database's counter (atomic: the
+        row is locked until commit); the op returns the first one."""
+        def run(conn: Connection) -> int:
+            v = conn.execute(sa.text("UPDATE counters SET value = value + :n "
+                                     "WHERE name = 'job_id' RETURNING value"), {"n": n}).scalar()
+            if v is None:  # a database from before the counter (should not happen)
+                top = conn.execute(sa.select(sa.func.max(jobs.c.id))).scalar()
+                v = int(top or 0) + 1 + n
+                conn.execute(counters.insert().values(name="job_id", value=v))
+            return int(v) - n
+        return run
+
+    @staticmethod
+    def op_reset_ids(first_job_id: int) -> Op:
+        """At takeover (the previous leader fenced off): the counter continues right after
+        the highest stored id (ids reserved but never used are handed out again), never
+        below ``first_job_id``; the op returns the value."""
+        def run(conn: Connection) -> int:
+            top = conn.execute(sa.select(sa.func.max(jobs.c.id))).scalar()
+            value = max(int(top or 0) + 1, first_job_id)
+            done = conn.execute(counters.update().where(counters.c.name == "job_id")
+                                .values(value=value))
+            if done.rowcount == 0:
+                conn.execute(counters.insert().values(name="job_id", value=value))
+            return value
+        return run
+
+    @staticmethod
+    def op_prune_keys(before: float) -> Op:
+        def run(conn: Connection) -> None:
+            conn.execute(submit_keys.delete().where(submit_keys.c.time < before))
+        return run
+
     # ---- reads (any thread) -----------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:
@@ -373,6 +477,12 @@ class Store:
     def load_nodes(self) -> list[sa.Row[Any]]:
         with self.engine.connect() as conn:
             return list(conn.execute(sa.select(nodes)))
+
+    def load_keys(self, since: float) -> list[sa.Row[Any]]:
+        """Idempotency keys recorded since ``since`` (oldest first)."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(sa.select(submit_keys).where(submit_keys.c.time >= since)
+                                     .order_by(submit_keys.c.time)))
 
     def max_job_id(self) -> int:
         with self.engine.connect() as conn:
@@ -469,4 +579,15 @@ def _make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return sa.create_engine(url, pool_pre_ping=True)
+    return sa.create_engine(url, pool_pre_ping=True, connect_args=pg_connect_args(url))
+
+
+def pg_connect_args(url: str) -> dict[str, Any]:
+    """Connection settings for PostgreSQL: a dead link or server is noticed in seconds
+    (connect timeout, TCP keepalives and user timeout), not after the kernel's defaults of
+    minutes; a controller cut off from its database must stop acting quickly."""
+    if not url.startswith("postgresql"):
+        return {}
+    return {"connect_timeout": 3, "keepalives": 1, "keepalives_idle": 2,
+            "keepalives_interval": 1, "keepalives_count": 2, "tcp_user_timeout": 3000,
+            "application_name": "corral"}

@@ -43,10 +43,12 @@ SHIM_MEDIA_TYPE = "application/x-corral-shim"
 class InProcessClient:
     """The ``corral.shims.context.Client`` methods over a live ``Controller``."""
 
-    def __init__(self, ctl: Controller, who: Identity, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, ctl: Controller, who: Identity, loop: asyncio.AbstractEventLoop,
+                 key: str | None = None) -> None:
         self.ctl = ctl
         self.who = who
         self.loop = loop
+        self.key = key  # the launcher's idempotency key: its first submit carries it
 
     # ---- plumbing -----------------------------------------------------------------------
     def _run(self, make: Callable[[], Awaitable[T]]) -> T:
@@ -75,7 +77,8 @@ class InProcessClient:
         body = dict(sub)
         extra = body.get("extra")
         host = str(extra.get("submit_host", "")) if isinstance(extra, dict) else ""
-        return self._wrap(lambda: self.ctl.submit(body, self.who, host))
+        key, self.key = self.key, None
+        return self._wrap(lambda: self.ctl.submit(body, self.who, host, key))
 
     def jobs(
         self,
@@ -237,6 +240,9 @@ def mount(app: FastAPI, ctl: Controller, identity: Callable[[Request], Identity]
         who = identity(request)
         raw = await request.body()
         loop = asyncio.get_running_loop()
-        client = InProcessClient(ctl, who, loop)
+        from corral.controller.submitkeys import check_key
+
+        client = InProcessClient(ctl, who, loop,
+                                 check_key(request.headers.get("idempotency-key")))
         frame = await loop.run_in_executor(_executor(), handle_exec, raw, who.uid, client)
         return Response(content=frame, media_type=SHIM_MEDIA_TYPE)

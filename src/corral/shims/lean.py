@@ -104,6 +104,23 @@ def default_state_dir() -> str:
     return os.path.join(base, "corral")
 
 
+def controller_addresses() -> list[tuple[str, str]]:
+    """Every controller ``CORRAL_URL`` names (a comma list for an HA cluster), else the
+    one ``controller_address`` finds."""
+    url = os.environ.get("CORRAL_URL", "")
+    if "," not in url:
+        return [controller_address()]
+    return [_address(u.strip()) for u in url.split(",") if u.strip()]
+
+
+def _address(url: str) -> tuple[str, str]:
+    if url.startswith("https://"):
+        return "tls", url[len("https://") :].split("/", 1)[0]
+    if url.startswith("unix:"):
+        return "unix", url[len("unix:") :]
+    return "tcp", url.split("://", 1)[-1].split("/", 1)[0]
+
+
 def controller_address() -> tuple[str, str]:
     """``("unix", path)`` or ``("tcp", "host:port")`` of the controller."""
     env = os.environ
@@ -124,14 +141,64 @@ def controller_address() -> tuple[str, str]:
     return "unix", first
 
 
+class _Unreached(LeanError):
+    """Nothing was sent: the controller could not be reached."""
+
+
 def http_request(
     method: str, path: str, body: bytes, content_type: str = "application/json",
-    timeout_s: float = 60.0,
+    timeout_s: float = 60.0, key: str = "",
 ) -> tuple[int, bytes]:
-    """One HTTP/1.1 request with ``Connection: close``; returns (status, body)."""
+    """One HTTP/1.1 request with ``Connection: close``; returns (status, body).
+
+    With several controllers (HA) the request goes to the leader: a standby's 503
+    ``not_leader`` names it; an unreachable controller is skipped; a connection lost after
+    the request was sent is retried only with an idempotency ``key`` (a submit). Gives up
+    after ``CORRAL_FAILOVER_WAIT_S`` (30 s)."""
+    addrs = controller_addresses()
+    i = 0
+    deadline = 0.0
+    while True:
+        kind, where = addrs[i % len(addrs)]
+        hint = ""
+        try:
+            status, payload = _request_at(kind, where, method, path, body, content_type,
+                                          timeout_s, key)
+        except _Unreached:
+            if len(addrs) < 2:
+                raise
+        except LeanError:
+            if len(addrs) < 2 or not key:
+                raise
+        else:
+            if status != 503 or b'"not_leader"' not in payload:
+                return status, payload
+            at = payload.find(b'"leader": "')
+            if at >= 0:
+                end = payload.find(b'"', at + 11)
+                hint = payload[at + 11 : end].decode("utf-8", "replace")
+        import time
+
+        if not deadline:
+            deadline = time.monotonic() + float(os.environ.get("CORRAL_FAILOVER_WAIT_S")
+                                                or 30.0)
+        elif time.monotonic() > deadline:
+            raise LeanError(f"no Corral controller leads (tried {len(addrs)}; "
+                            "a failover did not finish in time)")
+        if hint and _address(hint) != (kind, where):
+            if _address(hint) not in addrs:
+                addrs.append(_address(hint))
+            i = addrs.index(_address(hint))
+            continue
+        i += 1
+        if i % len(addrs) == 0 or hint:
+            time.sleep(0.05)  # once around the list: a failover is under way
+
+
+def _request_at(kind: str, where: str, method: str, path: str, body: bytes,
+                content_type: str, timeout_s: float, key: str) -> tuple[int, bytes]:
     import _socket
 
-    kind, where = controller_address()
     try:
         if kind == "unix":
             s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -143,7 +210,7 @@ def http_request(
             s.settimeout(timeout_s)
             s.connect((host or "127.0.0.1", int(port or (443 if kind == "tls" else 80))))
     except OSError as exc:
-        raise LeanError(
+        raise _Unreached(
             f"cannot reach the Corral controller at {where}: {exc.strerror or exc}"
         ) from None
     if kind == "tls":
@@ -153,6 +220,7 @@ def http_request(
         f"{method} {path} HTTP/1.1\r\nHost: corral\r\nContent-Type: {content_type}\r\n"
         f"Accept: application/x-corral-shim\r\nContent-Length: {len(body)}\r\n"
         + (f"Authorization: Bearer {token}\r\n" if token else "")
+        + (f"Idempotency-Key: {key}\r\n" if key else "")
         + "Connection: close\r\n\r\n"
     )
     chunks = []
@@ -257,12 +325,14 @@ def exec_remote(cmd: str, argv: list[str]) -> tuple[int, bytes, bytes]:
     env = dict(os.environ)
     files: dict[str, Any] = {}
     stdin: str | None = None
+    # a submit retried after a failover must not make a second job
+    key = os.urandom(16).hex() if cmd in ("sbatch", "qsub") else ""
     for _ in range(4):
         body = encode_json(
             {"v": 1, "cmd": cmd, "argv": argv, "cwd": cwd, "env": env, "files": files,
              "stdin": stdin}
         ).encode("ascii")
-        status, payload = http_request("POST", API + "/shim/exec", body)
+        status, payload = http_request("POST", API + "/shim/exec", body, key=key)
         if status == 404:
             raise NoShimEndpoint()
         if status != 200:

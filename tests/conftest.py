@@ -1,0 +1,3 @@
+"""Test plugins shared by every test directory."""
+
+pytest_plugins = ("tests.pg",)

@@ -1,0 +1,186 @@
+"""High availability on a real PostgreSQL server with real controller processes, a real
+agent and real ``kill -9``: one leader, standbys refuse and point at it, failover under a
+submit load loses, duplicates and restarts nothing, a leader cut off from the database
+stops acting before a standby leads, and agents and ``sbatch`` find the leader."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.client import CorralError
+from tests.e2e.cluster import wait_for
+from tests.e2e.ha import HaCluster, TcpProxy, sh
+from tests.pg import PgServer
+
+FAILOVER_TARGET_S = 5.0
+
+
+@pytest.fixture()
+def ha_root() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="corral-ha-"))
+    yield root
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _started(c: object, since_wall: float) -> bool:
+    from corral.client import Client
+
+    assert isinstance(c, Client)
+    return any((j.get("start_time") or 0) >= since_wall for j in c.jobs(include_finished=True))
+
+
+def test_one_leader_standby_refuses_and_everyone_finds_the_leader(
+        pg_url: str, ha_root: Path) -> None:
+    ha = HaCluster(ha_root, pg_url, n=2)
+    try:
+        ha.start()
+        leader = ha.leader()
+        standby = next(c for c in ha.ctls if c is not leader)
+        pong = wait_for(lambda: (lambda p: p if p and p.get("leader") else None)(
+            standby.ping()), 10, what="the standby to know the leader")
+        assert pong["role"] == "standby" and pong["leader"]["url"] == leader.url
+        # a write sent to the standby itself is refused, naming the leader
+        with ha.client(standby.url) as direct:
+            direct.urls = []  # do not follow the leader: see the standby's own answer
+            with pytest.raises(CorralError) as err:
+                direct.submit(sh("true", ha.work))
+        assert err.value.code == "not_leader" and err.value.status == 503
+        assert leader.url in err.value.message
+        # an agent told only of the standby reaches the leader and runs jobs
+        ha.start_agent([standby.url])
+        ha.wait_node_up()
+        with ha.client(standby.url) as c:  # the client follows the standby's answer
+            jid = c.submit(sh("echo ok", ha.work))[0]
+            wait_for(lambda: c.job(jid)["state"] == "COMPLETED", 30, what="the job")
+        # sbatch (the lean launcher) pointed at the standby submits through the leader
+        env = dict(os.environ, CORRAL_URL=standby.url, CORRAL_TOKEN=ha.token())
+        script = ha.work / "job.sh"
+        script.write_text("#!/bin/sh\necho from-sbatch\n")
+        r = subprocess.run([sys.executable, "-c",
+                            "from corral.shims.lean import main; main('sbatch')",
+                            "--parsable", "-o", str(ha.work / "sb.out"), str(script)],
+                           capture_output=True, text=True, env=env, cwd=ha.work, timeout=60)
+        assert r.returncode == 0, r.stderr
+        sb = int(r.stdout.strip())
+        with ha.client() as c:
+            wait_for(lambda: c.job(sb)["state"] == "COMPLETED", 30, what="the sbatch job")
+            assert sb == jid + 1  # ids from the one counter
+    except BaseException:
+        print(ha.logs())
+        raise
+    finally:
+        ha.down()
+
+
+def test_kill9_of_the_leader_under_load_loses_and_repeats_nothing(
+        pg_url: str, ha_root: Path) -> None:
+    """Three controllers; the leader is killed three times while jobs are submitted and
+    run (each killed one comes back as a standby): every acknowledged job exists once,
+    ran once and completed; each failover started a new job within the target."""
+    ha = HaCluster(ha_root, pg_url, n=3)
+    starts = ha.work / "starts"
+    total = 240
+    acked: list[int] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    try:
+        ha.start()
+        ha.start_agent()
+        ha.wait_node_up()
+
+        def submitter() -> None:
+            with ha.client() as c:
+                for _ in range(total):
+                    if stop.is_set():
+                        return
+                    try:
+                        acked.extend(c.submit(sh(f'echo "$SLURM_JOB_ID" >> {starts}; '
+                                                 "sleep 0.3", ha.work)))
+                    except BaseException as exc:  # noqa: BLE001 - reported below
+                        errors.append(exc)
+                        return
+
+        t = threading.Thread(target=submitter)
+        t.start()
+        failovers: list[float] = []
+        with ha.client() as c:
+            for k in range(3):
+                wait_for(lambda k=k: len(acked) >= (k + 1) * 50 or errors, 60,
+                         what="submits before the kill")
+                assert not errors, errors
+                old = ha.leader()
+                wall = time.time()
+                t0 = time.monotonic()
+                old.kill9()
+                # the first job started by the new leader (it submits new ones meanwhile)
+                wait_for(lambda wall=wall: _started(c, wall), 20, interval=0.02,
+                         what="a job started by the new leader")
+                failovers.append(time.monotonic() - t0)
+                new = ha.leader()
+                assert new is not old
+                old.start()  # back as a standby
+                assert old.role() == "standby"
+        t.join(timeout=120)
+        assert not errors, errors
+        assert len(acked) == total
+        with ha.client() as c:
+            def all_done() -> list[dict[str, object]] | None:
+                jobs = c.history(all_users=True)  # the database: jobs of earlier leaders too
+                done = len(jobs) >= total and all(j["state"] == "COMPLETED" for j in jobs)
+                return jobs if done else None
+            history = wait_for(all_done, 60, interval=0.2, what="every job to complete")
+        assert sorted(j["id"] for j in history) == sorted(acked)  # none lost, none extra
+        assert len(set(acked)) == total  # no id handed out twice
+        ran = starts.read_text().split()
+        assert sorted(int(x) for x in ran) == sorted(acked)  # each started exactly once
+        assert all(j["restarts"] == 0 for j in history)
+        assert max(failovers) <= FAILOVER_TARGET_S, failovers
+        print("failover seconds:", [round(f, 2) for f in failovers])
+    except BaseException:
+        stop.set()
+        print(ha.logs())
+        raise
+    finally:
+        stop.set()
+        ha.down()
+
+
+def test_a_leader_cut_off_from_the_database_stops_before_a_standby_leads(
+        pg_server: PgServer, pg_url: str, ha_root: Path) -> None:
+    proxy = TcpProxy(pg_server.port)
+    via_proxy = pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")
+    ha = HaCluster(ha_root, pg_url, n=2, db_urls={0: via_proxy})
+    try:
+        ha.ctls[0].start()  # controller 0 (through the proxy) leads first
+        wait_for(lambda: ha.ctls[0].role() == "leader", 30, what="controller 0 to lead")
+        ha.ctls[1].start()
+        assert ha.ctls[1].role() == "standby"
+        proxy.cut()
+        wait_for(lambda: ha.ctls[1].role() == "leader", 20, what="the standby to take over")
+        assert ha.ctls[0].alive() and ha.ctls[0].role() != "leader"
+        stamp = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*"
+        lost = re.search(stamp + "leadership lost", ha.ctls[0].log(), re.M)
+        leads = re.findall(stamp + "leads now", ha.ctls[1].log(), re.M)
+        assert lost is not None and leads, ha.logs()
+        assert lost.group(1) < leads[-1]  # stopped acting before the standby led
+        with ha.client() as c:  # the cluster goes on under the new leader
+            assert isinstance(c.nodes(), list)  # a standby would answer not_leader
+        assert ha.ctls[0].role() != "leader"
+    except BaseException:
+        print(ha.logs())
+        raise
+    finally:
+        ha.down()
+        proxy.close()

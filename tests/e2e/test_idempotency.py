@@ -1,0 +1,35 @@
+"""A submit repeated with its idempotency key answers the first one's jobs (SQLite)."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.client import CorralError
+from tests.e2e.cluster import Cluster
+
+
+def test_a_retried_submit_makes_no_second_job(cluster: Cluster) -> None:
+    body = cluster.submission("true").to_json()
+    first = cluster.client.request("POST", "/jobs", body, idempotency_key="retry-1")
+    again = cluster.client.request("POST", "/jobs", body, idempotency_key="retry-1")
+    assert again == first
+    other = cluster.client.request("POST", "/jobs", body, idempotency_key="retry-2")
+    assert other["job_ids"][0] > first["job_ids"][0]
+    plain = cluster.client.submit(cluster.submission("true"))  # a fresh key each call
+    assert plain[0] > other["job_ids"][0]
+    with pytest.raises(CorralError) as err:
+        cluster.client.request("POST", "/jobs", body, idempotency_key="x" * 200)
+    assert err.value.status == 400 and "idempotency key" in err.value.message
+
+
+def test_the_key_survives_a_controller_restart(fresh_cluster: Cluster) -> None:
+    c = fresh_cluster
+    body = c.submission("true").to_json()
+    first = c.client.request("POST", "/jobs", body, idempotency_key="before-crash")
+    pid = c.controller_pid()
+    assert pid is not None
+    c.client.close()
+    c.kill9(pid)
+    c.start_controller()
+    again = c.client.request("POST", "/jobs", body, idempotency_key="before-crash")
+    assert again == first
