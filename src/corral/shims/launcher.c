@@ -12,7 +12,9 @@
  * Whatever this program does not handle itself it hands to the Python shim by exec,
  * before anything was sent: srun/salloc (streaming, interactive), CORRAL_SHIM_LOCAL,
  * https:// (TLS), a controller that cannot be reached (Python then words the error), an
- * old controller without the endpoint (404), an environment too odd to ship.
+ * old controller without the endpoint (404), an environment too odd to ship, several
+ * controllers in CORRAL_URL (HA: Python finds the leader), and a standby's 503 (it did
+ * nothing; Python follows it to the leader).
  *
  * Safety: it runs as the calling user and trusts nothing it reads. Every buffer grows
  * through buf_grow, which checks for overflow against a hard cap; files are read up to
@@ -299,6 +301,8 @@ static int controller_address(char **where) {
     const char *url = getenv("CORRAL_URL");
     if (!url)
         url = "";
+    if (strchr(url, ','))
+        exec_python(); /* several controllers (HA): the Python shim finds the leader */
     if (!strncmp(url, "http://", 7)) {
         const char *h = url + 7;
         *where = strndup(h, strcspn(h, "/"));
@@ -836,6 +840,8 @@ int main(int argc, char **argv) {
         int status = parse_http(&reply, &pl, &pn);
         if (status == 404)
             exec_python(); /* an older controller: the Python shim runs it locally */
+        if (status == 503)
+            exec_python(); /* a standby (nothing done): the Python shim finds the leader */
         if (status != 200)
             die_http(status, pl, pn);
         /* CRSH1 <rc> <len out> <len err> <len need>\n */

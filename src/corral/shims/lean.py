@@ -325,8 +325,10 @@ def exec_remote(cmd: str, argv: list[str]) -> tuple[int, bytes, bytes]:
     env = dict(os.environ)
     files: dict[str, Any] = {}
     stdin: str | None = None
-    # a submit retried after a failover must not make a second job
-    key = os.urandom(16).hex() if cmd in ("sbatch", "qsub") else ""
+    # a submit retried after a failover must not make a second job (with several
+    # controllers: only then is a request whose connection broke sent again)
+    key = os.urandom(16).hex() if cmd in ("sbatch", "qsub") \
+        and "," in os.environ.get("CORRAL_URL", "") else ""
     for _ in range(4):
         body = encode_json(
             {"v": 1, "cmd": cmd, "argv": argv, "cwd": cwd, "env": env, "files": files,
