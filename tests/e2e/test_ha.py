@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from corral.client import CorralError
-from tests.e2e.cluster import wait_for
+from tests.e2e.cluster import ENTRY, wait_for
 from tests.e2e.ha import HaCluster, TcpProxy, sh
 from tests.pg import PgServer
 
@@ -77,6 +77,25 @@ def test_one_leader_standby_refuses_and_everyone_finds_the_leader(
         with ha.client() as c:
             wait_for(lambda: c.job(sb)["state"] == "COMPLETED", 30, what="the sbatch job")
             assert sb == jid + 1  # ids from the one counter
+        # scontrol ping and corral nodes say which controller leads
+        lead_name = leader.ping()["controller"]  # type: ignore[index]
+        standby_name = standby.ping()["controller"]  # type: ignore[index]
+        env_all = dict(env, CORRAL_URL=ha.urls)
+
+        def ping_out() -> str | None:
+            r = subprocess.run([sys.executable, "-c",
+                                "from corral.shims.lean import main; main('scontrol')",
+                                "ping"], capture_output=True, text=True, env=env_all,
+                               timeout=60)
+            return r.stdout if "backup" in r.stdout else None
+        out = wait_for(ping_out, 15, interval=0.2, what="scontrol ping to list the standby")
+        assert out.splitlines() == [f"Slurmctld(primary) at {lead_name} is UP",
+                                    f"Slurmctld(backup) at {standby_name} is UP"]
+        r = subprocess.run([sys.executable, "-c", ENTRY, "nodes"], capture_output=True,
+                           text=True, env=env_all, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert f"controller {lead_name} leads" in r.stderr and standby_name in r.stderr
+        assert "testnode" in r.stdout
     except BaseException:
         print(ha.logs())
         raise

@@ -41,6 +41,7 @@ def nodes(
     if as_json:
         print_json({"nodes": recs})
         return
+    _leader_note(client)
     print_table(
         recs,
         NODE_COLUMNS,
@@ -48,6 +49,21 @@ def nodes(
         if (state or partition)
         else "No nodes have registered yet (is an agent running? `corral up` starts one).",
     )
+
+
+def _leader_note(client: object) -> None:
+    """With several controllers (HA): which one leads, and the standbys (one line)."""
+    try:
+        pong = client.ping()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - decoration only
+        return
+    if not isinstance(pong, dict) or not pong.get("ha"):
+        return
+    leader = (pong.get("leader") or {}).get("holder") or "(none)"
+    standbys = [str(p.get("name")) for p in pong.get("controllers") or ()
+                if p.get("name") != leader]
+    note(f"controller {leader} leads (epoch {pong.get('epoch', '?')}); standby: "
+         + (", ".join(standbys) or "none"))
 
 
 def drain(

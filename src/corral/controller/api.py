@@ -406,7 +406,8 @@ def list_body(ctl: Controller, flt: dict[str, Any]) -> bytes:
 
 def ping_body(ctl: Controller) -> bytes:
     return json.dumps({
-        **(ctl.ha or {}), "status": "ok", "cluster": ctl.cfg.cluster_name, "version": __version__,
+        **(ctl.ha_view() if ctl.ha_view is not None else {}),
+        "status": "ok", "cluster": ctl.cfg.cluster_name, "version": __version__,
         "time": time.time(), "nodes_up": ctl.nodes.up_count(), "agents": len(ctl.hub.conns),
         "jobs_active": len(ctl.pending) + len(ctl.running), "pending": len(ctl.pending),
         "running": len(ctl.running), "cycles": ctl.sched.cycles,

@@ -30,6 +30,7 @@ Reference: the lease and fencing-token pattern (Gray & Cheriton 1989; Kleppmann,
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -46,6 +47,7 @@ log = logging.getLogger("corral.leadership")
 
 LOCK_KEY = 0x636F7202  # the advisory lock of leadership ("cor" 2)
 _NOW = "extract(epoch from clock_timestamp())"
+PEER_TTL_S = 10.0  # a controller not seen for this long is left out of the peers
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,11 @@ class Leadership:
         self.info: LeaderInfo | None = None  # the last lease row read
         self.renewed_at = 0.0  # monotonic start of the last successful renewal
         self.takeovers = 0
+        # every controller of the cluster seen in the last PEER_TTL_S (``meta`` rows
+        # ``ctl:<name>``, written by each one about once a second): for ``scontrol ping``
+        self.peers: list[dict[str, Any]] = []
+        self._beat_at = 0.0
+        self.role = "standby"
 
     # ---- blocking parts (the lease thread) ------------------------------------------
 
@@ -122,10 +129,33 @@ class Leadership:
         return LeaderInfo(str(row[0]), str(row[1]), int(row[2]), float(row[3]),
                           float(row[4]), float(row[5]))
 
+    def _beat(self) -> None:
+        """About once a second: record this controller as present, read the others."""
+        now = time.monotonic()
+        if now - self._beat_at < 1.0:
+            return
+        self._beat_at = now
+        conn = self._session()
+        value = json.dumps({"url": self.advertise, "role": self.role, "time": time.time()})
+        conn.execute(sa.text(
+            "INSERT INTO meta (key, value) VALUES (:k, :v) ON CONFLICT (key) DO UPDATE "
+            "SET value = EXCLUDED.value"), {"k": f"ctl:{self.holder}", "v": value})
+        rows = conn.execute(sa.text("SELECT key, value FROM meta WHERE key LIKE 'ctl:%'")).all()
+        peers = []
+        for k, v in rows:
+            try:
+                peer = dict(json.loads(v), holder=str(k)[4:])
+            except ValueError:
+                continue
+            if time.time() - float(peer.get("time") or 0) <= PEER_TTL_S:
+                peers.append(peer)
+        self.peers = sorted(peers, key=lambda p: (p.get("role") != "leader", p["holder"]))
+
     def _try_take(self) -> tuple[int | None, float]:
         """With the lock: take over if the lease expired. (epoch or None, seconds to
         wait before trying again)."""
         conn = self._session()
+        self._beat()
         if not conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({LOCK_KEY})").scalar():
             self.info = self._read()
             return None, self.poll_s
@@ -154,6 +184,8 @@ class Leadership:
         if done.rowcount != 1:
             return False
         self.renewed_at = started
+        self.role = "leader"
+        self._beat()
         return True
 
     def _release(self, epoch: int) -> None:

@@ -49,6 +49,8 @@ class Gate:
         self.role = "standby"
         self.info: LeaderInfo | None = None
         self.takeovers = 0
+        self.seat: Leadership | None = None  # the current term's (None: SQLite)
+        self.epoch = 0
 
     def leader_json(self) -> dict[str, Any] | None:
         if self.leading:
@@ -56,8 +58,18 @@ class Gate:
         return self.info.to_json() if self.info is not None and self.info.alive else None
 
     def role_json(self) -> dict[str, Any]:
-        return {"role": self.role, "controller": self.holder, "url": self.advertise,
-                "leader": self.leader_json()}
+        """What ``/ping`` says about the controllers (``scontrol ping``, ``corral nodes``)."""
+        out: dict[str, Any] = {"role": self.role, "controller": self.holder,
+                               "url": self.advertise, "leader": self.leader_json()}
+        if self.seat is not None:
+            out["ha"] = True
+            out["epoch"] = self.epoch if self.leading else (
+                self.info.epoch if self.info is not None else 0)
+            out["controllers"] = [
+                {"name": p["holder"], "url": p.get("url", ""),
+                 "role": "leader" if (p["holder"] == (out["leader"] or {}).get("holder"))
+                 else "standby"} for p in self.seat.peers]
+        return out
 
     def not_leader_message(self) -> tuple[str, str]:
         leader = self.leader_json()
@@ -112,6 +124,7 @@ async def serve_seats(gate: Gate, make: Callable[[], tuple[Controller, Any]],
     while not stop.is_set():
         ctl, app = make()
         seat = seat_factory() if seat_factory is not None else None
+        gate.seat = seat
         epoch = 0
         lost = asyncio.Event()
         if seat is not None:
@@ -134,8 +147,8 @@ async def serve_seats(gate: Gate, make: Callable[[], tuple[Controller, Any]],
         ctl.metrics.leader_epoch.set(epoch)
         ctl.metrics.takeovers.set(gate.takeovers)
         ctl.metrics.failovers.set(max(epoch - 1, 0))
-        ctl.ha = {"role": "leader", "controller": gate.holder, "url": gate.advertise,
-                  "epoch": epoch, "leader": {"holder": gate.holder, "url": gate.advertise}}
+        gate.epoch = epoch
+        ctl.ha_view = gate.role_json
         gate.app = app
         gate.role = "leader"
         gate.leading = True

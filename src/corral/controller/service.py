@@ -87,8 +87,9 @@ class Controller:
         self.hub = AgentHub(self)
         self.sched = SchedulerLoop(self, cycle_fn)
         self.started_at = time.time()
-        # high availability: this controller's role, set by ``corral.controller.roles``
-        self.ha: dict[str, Any] | None = None
+        # high availability: this controller's role and its peers, for ``/ping``
+        # (``corral.controller.roles.Gate.role_json``)
+        self.ha_view: Callable[[], dict[str, Any]] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
 
     @property

@@ -225,8 +225,10 @@ class InProcessClient:
     def ping(self) -> dict[str, Any]:
         from corral import __version__
 
+        view = self.ctl.ha_view
         return {"status": "ok", "cluster": self.ctl.cfg.cluster_name, "version": __version__,
-                "time": time.time(), "host": self.ctl.host}
+                "time": time.time(), "host": self.ctl.host,
+                **(self._sync(view) if view is not None else {})}
 
 
 def mount(app: FastAPI, ctl: Controller, identity: Callable[[Request], Identity]) -> None:

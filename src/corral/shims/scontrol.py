@@ -73,14 +73,29 @@ def run(ctx: Context, client: Client) -> None:
     elif cmd == "update":
         _update(ctx, client, words)
     elif cmd == "ping":
-        pong = client.ping()
-        ctx.print(f"Slurmctld(primary) at {pong.get('host') or 'localhost'} is UP")
+        _ping(ctx, client.ping())
     elif cmd == "version":
         ctx.print(VERSION)
     elif cmd in ("listpids",):
         raise ctx.fail("scontrol: error: listpids is not supported by Corral")
     else:
         raise ctx.fail(f"invalid keyword: {rest[0]}")
+
+
+def _ping(ctx: Context, pong: dict[str, Any]) -> None:
+    """Slurm's lines: the leader as ``primary``, each standby as ``backup`` (with several
+    controllers on PostgreSQL); one controller: ``Slurmctld(primary) at HOST is UP``."""
+    if not pong.get("ha"):
+        ctx.print(f"Slurmctld(primary) at {pong.get('host') or 'localhost'} is UP")
+        return
+    leader = pong.get("leader") or {}
+    if leader.get("holder"):
+        ctx.print(f"Slurmctld(primary) at {leader['holder']} is UP")
+    else:
+        ctx.print("Slurmctld(primary) at (none: a failover is under way) is DOWN")
+    for peer in pong.get("controllers") or ():
+        if peer.get("name") != leader.get("holder"):
+            ctx.print(f"Slurmctld(backup) at {peer.get('name')} is UP")
 
 
 def _show(ctx: Context, client: Client, words: list[str], oneliner: bool) -> None:
