@@ -58,6 +58,14 @@ def test_one_leader_standby_refuses_and_everyone_finds_the_leader(
                 direct.submit(sh("true", ha.work))
         assert err.value.code == "not_leader" and err.value.status == 503
         assert leader.url in err.value.message
+        # the dashboard on the standby sends the browser to the leader's
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", standby.port, timeout=10)
+        conn.request("GET", "/ui/?x=1")
+        resp = conn.getresponse()
+        assert resp.status == 307 and resp.getheader("location") == leader.url + "/ui/?x=1"
+        conn.close()
         # an agent told only of the standby reaches the leader and runs jobs
         ha.start_agent([standby.url])
         ha.wait_node_up()

@@ -9,7 +9,8 @@ that was just deposed) answers
 - any other request: HTTP 503 ``{"error": {"code": "not_leader", "message": "...",
   "leader": url}}``; clients with a list of controllers try the leader named there;
 - the agent WebSocket: accepted and closed with code 4409 and the reason
-  ``not_leader <url>``, so the agent moves to the leader.
+  ``not_leader <url>``, so the agent moves to the leader;
+- the web dashboard (``GET /ui...``): a 307 redirect to the same page on the leader.
 
 ``serve_seats`` is the loop of roles: build a fresh ``Controller`` and app, wait as a
 standby until the database makes this controller the leader (``leadership.py``; a SQLite
@@ -101,6 +102,16 @@ class Gate:
         elif path == "/metrics":
             text = (f"corral_controller_leader 0\ncorral_leader_takeovers {self.takeovers}\n")
             await _answer(send, 200, text.encode(), b"text/plain; version=0.0.4")
+        elif path.startswith("/ui") and scope.get("method") == "GET" and \
+                self.not_leader_message()[1].startswith(("http://", "https://")):
+            # a browser on a standby's dashboard is sent to the leader's
+            where = self.not_leader_message()[1].rstrip("/") + path
+            if scope.get("query_string"):
+                where += "?" + scope["query_string"].decode("latin-1")
+            await send({"type": "http.response.start", "status": 307,
+                        "headers": [(b"location", where.encode("latin-1")),
+                                    (b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
         else:
             message, url = self.not_leader_message()
             err = {"error": {"code": "not_leader", "message": message, "leader": url,
