@@ -507,16 +507,22 @@ class Client:
         identity fields (``spec.user``/``uid``/``gid``) with the caller's unless the caller
         is root or an operator. Returns after the job is committed to the database.
         """
-        body = sub if isinstance(sub, Mapping) else sub.to_json()
-        return [int(i) for i in self.request("POST", "/jobs", body,
-                                             idempotency_key=os.urandom(16).hex())["job_ids"]]
+        return [int(i) for i in self.submit_result(sub)["job_ids"]]
 
-    def submit_result(self, sub: JobSubmission | Mapping[str, Any]) -> dict[str, Any]:
+    def submit_result(self, sub: JobSubmission | Mapping[str, Any], *,
+                      idempotency_key: str | None = None) -> dict[str, Any]:
         """Like ``submit`` but returns the whole answer: ``job_ids``, ``array_job_id``,
-        ``display_id`` (what ``sbatch`` prints)."""
+        ``display_id`` (what ``sbatch`` prints).
+
+        ``idempotency_key``: a repeat with the same key answers the first submit's jobs.
+        With several controllers (HA) each call gets a fresh one, so the client's own
+        retry after a failover never makes a second job; one controller: none (this
+        client never repeats a submit that reached the controller)."""
         body = sub if isinstance(sub, Mapping) else sub.to_json()
+        if idempotency_key is None and len(self.urls) > 1:
+            idempotency_key = os.urandom(16).hex()
         result: dict[str, Any] = self.request("POST", "/jobs", body,
-                                              idempotency_key=os.urandom(16).hex())
+                                              idempotency_key=idempotency_key)
         return result
 
     def jobs(

@@ -15,7 +15,7 @@ def test_a_retried_submit_makes_no_second_job(cluster: Cluster) -> None:
     assert again == first
     other = cluster.client.request("POST", "/jobs", body, idempotency_key="retry-2")
     assert other["job_ids"][0] > first["job_ids"][0]
-    plain = cluster.client.submit(cluster.submission("true"))  # a fresh key each call
+    plain = cluster.client.submit(cluster.submission("true"))  # one controller: no key
     assert plain[0] > other["job_ids"][0]
     with pytest.raises(CorralError) as err:
         cluster.client.request("POST", "/jobs", body, idempotency_key="x" * 200)

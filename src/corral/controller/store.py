@@ -139,12 +139,13 @@ counters = sa.Table(
 )
 
 # idempotency keys of submissions: a retried submit answers the first one's jobs
+# (``corral.controller.submitkeys``; one B-tree in time order: appends, range scans)
 submit_keys = sa.Table(
     "submit_keys", metadata,
+    sa.Column("time", sa.Float, primary_key=True),
     sa.Column("key", sa.Text, primary_key=True),
-    sa.Column("time", sa.Float, nullable=False),
     sa.Column("answer", sa.Text, nullable=False),  # the submit's JSON answer
-    sa.Index("ix_submit_keys_time", "time"),
+    sqlite_with_rowid=False,
 )
 
 Op = Callable[[Connection], Any]

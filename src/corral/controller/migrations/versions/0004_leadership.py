@@ -28,13 +28,15 @@ def upgrade() -> None:
         sa.Column("name", sa.Text, primary_key=True),
         sa.Column("value", sa.BigInteger, nullable=False),
     )
+    # one B-tree ordered by time (SQLite: WITHOUT ROWID): inserts append at its end,
+    # loading the last hour and pruning are range scans; lookups happen in memory
     op.create_table(
         "submit_keys",
+        sa.Column("time", sa.Float, primary_key=True),
         sa.Column("key", sa.Text, primary_key=True),
-        sa.Column("time", sa.Float, nullable=False),
         sa.Column("answer", sa.Text, nullable=False),
+        sqlite_with_rowid=False,
     )
-    op.create_index("ix_submit_keys_time", "submit_keys", ["time"])
     conn = op.get_bind()
     conn.execute(sa.text("INSERT INTO leader (id, epoch, holder, url, since, expires) "
                          "VALUES (1, 0, '', '', 0, 0)"))
@@ -44,7 +46,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index("ix_submit_keys_time", table_name="submit_keys")
     op.drop_table("submit_keys")
     op.drop_table("counters")
     op.drop_table("leader")
