@@ -58,8 +58,18 @@ def test_one_leader_standby_refuses_and_everyone_finds_the_leader(
                 direct.submit(sh("true", ha.work))
         assert err.value.code == "not_leader" and err.value.status == 503
         assert leader.url in err.value.message
-        # the dashboard on the standby sends the browser to the leader's
+        # metrics: 1 on the leader, 0 on the standby
         import http.client
+
+        def metric(ctl_url_port: int) -> str:
+            conn = http.client.HTTPConnection("127.0.0.1", ctl_url_port, timeout=10)
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+            conn.close()
+            return text
+        assert "corral_controller_leader 1.0" in metric(leader.port)
+        assert "corral_controller_leader 0" in metric(standby.port)
+        # the dashboard on the standby sends the browser to the leader's
 
         conn = http.client.HTTPConnection("127.0.0.1", standby.port, timeout=10)
         conn.request("GET", "/ui/?x=1")

@@ -150,8 +150,11 @@ async def serve_seats(gate: Gate, make: Callable[[], tuple[Controller, Any]],
         try:
             await ctl.start()
         except Exception:
+            if seat is None:  # one controller (SQLite): a start that fails is fatal
+                raise
             log.exception("taking over failed; standing by again")
             await _step_down(ctl, seat, release=True)
+            await asyncio.sleep(1.0)  # not a tight loop on a database that keeps failing
             continue
         gate.takeovers += 1
         ctl.metrics.leader.set(1)
