@@ -340,12 +340,22 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
                  f", http {http_url}" if http_url else "")
         if ready is not None:
             ready(info)
+        led.set()
+
+    led = asyncio.Event()
 
     async def main() -> None:
         if ha:  # a standby is reachable (and says where the leader is) from now on
             write_info()
         stop = asyncio.Event()
         seats = asyncio.create_task(serve_seats(gate, make, seat_factory, stop, on_lead))
+        if not ha:  # one controller: it serves once its state is loaded, as it always did
+            waiting = asyncio.create_task(led.wait())
+            await asyncio.wait({seats, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            if not led.is_set():
+                waiting.cancel()
+                seats.result()  # the start failed: raise it
+                return
         # uvicorn re-raises the signal that stopped it once it is done; with these as the
         # handlers it restores, that lands here instead of killing the process before the
         # cleanup below (store close, socket removal)
