@@ -47,8 +47,11 @@ def pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
-def failover(pg: PgServer, root: Path, kills: int, lease_s: float) -> dict[str, Any]:
-    ha = HaCluster(root / "fo", pg.create_db("bench_failover"), n=2, lease_s=lease_s)
+def failover(pg: PgServer, root: Path, kills: int) -> dict[str, Any]:
+    from corral.controller.leadership import DEFAULT_LEASE_S
+
+    lease_s = DEFAULT_LEASE_S
+    ha = HaCluster(root / "fo", pg.create_db("bench_failover"), n=2)
     acked: list[int] = []
     stop = threading.Event()
     times: list[float] = []
@@ -155,7 +158,6 @@ def render(res: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kills", type=int, default=10)
-    ap.add_argument("--lease-s", type=float, default=3.0)
     ap.add_argument("--n", type=int, default=1000)
     args = ap.parse_args()
     bindir = pg_bindir()
@@ -171,7 +173,7 @@ def main() -> None:
             "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
             "command": "python bench/ha_bench.py " + " ".join(sys.argv[1:])}
         print("failover ...", flush=True)
-        res["failover"] = failover(pg, root, args.kills, args.lease_s)
+        res["failover"] = failover(pg, root, args.kills)
         print("sqlite ...", flush=True)
         res["sqlite"] = store_run(f"sqlite:///{root / 'sq.db'}", root / "sq", args.n)
         print("postgresql ...", flush=True)

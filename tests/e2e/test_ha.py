@@ -128,7 +128,7 @@ def test_kill9_of_the_leader_under_load_loses_and_repeats_nothing(
     ran once and completed; each failover started a new job within the target."""
     ha = HaCluster(ha_root, pg_url, n=3)
     starts = ha.work / "starts"
-    total = 240
+    cap = 6000  # submits go on until the third failover is over (at most this many)
     acked: list[int] = []
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -139,12 +139,12 @@ def test_kill9_of_the_leader_under_load_loses_and_repeats_nothing(
 
         def submitter() -> None:
             with ha.client() as c:
-                for _ in range(total):
+                for _ in range(cap):
                     if stop.is_set():
                         return
                     try:
                         acked.extend(c.submit(sh(f'echo "$SLURM_JOB_ID" >> {starts}; '
-                                                 "sleep 0.3", ha.work)))
+                                                 "sleep 0.05", ha.work)))
                     except BaseException as exc:  # noqa: BLE001 - reported below
                         errors.append(exc)
                         return
@@ -162,16 +162,19 @@ def test_kill9_of_the_leader_under_load_loses_and_repeats_nothing(
                 t0 = time.monotonic()
                 old.kill9()
                 # the first job started by the new leader (it submits new ones meanwhile)
-                wait_for(lambda wall=wall: _started(c, wall), 20, interval=0.02,
+                wait_for(lambda wall=wall: _started(c, wall), 20, interval=0.05,
                          what="a job started by the new leader")
                 failovers.append(time.monotonic() - t0)
                 new = ha.leader()
                 assert new is not old
                 old.start()  # back as a standby
                 assert old.role() == "standby"
+        stop.set()
         t.join(timeout=120)
         assert not errors, errors
-        assert len(acked) == total
+        total = len(acked)
+        assert 150 <= total < cap
+        print("jobs submitted under the kills:", total)
         with ha.client() as c:
             def all_done() -> list[dict[str, object]] | None:
                 jobs = c.history(all_users=True)  # the database: jobs of earlier leaders too

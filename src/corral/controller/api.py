@@ -4,8 +4,7 @@ Routes (all JSON, prefix ``/api/v1``; errors are ``{"error": {"code", "message",
 "slurm"?}}`` with a matching HTTP status):
 
 - ``POST /jobs``                 submit (JobSubmission JSON) -> ``{job_ids, array_job_id,
-                                 display_id}``; header ``Idempotency-Key``: a repeat with
-                                 the same key answers the first submit's jobs
+                                 display_id}``
 - ``GET  /jobs``                 active jobs (query: user, state, partition, id, all)
 - ``POST /jobs/query``           same with a JSON filter body (ids, states, fields, ...)
 - ``GET  /jobs/{id}``            one job in detail (``12`` or ``12_3``)
@@ -51,7 +50,6 @@ from corral.config.load import config_to_json
 from corral.controller.auth import Authenticator, Identity, token_ttl
 from corral.controller.errors import ApiError
 from corral.controller.paging import page, page_limit
-from corral.controller.submitkeys import check_key
 
 if TYPE_CHECKING:
     from corral.controller.service import Controller
@@ -115,8 +113,7 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
         if isinstance(body, dict):
             host = str((body.get("extra") or {}).get("submit_host", "")) if isinstance(
                 body.get("extra"), dict) else ""
-        key = check_key(request.headers.get("idempotency-key"))
-        return _json(await ctl.submit(body, who, host, key))
+        return _json(await ctl.submit(body, who, host))
 
     def _list(flt: dict[str, Any]) -> Response:
         return Response(content=list_body(ctl, flt), media_type="application/json")
@@ -406,7 +403,6 @@ def list_body(ctl: Controller, flt: dict[str, Any]) -> bytes:
 
 def ping_body(ctl: Controller) -> bytes:
     return json.dumps({
-        **(ctl.ha_view() if ctl.ha_view is not None else {}),
         "status": "ok", "cluster": ctl.cfg.cluster_name, "version": __version__,
         "time": time.time(), "nodes_up": ctl.nodes.up_count(), "agents": len(ctl.hub.conns),
         "jobs_active": len(ctl.pending) + len(ctl.running), "pending": len(ctl.pending),
@@ -521,11 +517,7 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
                 if scope["path"] == submit_path:
                     extra = body.get("extra") if isinstance(body, dict) else None
                     host = str(extra.get("submit_host", "")) if isinstance(extra, dict) else ""
-                    key = None
-                    for k, v in scope.get("headers", ()):
-                        if k == b"idempotency-key":
-                            key = check_key(v.decode("latin-1"))
-                    out = json.dumps(await ctl.submit(body, caller, host, key)).encode()
+                    out = json.dumps(await ctl.submit(body, caller, host)).encode()
                 else:
                     from corral.controller.requests import JobQuery, parse
 

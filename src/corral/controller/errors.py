@@ -13,7 +13,6 @@ STATUS = {
     "too_large": 413,
     "rejected": 422,
     "unavailable": 503,
-    "not_leader": 503,  # a standby controller (or a deposed leader): ask the leader
     "internal": 500,
 }
 

@@ -68,6 +68,16 @@ class LeaderInfo:
                 "since": self.since, "expires_in_s": round(self.expires - self.now, 3)}
 
 
+DEFAULT_LEASE_S = 3.0
+
+
+def ha_settings(cfg: Any) -> tuple[str | None, float]:
+    """``[controller] name`` and ``lease_s``, with their defaults (read with ``getattr``
+    until the configuration schema carries them)."""
+    return (getattr(cfg.controller, "name", None),
+            float(getattr(cfg.controller, "lease_s", DEFAULT_LEASE_S)))
+
+
 def fence_op(epoch: int) -> Op:
     """The check that opens every write transaction of the leader of ``epoch``."""
     def check(conn: Connection) -> None:

@@ -12,6 +12,9 @@ that was just deposed) answers
   ``not_leader <url>``, so the agent moves to the leader;
 - the web dashboard (``GET /ui...``): a 307 redirect to the same page on the leader.
 
+While leading it reads the ``Idempotency-Key`` of submits (``submitkeys.REQUEST_KEY``)
+and answers ``/api/v1/ping`` with the role fields in front of the leader's own.
+
 ``serve_seats`` is the loop of roles: build a fresh ``Controller`` and app, wait as a
 standby until the database makes this controller the leader (``leadership.py``; a SQLite
 store leads at once), load the state and lead until the lease is lost or a write is
@@ -30,7 +33,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from corral import __version__
+from corral.controller.errors import ApiError
 from corral.controller.leadership import LeaderInfo, Leadership, fence_op
+from corral.controller.submitkeys import REQUEST_KEY, check_key
 
 if TYPE_CHECKING:
     from corral.controller.service import Controller
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("corral.roles")
 
 NOT_LEADER_CLOSE = 4409  # WebSocket close code a standby sends agents
+KEYED_PATHS = frozenset({"/api/v1/jobs", "/api/v1/shim/exec"})  # Idempotency-Key read here
 
 
 class Gate:
@@ -52,6 +58,7 @@ class Gate:
         self.takeovers = 0
         self.seat: Leadership | None = None  # the current term's (None: SQLite)
         self.epoch = 0
+        self.ctl: Controller | None = None  # the leading term's
 
     def leader_json(self) -> dict[str, Any] | None:
         if self.leading:
@@ -82,6 +89,22 @@ class Gate:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self.leading:
+            path = scope.get("path")
+            if path in KEYED_PATHS and scope["type"] == "http":
+                for k, v in scope.get("headers", ()):
+                    if k == b"idempotency-key":
+                        try:
+                            REQUEST_KEY.set(check_key(v.decode("latin-1")))
+                        except ApiError as exc:
+                            await _answer(send, exc.status, json.dumps(exc.to_json()).encode())
+                            return
+            elif path == "/api/v1/ping" and self.ctl is not None:
+                from corral.controller.api import ping_body
+
+                role = json.dumps(self.role_json()).encode()
+                own = ping_body(self.ctl)
+                await _answer(send, 200, role[:-1] + b"," + own[1:] if len(own) > 2 else role)
+                return
             await self.app(scope, receive, send)
             return
         kind = scope["type"]
@@ -96,9 +119,9 @@ class Gate:
             return
         path = scope.get("path", "")
         if path == "/api/v1/ping":
-            body = dict(self.role_json(), status="ok", cluster=self.cluster,
+            pong = dict(self.role_json(), status="ok", cluster=self.cluster,
                         version=__version__, time=time.time())
-            await _answer(send, 200, json.dumps(body).encode())
+            await _answer(send, 200, json.dumps(pong).encode())
         elif path == "/metrics":
             text = (f"corral_controller_leader 0\ncorral_leader_takeovers {self.takeovers}\n")
             await _answer(send, 200, text.encode(), b"text/plain; version=0.0.4")
@@ -163,6 +186,7 @@ async def serve_seats(gate: Gate, make: Callable[[], tuple[Controller, Any]],
         ctl.metrics.failovers.set(max(epoch - 1, 0))
         gate.epoch = epoch
         ctl.ha_view = gate.role_json
+        gate.ctl = ctl
         gate.app = app
         gate.role = "leader"
         gate.leading = True

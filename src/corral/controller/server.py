@@ -278,7 +278,10 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
         cluster_key, jwt_key = share_keys(url, state_dir)
     operators = frozenset(cfg.operators) | frozenset(u.name for u in cfg.users if u.operator)
     auth = Authenticator(jwt_key, cluster_key, operators)
-    holder = cfg.controller.name or (f"{socket.gethostname().split('.')[0]}:{port}" if port
+    from corral.controller.leadership import ha_settings
+
+    name, lease_s = ha_settings(cfg)
+    holder = name or (f"{socket.gethostname().split('.')[0]}:{port}" if port
                                      else f"{socket.gethostname().split('.')[0]}:{os.getpid()}")
     advertise = http_url or f"unix:{sock_path}"
     gate = Gate(holder, advertise, cfg.cluster_name)
@@ -306,7 +309,7 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
         from corral.controller.leadership import Leadership
 
         def seat_factory() -> Leadership:
-            return Leadership(url, holder, advertise, lease_s=cfg.controller.lease_s)
+            return Leadership(url, holder, advertise, lease_s=lease_s)
 
     uv_cfg = uvicorn.Config(gate, http=_peer_protocol_class(),
                             ws="websockets-sansio",

@@ -376,7 +376,12 @@ class Controller:
         """Accept a submission; with an idempotency ``key`` (``corral.controller.
         submitkeys``), a repeat of an accepted one answers the same jobs."""
         if key is None:
-            return await self._submit(body, who, submit_host, None)
+            from corral.controller.submitkeys import REQUEST_KEY
+
+            key = REQUEST_KEY.get()
+            if key is None:
+                return await self._submit(body, who, submit_host, None)
+            REQUEST_KEY.set(None)  # one submit per request carries it
         scoped = f"{who.uid}:{key}"
         known = self.keys.answers.get(scoped)
         if known is not None:

@@ -158,6 +158,10 @@ class Fenced(ApiError):
     def __init__(self, message: str) -> None:
         super().__init__("not_leader", message)
 
+    @property
+    def status(self) -> int:
+        return 503  # as a standby answers: ask the leader
+
 
 _Fut = Future[Any] | asyncio.Future[Any]
 

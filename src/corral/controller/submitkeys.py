@@ -1,8 +1,9 @@
 """Idempotency keys of submissions: a submit retried (after a failover, a lost answer)
 never makes a second job.
 
-The client sends a fresh random key with each submission (``Idempotency-Key`` header; the
-Slurm shims put it into their request). The leader records ``<uid>:<key>`` with the
+A client that may repeat a submit (several controllers) sends a fresh random key with
+each one (``Idempotency-Key`` header, for ``POST /api/v1/jobs`` and the shim endpoint;
+``REQUEST_KEY`` carries it to ``Controller.submit``). The leader records ``<uid>:<key>`` with the
 submit's answer in the same transaction as the jobs (``submit_keys`` table), so the key
 exists exactly when the jobs do. A later submit with the same key gets the first answer;
 one arriving while the first is still being committed waits for it. At takeover the new
@@ -17,12 +18,17 @@ import asyncio
 import json
 from collections import deque
 from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import Any
 
 from corral.controller.errors import ApiError
 
 MAX_KEY_LEN = 128
 TTL_S = 3600.0
+# the key of the request being served: set from its ``Idempotency-Key`` header by the
+# controller's ASGI entry (``corral.controller.roles.Gate``) for ``POST /api/v1/jobs`` and
+# the shim endpoint; ``Controller.submit`` uses it when its caller passed none
+REQUEST_KEY: ContextVar[str | None] = ContextVar("corral_submit_key", default=None)
 
 
 def check_key(key: Any) -> str | None:

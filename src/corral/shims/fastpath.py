@@ -23,7 +23,6 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from corral.controller.submitkeys import check_key
 from corral.shims.inproc import ROUTE, SHIM_MEDIA_TYPE, InProcessClient, _executor
 from corral.shims.server import handle_exec
 
@@ -39,11 +38,9 @@ def submit_host(body: Mapping[str, Any]) -> str:
     return str(extra.get("submit_host", "")) if isinstance(extra, dict) else ""
 
 
-async def submit_inline(ctl: Controller, who: Identity, raw: bytes,
-                        key: str | None = None) -> bytes | None:
+async def submit_inline(ctl: Controller, who: Identity, raw: bytes) -> bytes | None:
     """``sbatch``/``qsub`` on the event loop; ``None``: not one of those (or one that
-    talks to the controller again afterwards), run it in a thread. ``key``: the
-    launcher's idempotency key (HA: a retried ``sbatch`` makes no second job)."""
+    talks to the controller again afterwards), run it in a thread."""
     from corral.client import CorralError
     from corral.controller.errors import ApiError
     from corral.shims import qsub, sbatch
@@ -65,7 +62,7 @@ async def submit_inline(ctl: Controller, who: Identity, raw: bytes,
                 return None
             body = req.submission.to_json()
             try:
-                result = await ctl.submit(body, who, submit_host(body), key)
+                result = await ctl.submit(body, who, submit_host(body))
             except ApiError as exc:
                 raise mod.refused(ctx, CorralError(exc.code, exc.message, exc.status,
                                                    slurm=exc.slurm)) from None
@@ -81,14 +78,24 @@ async def submit_inline(ctl: Controller, who: Identity, raw: bytes,
     return encode_frame(0, ctx.stdout_text, ctx.stderr_text)
 
 
-async def run_exec(ctl: Controller, who: Identity, raw: bytes,
-                   key: str | None = None) -> bytes:
+class _Client(InProcessClient):
+    """``ping`` with the controllers' roles (``scontrol ping``: primary and backups)."""
+
+    def ping(self) -> dict[str, Any]:
+        out = super().ping()
+        view = self.ctl.ha_view
+        if view is not None:
+            out.update(self._sync(view))
+        return out
+
+
+async def run_exec(ctl: Controller, who: Identity, raw: bytes) -> bytes:
     """One shim command for ``who``: the framed reply (``corral.shims.lean``)."""
-    frame = await submit_inline(ctl, who, raw, key)
+    frame = await submit_inline(ctl, who, raw)
     if frame is not None:
         return frame
     loop = asyncio.get_running_loop()
-    client = InProcessClient(ctl, who, loop, key)
+    client = _Client(ctl, who, loop)
     return await loop.run_in_executor(_executor(), handle_exec, raw, who.uid, client)
 
 
@@ -133,12 +140,9 @@ def with_shim_fast_path(asgi: Any, ctl: Controller, auth: Authenticator) -> Any:
             return
         try:
             caller = who(scope)
-            key = None
             for k, v in scope.get("headers", ()):
                 if k == b"content-length" and (not v.isdigit() or int(v) > max_body):
                     raise too_large()
-                if k == b"idempotency-key":
-                    key = check_key(v.decode("latin-1"))
             chunks = []
             size = 0
             while True:
@@ -154,7 +158,7 @@ def with_shim_fast_path(asgi: Any, ctl: Controller, auth: Authenticator) -> Any:
             await send(scope, send_, exc.status, json.dumps(exc.to_json()).encode(),
                        b"application/json")
             return
-        frame = await run_exec(ctl, caller, b"".join(chunks), key)
+        frame = await run_exec(ctl, caller, b"".join(chunks))
         await send(scope, send_, 200, frame, media)
 
     return app

@@ -43,12 +43,10 @@ SHIM_MEDIA_TYPE = "application/x-corral-shim"
 class InProcessClient:
     """The ``corral.shims.context.Client`` methods over a live ``Controller``."""
 
-    def __init__(self, ctl: Controller, who: Identity, loop: asyncio.AbstractEventLoop,
-                 key: str | None = None) -> None:
+    def __init__(self, ctl: Controller, who: Identity, loop: asyncio.AbstractEventLoop) -> None:
         self.ctl = ctl
         self.who = who
         self.loop = loop
-        self.key = key  # the launcher's idempotency key: its first submit carries it
 
     # ---- plumbing -----------------------------------------------------------------------
     def _run(self, make: Callable[[], Awaitable[T]]) -> T:
@@ -77,8 +75,7 @@ class InProcessClient:
         body = dict(sub)
         extra = body.get("extra")
         host = str(extra.get("submit_host", "")) if isinstance(extra, dict) else ""
-        key, self.key = self.key, None
-        return self._wrap(lambda: self.ctl.submit(body, self.who, host, key))
+        return self._wrap(lambda: self.ctl.submit(body, self.who, host))
 
     def jobs(
         self,
@@ -225,10 +222,8 @@ class InProcessClient:
     def ping(self) -> dict[str, Any]:
         from corral import __version__
 
-        view = self.ctl.ha_view
         return {"status": "ok", "cluster": self.ctl.cfg.cluster_name, "version": __version__,
-                "time": time.time(), "host": self.ctl.host,
-                **(self._sync(view) if view is not None else {})}
+                "time": time.time(), "host": self.ctl.host}
 
 
 def mount(app: FastAPI, ctl: Controller, identity: Callable[[Request], Identity]) -> None:
@@ -242,9 +237,6 @@ def mount(app: FastAPI, ctl: Controller, identity: Callable[[Request], Identity]
         who = identity(request)
         raw = await request.body()
         loop = asyncio.get_running_loop()
-        from corral.controller.submitkeys import check_key
-
-        client = InProcessClient(ctl, who, loop,
-                                 check_key(request.headers.get("idempotency-key")))
+        client = InProcessClient(ctl, who, loop)
         frame = await loop.run_in_executor(_executor(), handle_exec, raw, who.uid, client)
         return Response(content=frame, media_type=SHIM_MEDIA_TYPE)
