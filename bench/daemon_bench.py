@@ -324,16 +324,24 @@ def corral_shell_drain_once(n: int, poll_s: float, work: Path, python_only: bool
         env = {**cl.env, "PATH": f"{bindir}:{cl.env.get('PATH', '')}"}
         c = cl.client()
         load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        ctl_pid = int(json.loads((cl.sd / "controller.json").read_text())["pid"])
+        agent_pid = int((cl.sd / "agent.pid").read_text().split()[0])
+        cpu0 = (proc_cpu_s(ctl_pid), proc_cpu_s(agent_pid), machine_cpu_s())
         t0 = time.perf_counter()
         loop_s = shell_loop(n, env)
         wait_empty_corral(c, poll_s)
         t2 = time.perf_counter()
+        cpu1 = (proc_cpu_s(ctl_pid), proc_cpu_s(agent_pid), machine_cpu_s())
         done = c.history(all_users=True, limit=n + 10)
         c.close()
         return {"submit_s": loop_s, "drain_s": t2 - t0, "drain_jobs_per_s": n / (t2 - t0),
                 "submit_jobs_per_s": n / loop_s, "sbatch_call_mean_s": loop_s / n,
                 "completed": sum(1 for j in done if j["state"] == "COMPLETED"),
-                "loadavg": load}
+                "loadavg": load,
+                "cpu_ms_per_job": {  # the whole machine's busy time includes other users
+                    "controller": round(1000.0 * (cpu1[0] - cpu0[0]) / n, 3),
+                    "agent": round(1000.0 * (cpu1[1] - cpu0[1]) / n, 3),
+                    "machine, all processes": round(1000.0 * (cpu1[2] - cpu0[2]) / n, 3)}}
     finally:
         cl.down()
         shutil.rmtree(root, ignore_errors=True)
@@ -674,6 +682,11 @@ def render_md(res: dict[str, Any]) -> str:
             f"same run, {target:.0f} jobs/s: **{'met' if got >= target else 'NOT met'}** "
             f"({got:.1f} jobs/s, {got / ss['drain_jobs_per_s']:.1f}×; runs "
             f"{', '.join(f'{r:.1f}' for r in sh['compiled'].get('runs_jobs_per_s', []))}).")
+    shc = (sh or {}).get("compiled", {}).get("cpu_ms_per_job")
+    if shc:
+        lines.append("Shell-loop drain, compiled launcher, CPU per job (ms): " + ", ".join(
+            f"{k} {v:.2f}" for k, v in shc.items()) + " (the machine's figure includes the "
+            "loop's `sh` and launchers, the jobs and everything else running).")
     if ss and ss.get("shell_loop"):
         lines.append("Slurm's drain is its shell loop of `sbatch` calls (Slurm has no "
                      "long-lived client); it is the reference of both Corral drains.")
