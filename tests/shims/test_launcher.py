@@ -363,10 +363,21 @@ def test_sbatch_wait_takes_the_thread_path(shim_cluster: ShimCluster, bins: tupl
 def test_a_request_over_the_bound_is_refused(shim_cluster: ShimCluster,
                                              bins: tuple[Path, Path], tmp_path: Path) -> None:
     """A script too large for one request ([controller] max_request_mb, 8 MiB): refused
-    before it is read whole, the same words through both launchers, nothing submitted."""
+    before it is read whole, through both launchers, nothing submitted. Which words the
+    caller sees is a race of the kernel's, not of the launchers: the controller answers 413
+    and closes with the rest of the body unread; the launcher's write then fails, and its
+    read gets the answer or, when the close reset the connection first, nothing (then
+    "Broken pipe"). Both launchers read the answer when it is there."""
     (tmp_path / "big.sh").write_text("#!/bin/sh\n" + "# padding\n" * 900_000)
-    got = [subprocess.run([str(d / "sbatch"), "big.sh"], env=shim_cluster.env, cwd=tmp_path,
-                          capture_output=True, timeout=60) for d in bins]
-    assert (got[0].returncode, got[0].stdout, got[0].stderr) == \
-        (got[1].returncode, got[1].stdout, got[1].stderr)
-    assert got[0].returncode == 1 and b"larger than 8 MiB" in got[0].stderr, got[0].stderr
+    with shim_cluster.client() as c:
+        before = len(c.jobs())
+    refused = b"answered HTTP 413"
+    for d in bins:
+        p = subprocess.run([str(d / "sbatch"), "big.sh"], env=shim_cluster.env, cwd=tmp_path,
+                           capture_output=True, timeout=60)
+        assert p.returncode == 1 and p.stdout == b"", p
+        assert (b"larger than 8 MiB" in p.stderr and refused in p.stderr) or p.stderr == (
+            b"sbatch: error: lost the connection to the Corral controller: [Errno 32] "
+            b"Broken pipe\n"), p.stderr
+    with shim_cluster.client() as c:
+        assert len(c.jobs()) == before
