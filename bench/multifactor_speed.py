@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""multifactor+easy against fcfs+easy on the same trace, CPU seconds, with a baseline tree.
+
+Replays one selection (default: the first 20,000 CTC-SP2 jobs, the case of issue 18)
+under ``fcfs+easy`` and ``multifactor+easy`` in this tree, and, with ``--baseline DIR``,
+``multifactor+easy`` in the code of DIR (a ``git archive`` of the commit before the change,
+run with ``PYTHONPATH=DIR/src`` in a child process). Process CPU seconds of the
+simulation (``time.process_time``), interleaved rounds, minimum per policy. Writes
+``bench/results/multifactor_speed.json`` and ``.md``.
+
+Usage: ``.venv/bin/python bench/multifactor_speed.py [--baseline /tmp/base] [--rounds 2]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = Path(os.environ.get("CORRAL_SHARED", "/work/shared")) / "traces"
+CHILD = """
+import sys, time
+from corral.sim.swf import read_swf
+from corral.sim.workload import build_workload, select
+from corral.sim.cluster import from_header
+from corral.sim.compare import parse_policy
+from corral.sim.engine import EngineOptions, simulate
+wl = select(build_workload(read_swf(sys.argv[1])), sys.argv[2])
+cl = from_header(wl.max_nodes, wl.max_procs)
+p = parse_policy(sys.argv[3])
+c0 = time.process_time()
+r = simulate(wl, cl, EngineOptions(config=p.config))
+print(time.process_time() - c0, float(r.start_s.sum()))
+"""
+
+
+def run(trace: Path, jobs: str, policy: str, src: Path | None) -> tuple[float, float]:
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(src / "src")
+    out = subprocess.run([sys.executable, "-c", CHILD, str(trace), jobs, policy], env=env,
+                         capture_output=True, text=True, check=True).stdout.split()
+    return float(out[0]), float(out[1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", default="CTC-SP2-1996-3.1-cln.swf.gz")
+    ap.add_argument("--jobs", default="20000")
+    ap.add_argument("--baseline", type=Path)
+    ap.add_argument("--rounds", type=int, default=2)
+    a = ap.parse_args()
+    trace = TRACES / a.trace
+    cases = [("fcfs+easy", None), ("multifactor+easy", None)]
+    if a.baseline:
+        cases.append(("multifactor+easy", a.baseline))
+    cpu: dict[str, list[float]] = {}
+    check: dict[str, float] = {}
+    for _ in range(a.rounds):
+        for policy, src in cases:
+            key = policy + (" (before)" if src else "")
+            c, digest = run(trace, a.jobs, policy, src)
+            cpu.setdefault(key, []).append(round(c, 2))
+            check[key] = digest
+            print(key, c, flush=True)
+    best = {k: min(v) for k, v in cpu.items()}
+    ratio = best["multifactor+easy"] / best["fcfs+easy"]
+    out = {"measured": time.strftime("%Y-%m-%d %H:%M:%S"), "trace": a.trace, "jobs": a.jobs,
+           "cpu_s": cpu, "min_cpu_s": best, "multifactor_over_fcfs": round(ratio, 2),
+           "same_starts_before_after": (check.get("multifactor+easy (before)")
+                                        in (None, check["multifactor+easy"]))}
+    if a.baseline:
+        out["before_multifactor_over_fcfs"] = round(
+            best["multifactor+easy (before)"] / best["fcfs+easy"], 2)
+    res = ROOT / "bench" / "results"
+    (res / "multifactor_speed.json").write_text(json.dumps(out, indent=1) + "\n")
+    lines = [f"# multifactor+easy vs fcfs+easy ({a.trace}, jobs {a.jobs})", "",
+             f"Measured {out['measured']}; `.venv/bin/python bench/multifactor_speed.py "
+             f"--trace {a.trace} --jobs {a.jobs} --rounds {a.rounds}"
+             + (" --baseline DIR`" if a.baseline else "`")
+             + ". Simulation CPU seconds, minimum of the rounds.", "",
+             "| policy | CPU s (min) | rounds |", "|---|---|---|"]
+    lines += [f"| {k} | {best[k]:.2f} | {', '.join(map(str, v))} |" for k, v in cpu.items()]
+    lines += ["", f"multifactor+easy / fcfs+easy: **{ratio:.2f}x**"
+              + (f" (before: {out['before_multifactor_over_fcfs']:.2f}x)" if a.baseline
+                 else "") + f"; same start times before and after: "
+              f"{'yes' if out['same_starts_before_after'] else 'NO'}. Target of issue 18: "
+              f"2x."]
+    (res / "multifactor_speed.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
