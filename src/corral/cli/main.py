@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "corral.cli.report",  # report
     "corral.cli.sim",  # sim run/compare/convert
     "corral.cli.kube",  # kubeconfig, export --volcano
+    "corral.cli.checks",  # check cluster/history
 )
 
 app = typer.Typer(

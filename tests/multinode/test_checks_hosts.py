@@ -1,0 +1,141 @@
+"""``corral check cluster --quick`` on three network-namespace hosts (``hosts.py``).
+
+One host's link slowed with netem (delay and rate on its veth; the rate alone with tbf
+where the kernel has no sch_netem) is named as the network
+outlier, the other two are not; one host's agent confined to a small CPU quota (cgroup v1
+``cpu.cfs_quota_us`` around its whole process tree, which the jobs' processes inherit) is
+named as the compute outlier, the others are not. Each run is a real CLI call: jobs,
+srun steps between the hosts, hpcc, fio, the report with its heat map.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.multinode.hosts import ENTRY, NetnsCluster
+
+pytestmark = [pytest.mark.multinode, pytest.mark.root]
+
+CPU_V1 = Path("/sys/fs/cgroup/cpu")
+
+
+@pytest.fixture(scope="module")
+def check_cluster(netns_available: None) -> Iterator[NetnsCluster]:
+    for tool, pkg in (("hpcc", "hpcc"), ("fio", "fio"), ("mpicc.mpich", "libmpich-dev"),
+                      ("tc", "iproute2")):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (Debian: {pkg}; scripts/system-deps)")
+    c = NetnsCluster(3)
+    c.start()
+    (c.root / "checks.toml").write_text("[checks]\nhpl_ranks = 1\nhpl_n = 600\n"
+                                        "min_relative = 0.5\ntimeout_s = 120\n")
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def run_check(c: NetnsCluster, *args: str) -> tuple[int, dict[str, Any], float]:
+    env = c.host_env()
+    env["CORRAL_STATE_DIR"] = str(c.state_dir)
+    env.pop("CORRAL_URL", None)
+    env.pop("CORRAL_TOKEN", None)
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", ENTRY, "check", "cluster", "--quick", "--json",
+                        "--config", str(c.root / "checks.toml"), *args],
+                       capture_output=True, text=True, env=env, timeout=180, cwd=str(c.shared))
+    took = time.monotonic() - t0
+    assert r.returncode in (0, 2), (r.returncode, r.stdout, r.stderr, c.logs())
+    return r.returncode, json.loads(r.stdout), took
+
+
+def subjects(rec: dict[str, Any], *kinds: str) -> set[str]:
+    return {v["subject"] for v in rec["verdicts"] if v["kind"] in kinds}
+
+
+def test_a_slow_link_is_named_as_the_network_outlier(check_cluster: NetnsCluster) -> None:
+    c = check_cluster
+    slow = c.host(3)
+    tc = ["tc", "-n", slow.ns, "qdisc", "add", "dev", "eth0", "root"]
+    r = subprocess.run([*tc, "netem", "delay", "20ms", "rate", "10mbit"], capture_output=True,
+                       text=True)
+    if r.returncode != 0:  # a kernel without sch_netem (as here): the rate alone, with tbf
+        subprocess.run([*tc, "tbf", "rate", "10mbit", "burst", "32kbit", "latency", "400ms"],
+                       check=True, capture_output=True)
+    try:
+        rc, rec, took = run_check(c)
+    finally:
+        subprocess.run(["tc", "-n", slow.ns, "qdisc", "del", "dev", "eth0", "root"],
+                       capture_output=True)
+    assert rc == 2
+    assert subjects(rec, "network", "link") == {slow.name}, rec["verdicts"]
+    assert not subjects(rec, "error"), rec["verdicts"]
+    msg = next(v["message"] for v in rec["verdicts"] if v["kind"] == "network")
+    assert "to every peer" in msg and "check its link speed" in msg, msg
+    assert len(rec["links"]) == 3 and all(lk["bandwidth_mb_s"] for lk in rec["links"])
+    assert all(n["hpl_gflops"] and n["storage"].get("local_seq_mb_s") for n in rec["nodes"])
+    report = Path(rec["report"])
+    assert (report.parent / "heatmap.png").stat().st_size > 1000
+    assert "ping-pong bandwidth heat map" in report.read_text()
+    assert took < 60, took
+    env = {**os.environ, "CORRAL_STATE_DIR": str(c.state_dir)}
+    h = subprocess.run([sys.executable, "-c", ENTRY, "check", "history", "--json"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    runs = json.loads(h.stdout)["runs"]
+    assert runs[-1]["run_id"] == rec["run_id"] and slow.name in runs[-1]["outliers"]
+
+
+@contextlib.contextmanager
+def cpu_quota(c: NetnsCluster, host: str, quota_us: int) -> Iterator[None]:
+    """Every process of ``host`` (agent, supervisors, later jobs) in a cpu cgroup with a
+    quota of ``quota_us`` per 100 ms; moved back afterwards."""
+    cg = CPU_V1 / f"corral-test-{c.prefix}-{host}"
+    cg.mkdir()
+    moved: dict[int, str] = {}
+    try:
+        (cg / "cpu.cfs_period_us").write_text("100000")
+        (cg / "cpu.cfs_quota_us").write_text(str(quota_us))
+        pids = subprocess.run(["ip", "netns", "pids", host], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+                    _, ctls, path = line.split(":", 2)
+                    if "cpu" in ctls.split(","):
+                        moved[int(pid)] = path
+                (cg / "cgroup.procs").write_text(pid)
+        yield
+    finally:
+        for pid, path in moved.items():
+            with contextlib.suppress(OSError):
+                (CPU_V1 / path.lstrip("/") / "cgroup.procs").write_text(str(pid))
+        for pid in (cg / "cgroup.procs").read_text().split():  # children forked meanwhile
+            with contextlib.suppress(OSError):
+                (CPU_V1 / "cgroup.procs").write_text(pid)
+        cg.rmdir()
+
+
+def test_a_throttled_cpu_is_named_as_the_compute_outlier(check_cluster: NetnsCluster) -> None:
+    if not (CPU_V1 / "cpu.cfs_quota_us").exists():
+        pytest.skip("needs the cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu")
+    c = check_cluster
+    slow = c.host(2)
+    with cpu_quota(c, slow.name, 10000):
+        rc, rec, took = run_check(c, "--checks", "compute")
+    assert rc == 2
+    assert subjects(rec, "compute") == {slow.name}, rec["verdicts"]
+    assert not subjects(rec, "error", "network"), rec["verdicts"]
+    msg = next(v["message"] for v in rec["verdicts"] if v["kind"] == "compute")
+    assert msg.startswith(f"{slow.name}: HPL ") and "throttling" in msg, msg
+    assert took < 60, took
