@@ -241,3 +241,28 @@ def test_cgroup_conf_next_to_slurm_conf(tmp_path: Path) -> None:
     res2 = import_slurm_conf(str(conf))
     assert "cgroup" not in res2.data
     assert any("ConstrainRAMSpace" in n for n in res2.notes)
+
+
+def test_licenses_map_to_license_pools(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=lic\nLicenses=matlab:4,fluent*2,stata\n"
+                    "NodeName=n1 CPUs=4 RealMemory=1000\nPartitionName=p Nodes=n1 Default=YES\n")
+    out = tmp_path / "corral.toml"
+    res = runner.invoke(app, ["config", "import-slurm", str(conf), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    cfg = load_config(out)
+    assert [(x.name, x.count) for x in cfg.licenses] == [("matlab", 4), ("fluent", 2),
+                                                         ("stata", 1)]
+    assert "Licenses" not in res.stderr  # mapped, not listed as skipped
+
+
+def test_bad_license_pools_are_config_errors() -> None:
+    from corral.config.load import ConfigError
+
+    for text, key in (('[[licenses]]\nname = "a"\ncount = -1\n', "licenses[0].count"),
+                      ('[[licenses]]\nname = "a:b"\ncount = 1\n', "licenses[0].name"),
+                      ('[[licenses]]\nname = "a"\ncount = 1\n[[licenses]]\nname = "a"\n'
+                       'count = 2\n', "licenses")):
+        with pytest.raises(ConfigError) as err:
+            parse_config(tomllib.loads(text))
+        assert err.value.key.startswith(key), (text, err.value)

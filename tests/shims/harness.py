@@ -45,6 +45,10 @@ default = true
 [[partitions]]
 name = "batch"
 nodes = "ALL"
+
+[[licenses]]
+name = "matlab"
+count = 1
 """
 
 

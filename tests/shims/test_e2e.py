@@ -281,3 +281,23 @@ def test_time_min_backfills_with_a_shorter_limit(shim_cluster: ShimCluster,
         assert "TimeMin=00:01:00" in p.stdout, p.stdout
     finally:
         c.run("scancel", busy, head, plain, short)
+
+
+def test_licenses_are_counted_and_shown(shim_cluster: ShimCluster, tmp_path: Path) -> None:
+    c = shim_cluster
+    p = c.run("scontrol", "show", "licenses")
+    assert p.stdout == "LicenseName=matlab\n    Total=1 Used=0 Free=1 Reserved=0 Remote=no\n"
+    first = submit(c, "-L", "matlab:1", "--wrap=sleep 60", cwd=tmp_path)
+    second = submit(c, "-L", "matlab", "--wrap=true", cwd=tmp_path)
+    try:
+        c.wait_job(first, lambda r: r["state"] == "RUNNING")
+        rec = c.wait_job(second, lambda r: r["reason"] == "Licenses")
+        assert rec["state"] == "PENDING"
+        p = c.run("scontrol", "-o", "show", "lic", "matlab")
+        assert p.stdout == "LicenseName=matlab Total=1 Used=1 Free=0 Reserved=0 Remote=no\n"
+        assert c.run("scontrol", "show", "lic", "nosuch").stdout == ""
+        p = c.run("sbatch", "-L", "nosuch:1", "--wrap=true", cwd=tmp_path)
+        assert p.returncode == 1 and "Batch job submission failed" in p.stderr, p.stderr
+    finally:
+        c.run("scancel", first)
+    assert done(c, second)["state"] == "COMPLETED"

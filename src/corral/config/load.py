@@ -207,6 +207,12 @@ def validate(cfg: ClusterConfig) -> None:
     _unique("qos", [q.name for q in cfg.qos])
     _unique("accounts", [a.name for a in cfg.accounts])
     _unique("users", [u.name for u in cfg.users])
+    _unique("licenses", [lic.name for lic in cfg.licenses])
+    for i, lic in enumerate(cfg.licenses):
+        if not lic.name or any(c in lic.name for c in ":,= \t"):
+            raise ConfigError(f"licenses[{i}].name", f"bad license name {lic.name!r}")
+        if not 0 <= lic.count < 2 ** 31:
+            raise ConfigError(f"licenses[{i}].count", f"must be 0 or more, got {lic.count}")
     if not cfg.partitions:
         raise ConfigError("partitions", "at least one partition is needed")
     defaults = [p.name for p in cfg.partitions if p.default]

@@ -261,6 +261,15 @@ DEFAULT_QOS = QosConfig(name="normal")
 
 
 @dataclass(frozen=True, slots=True)
+class LicenseConfig:
+    """A cluster-wide license pool, like ``Licenses=matlab:4`` in slurm.conf: jobs ask
+    with ``-L matlab:1``; the scheduler never hands out more than ``count`` at once."""
+
+    name: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterConfig:
     cluster_name: str = "corral"
     state_dir: str | None = None  # None: --state-dir / CORRAL_STATE_DIR / per-user default
@@ -278,6 +287,7 @@ class ClusterConfig:
     accounts: tuple[AccountConfig, ...] = ()
     users: tuple[UserConfig, ...] = ()
     switches: tuple[SwitchConfig, ...] = ()
+    licenses: tuple[LicenseConfig, ...] = ()
 
     # ---- views for the scheduling core -----------------------------------------------
 

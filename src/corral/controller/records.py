@@ -258,6 +258,7 @@ class JobRecord:
             "stderr": self.stderr,
             "command": command,
             "dependency": format_dependency(spec.dependency) if spec.dependency else "",
+            "licenses": [list(x) for x in spec.licenses],
             "submit_host": self.submit_host,
             "comment": spec.comment,
             "constraint": spec.constraint or "",

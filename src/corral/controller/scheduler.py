@@ -66,6 +66,7 @@ class SchedulerLoop:
         self.preempt_grace: dict[int, int] = {}
         self._accounts = ctl.cfg.account_tree()
         self._qos = ctl.cfg.qos_models()
+        self._licenses = tuple((lic.name, lic.count) for lic in ctl.cfg.licenses)
         self._validate: Callable[..., Any] | None = None
         self._feasible_key: tuple[Any, ...] | None = None
         self._feasible_snap: ClusterSnapshot | None = None
@@ -128,6 +129,7 @@ class SchedulerLoop:
             generation=self.generation,
             reserved=self.reserved,
             reservations=self.reservations,
+            licenses=self._licenses,
         )
 
     def _pending_core(self) -> tuple[Any, ...]:
@@ -164,7 +166,8 @@ class SchedulerLoop:
             self._feasible_memo.clear()
             self._feasible_snap = ClusterSnapshot(
                 nodes=tuple(n.to_core() for n in table.nodes.values()),
-                partitions=table.partitions, qos=self._qos, accounts=self._accounts)
+                partitions=table.partitions, qos=self._qos, accounts=self._accounts,
+                licenses=self._licenses)
         try:
             rej = self._feasible_memo[spec]
         except KeyError:

@@ -564,6 +564,11 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
             controller["first_job_id"] = int(value)
         elif low == "killwait":
             controller["kill_grace_s"] = int(value)
+        elif low == "licenses":  # Licenses=matlab:4,fluent*2,stata (a bare name: 1)
+            pools = data.setdefault("licenses", [])
+            for item in (x.strip() for x in value.split(",") if x.strip()):
+                name, sep, count = item.replace("*", ":").partition(":")
+                pools.append({"name": name.strip(), "count": int(count) if sep else 1})
         elif low == "defmempernode":
             c.skip(line, key, value, "use default_mem_per_cpu_mb (memory per CPU)")
         else:

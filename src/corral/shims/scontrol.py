@@ -24,7 +24,7 @@ from corral.shims.ids import IdError, parse_job_refs, ref_api_ids, ref_matches
 
 VERSION = "slurm 22.05.8"
 ENTITIES = ("job", "jobid", "node", "partition", "config", "hostnames", "hostlist",
-            "hostlistsorted", "steps", "step")
+            "hostlistsorted", "steps", "step", "licenses")
 
 
 def _entity(word: str) -> str | None:
@@ -33,7 +33,7 @@ def _entity(word: str) -> str | None:
         return w
     if len(w) >= 5 and "hostnames".startswith(w):
         return "hostnames"
-    for e in ("job", "node", "partition", "config"):
+    for e in ("job", "node", "partition", "config", "licenses"):
         if len(w) >= 3 and e.startswith(w):
             return e
     return None
@@ -80,6 +80,30 @@ def run(ctx: Context, client: Client) -> None:
         raise ctx.fail("scontrol: error: listpids is not supported by Corral")
     else:
         raise ctx.fail(f"invalid keyword: {rest[0]}")
+
+
+def _show_licenses(ctx: Context, client: Any, name: str | None, oneliner: bool) -> None:
+    """``scontrol show licenses [NAME]``: each configured license (by name) with its total,
+    the count held by running and suspended jobs, and what is free; as Slurm 22.05 prints
+    local licenses (no reservations of licenses: Reserved=0)."""
+    pools = sorted((str(x["name"]), int(x["count"]))
+                   for x in client.cluster_config().get("licenses") or ())
+    if not pools:
+        ctx.print("No licenses configured in Slurm.")
+        return
+    used: dict[str, int] = {}
+    for job in client.jobs(states=["RUNNING", "SUSPENDED"], fields=["licenses"]):
+        for lic, n in job.get("licenses") or ():
+            used[str(lic)] = used.get(str(lic), 0) + int(n)
+    sep = " " if oneliner else "\n    "
+    for lic, total in pools:
+        if name is not None and lic != name:
+            continue
+        held = used.get(lic, 0)
+        ctx.print(f"LicenseName={lic}{sep}Total={total} Used={held} "
+                  f"Free={max(0, total - held)} Reserved=0 Remote=no")
+        if name is not None:
+            break
 
 
 def _ping(ctx: Context, pong: dict[str, Any]) -> None:
@@ -131,6 +155,8 @@ def _show(ctx: Context, client: Client, words: list[str], oneliner: bool) -> Non
             ctx.write(show.partition_block(p, now, oneliner))
             if not oneliner:
                 ctx.write("\n")
+    elif entity == "licenses":
+        _show_licenses(ctx, client, arg, oneliner)
     elif entity == "config":
         cfg = client.cluster_config()
         try:
