@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from corral.client import CorralError
-from tests.e2e.cluster import TEST_CONFIG, Cluster
+from tests.e2e.cluster import TEST_CONFIG, Cluster, wait_for
 
 
 @pytest.mark.parametrize("config", [
@@ -24,8 +24,9 @@ def test_submit_before_the_agent_registers(config: str) -> None:
     (c.state_dir / "log").mkdir(parents=True)
     try:
         c.start_controller()
-        jid = c.submit("echo ran")
-        rec = c.job(jid)
+        jid = c.submit("echo ran")  # accepted; the next cycle gives it its reason
+        rec = wait_for(lambda: (r := c.job(jid))["reason"] != "None" and r, 30,
+                       what="the pending reason")
         assert rec["state"] == "PENDING" and rec["reason"] == "ReqNodeNotAvail", rec
         c.start_agent()
         assert c.wait_done(jid)["state"] == "COMPLETED"
