@@ -51,7 +51,7 @@ def failover(pg: PgServer, root: Path, kills: int) -> dict[str, Any]:
     from corral.controller.leadership import DEFAULT_LEASE_S
 
     lease_s = DEFAULT_LEASE_S
-    ha = HaCluster(root / "fo", pg.create_db("bench_failover"), n=2)
+    ha = HaCluster(root / "fo", pg.create_db("bench_failover"), n=2, lease_s=lease_s)
     acked: list[int] = []
     stop = threading.Event()
     times: list[float] = []

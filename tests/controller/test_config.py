@@ -79,6 +79,7 @@ accounts = ["physics"]
     ({"controller": {"listen": "nowhere"}}, "controller.listen", "host:port"),
     ({"agent": {"heartbeat_s": 30}}, "controller.node_down_after_s", "twice"),
     ({"controller": {"first_job_id": 0}}, "controller.first_job_id", "between 1 and"),
+    ({"controller": {"lease_s": 0.1}}, "controller.lease_s", "between 0.5 and 600"),
     ({"nodes": [{"name": "n[1-2]", "cpus": 1, "mem_mb": 1}, {"name": "n2", "cpus": 1,
                                                             "mem_mb": 1}]},
      "nodes[1].name", "duplicate"),
@@ -155,3 +156,13 @@ def test_starvation_guard_is_a_scheduler_setting() -> None:
     with pytest.raises(ConfigError) as e:
         parse_config({"scheduler": {"starvation_guard_s": "soon"}})
     assert e.value.key == "scheduler.starvation_guard_s"
+
+
+def test_ha_settings() -> None:
+    from corral.controller.leadership import ha_settings
+
+    cfg = parse_config({"controller": {"name": "h1", "lease_s": 1.5},
+                        "agent": {"controllers": ["http://h1:6817", "http://h2:6817"]}})
+    assert ha_settings(cfg) == ("h1", 1.5)
+    assert cfg.agent.controllers == ("http://h1:6817", "http://h2:6817")
+    assert ha_settings(parse_config({})) == (None, 3.0)

@@ -311,7 +311,6 @@ def agent(
     """Run a node agent in the foreground (jobs survive its restarts)."""
     cfg = _load(config)
     _setup_logging(cfg.controller.log_level)
-    # [agent] controllers (read with a default until the schema carries it)
     configured: tuple[str, ...] = tuple(getattr(cfg.agent, "controllers", ()))
     controllers = list(controller_url) if controller_url else list(configured)
     if not controllers:

@@ -258,6 +258,8 @@ def validate(cfg: ClusterConfig) -> None:
     for key in ("schedule_delay_ms", "tick_s", "node_down_after_s", "node_fail_grace_s"):
         if getattr(c, key) < 0:
             raise ConfigError(f"controller.{key}", "must not be negative")
+    if not 0.5 <= c.lease_s <= 600:
+        raise ConfigError("controller.lease_s", "must be between 0.5 and 600 seconds")
     if not 1 <= c.first_job_id < 2**31:
         raise ConfigError("controller.first_job_id", "must be between 1 and 2147483647")
     if c.tick_s == 0:

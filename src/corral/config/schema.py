@@ -39,6 +39,11 @@ class ControllerConfig:
     tls_names: tuple[str, ...] = ()  # extra DNS names/addresses for the server certificate
     socket: str | None = None  # Unix socket path; default <state_dir>/corral.sock
     database_url: str | None = None  # default sqlite:///<state_dir>/corral.db
+    # high availability (PostgreSQL database_url): this controller's name in the lease
+    # (default host:port) and the lease: a standby takes over this long after the
+    # leader's last renewal at most (docs/cluster.md, High availability)
+    name: str | None = None
+    lease_s: float = 3.0
     schedule_delay_ms: float = 3.0  # coalescing delay after an event before a cycle
     tick_s: float = 5.0  # periodic cycle for time-based things (begin times, age)
     node_down_after_s: float = 30.0  # no heartbeat for this long: node DOWN
@@ -59,6 +64,8 @@ class AgentConfig:
     poll_ms: float = 10.0  # how often the agent checks its jobs for exits
     pin_cpus: bool = True  # CPU affinity/cpusets to the allocated cores
     reconnect_max_s: float = 5.0  # backoff cap when the controller is unreachable
+    # the controllers of an HA cluster (URLs); `corral agent --controller` overrides
+    controllers: tuple[str, ...] = ()
     metrics_listen: str | None = None  # "host:port" of the agent's Prometheus /metrics
     # device file of each GPU in index order, as gres.conf File= (default: from NVML);
     # a job cannot open the files of GPUs it was not given (corral.agent.devices)

@@ -72,8 +72,7 @@ DEFAULT_LEASE_S = 3.0
 
 
 def ha_settings(cfg: Any) -> tuple[str | None, float]:
-    """``[controller] name`` and ``lease_s``, with their defaults (read with ``getattr``
-    until the configuration schema carries them)."""
+    """``[controller] name`` and ``lease_s``."""
     return (getattr(cfg.controller, "name", None),
             float(getattr(cfg.controller, "lease_s", DEFAULT_LEASE_S)))
 
