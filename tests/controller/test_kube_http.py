@@ -102,3 +102,16 @@ def test_nodes_show_gpus_gres_and_features_as_kubernetes_sees_them() -> None:
     assert labels["rack"] == "r1" and labels["nvidia.com/gpu.product"] == "h200"
     assert labels["corral.dev/partition-gpu"] == "true"
     assert st["conditions"][0]["status"] == "True"
+
+
+def test_volcano_host_commands_is_a_controller_setting() -> None:
+    from corral.config.load import parse_config
+    from corral.controller.kube import host_commands
+
+    class Ctl:
+        def __init__(self, data: dict[str, object]) -> None:
+            self.cfg = parse_config(data)
+
+    assert host_commands(Ctl({})) is True  # type: ignore[arg-type]
+    off = Ctl({"controller": {"volcano_host_commands": False}})
+    assert host_commands(off) is False  # type: ignore[arg-type]

@@ -55,6 +55,9 @@ class ControllerConfig:
     max_token_ttl_s: int = 30 * 86400  # longest lifetime a token may be minted with
     max_request_mb: int = 8  # the largest request body accepted (413 above it)
     log_level: str = "info"
+    # Volcano Jobs (kubectl): a task with a container image runs its command on the host
+    # (no container runtime yet); false refuses images (docs/kubernetes.md)
+    volcano_host_commands: bool = True
 
 
 @dataclass(frozen=True, slots=True)

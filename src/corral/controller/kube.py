@@ -57,9 +57,8 @@ def _json(data: Any, status: int = 200) -> Response:
 
 def host_commands(ctl: Controller) -> bool:
     """``[controller] volcano_host_commands``: a task with an image runs its command on
-    the host (default true; the setting joins the configuration schema with issue 11's
-    changes to it)."""
-    return bool(getattr(ctl.cfg.controller, "volcano_host_commands", True))
+    the host (default true)."""
+    return ctl.cfg.controller.volcano_host_commands
 
 
 def _pod_status(o: dict[str, Any]) -> str:
