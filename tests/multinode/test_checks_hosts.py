@@ -36,10 +36,11 @@ def check_cluster(netns_available: None) -> Iterator[NetnsCluster]:
                       ("tc", "iproute2")):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (Debian: {pkg}; scripts/system-deps)")
-    c = NetnsCluster(3)
+    # [checks] from the controller's corral.toml, overridden by the file of --config
+    c = NetnsCluster(3, settings={"checks": {"hpl_n": 600, "timeout_s": 120,
+                                             "min_relative": 0.9}})
     c.start()
-    (c.root / "checks.toml").write_text("[checks]\nhpl_ranks = 1\nhpl_n = 600\n"
-                                        "min_relative = 0.5\ntimeout_s = 120\n")
+    (c.root / "checks.toml").write_text("[checks]\nhpl_ranks = 1\nmin_relative = 0.5\n")
     try:
         yield c
     finally:
@@ -79,6 +80,9 @@ def test_a_slow_link_is_named_as_the_network_outlier(check_cluster: NetnsCluster
         subprocess.run(["tc", "-n", slow.ns, "qdisc", "del", "dev", "eth0", "root"],
                        capture_output=True)
     assert rc == 2
+    got = rec["plan"]["settings"]
+    assert (got["hpl_n"], got["timeout_s"], got["hpl_ranks"], got["min_relative"]) == \
+        (600, 120, 1, 0.5)
     assert subjects(rec, "network", "link") == {slow.name}, rec["verdicts"]
     assert not subjects(rec, "error"), rec["verdicts"]
     msg = next(v["message"] for v in rec["verdicts"] if v["kind"] == "network")

@@ -37,7 +37,7 @@ class ChecksConfig:
 
 
 def load_checks_file(path: Path) -> dict[str, Any]:
-    """The ``[checks]`` table of a TOML file, validated (``ConfigError`` naming the key,
+    """The keys set in the ``[checks]`` table of a TOML file, validated (``ConfigError`` naming the key,
     ``OSError``/``ValueError`` for an unreadable or malformed file), as JSON values."""
     import tomllib
 
@@ -48,4 +48,5 @@ def load_checks_file(path: Path) -> dict[str, Any]:
     table = data.get("checks", {})
     if not isinstance(table, dict):
         raise ValueError(f"{path}: [checks] must be a table")
-    return asdict(build(ChecksConfig, table, "checks"))
+    full = asdict(build(ChecksConfig, table, "checks"))
+    return {k: full[k] for k in table}  # only what the file sets overrides

@@ -169,7 +169,8 @@ def cluster_cmd(
     record = run_record(run_id, started, time.time(), node_res, links, found,
                         {"nodes": names, "checks": list(wanted), "quick": quick,
                          "pairs": [list(p) for p in pairs], "jobs": job_ids,
-                         "run_dir": str(run_dir), "limits": limits.__dict__})
+                         "run_dir": str(run_dir), "limits": limits.__dict__,
+                         "settings": settings})
     report = write_report(record, _checks_dir() / "reports" / run_id)
     record["report"] = str(report)
     drained: list[str] = []

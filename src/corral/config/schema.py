@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.checks.settings import ChecksConfig
 from corral.core.config import (
     BackfillMode,
     FairshareAlgorithm,
@@ -298,6 +299,7 @@ class ClusterConfig:
     users: tuple[UserConfig, ...] = ()
     switches: tuple[SwitchConfig, ...] = ()
     licenses: tuple[LicenseConfig, ...] = ()
+    checks: ChecksConfig = field(default_factory=ChecksConfig)  # corral check cluster
 
     # ---- views for the scheduling core -----------------------------------------------
 
