@@ -37,8 +37,8 @@ class ChecksConfig:
 
 
 def load_checks_file(path: Path) -> dict[str, Any]:
-    """The keys set in the ``[checks]`` table of a TOML file, validated (``ConfigError`` naming the key,
-    ``OSError``/``ValueError`` for an unreadable or malformed file), as JSON values."""
+    """The keys set in the ``[checks]`` table of a TOML file, validated (``ConfigError``
+    naming the key, ``OSError``/``ValueError`` for an unreadable or malformed file)."""
     import tomllib
 
     from corral.config.load import build
