@@ -437,39 +437,14 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
             if corked is not None:
                 corked.uncork()
 
-    max_body = max(1, ctl.cfg.controller.max_request_mb) * 1024 * 1024
+    from corral.controller.bodies import max_body_bytes, read_bounded
 
-    def too_large() -> ApiError:
-        return ApiError("too_large", f"the request body is larger than {max_body >> 20} MiB "
-                                     "([controller] max_request_mb)")
-
-    async def read_body(receive: Any) -> bytes:
-        """The whole body, or a 413 as soon as it grows past ``max_body`` (a request's
-        cost to the controller is bounded however the client sends it)."""
-        chunks = []
-        size = 0
-        while True:
-            msg = await receive()
-            chunk = msg.get("body", b"")
-            size += len(chunk)
-            if size > max_body:
-                raise too_large()
-            chunks.append(chunk)
-            if not msg.get("more_body"):
-                return b"".join(chunks)
-
-    def declared_size(scope: Any) -> int:
-        for k, v in scope.get("headers", ()):
-            if k == b"content-length":
-                return int(v) if v.isdigit() else max_body + 1
-        return 0
+    max_body = max_body_bytes(ctl.cfg.controller.max_request_mb)
 
     async def bounded(scope: Any, receive: Any, send: Any) -> None:
         """Hand ``scope`` to FastAPI with its body read first, within ``max_body``."""
         try:
-            if declared_size(scope) > max_body:
-                raise too_large()
-            body = await read_body(receive)
+            body = await read_bounded(scope, receive, max_body)
         except ApiError as exc:
             await send_json(scope, send, exc.status, json.dumps(exc.to_json()).encode())
             return
@@ -506,9 +481,7 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
                 scope["path"] in (submit_path, query_path):
             try:
                 caller = who(scope)
-                if declared_size(scope) > max_body:
-                    raise too_large()
-                raw = await read_body(receive)
+                raw = await read_bounded(scope, receive, max_body)
                 try:
                     body = json.loads(raw) if raw else {}
                 except ValueError as exc:

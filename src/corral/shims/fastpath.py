@@ -105,11 +105,9 @@ def with_shim_fast_path(asgi: Any, ctl: Controller, auth: Authenticator) -> Any:
 
     media = SHIM_MEDIA_TYPE.encode()
     # the bound every route has ([controller] max_request_mb, 8 MiB by default)
-    max_body = max(1, ctl.cfg.controller.max_request_mb) * 1024 * 1024
+    from corral.controller.bodies import max_body_bytes, read_bounded
 
-    def too_large() -> ApiError:
-        return ApiError("too_large", f"the request body is larger than {max_body >> 20} MiB "
-                                     "([controller] max_request_mb)")
+    max_body = max_body_bytes(ctl.cfg.controller.max_request_mb)
 
     def who(scope: Any) -> Identity:
         peer = scope.get("corral.peer")
@@ -140,25 +138,12 @@ def with_shim_fast_path(asgi: Any, ctl: Controller, auth: Authenticator) -> Any:
             return
         try:
             caller = who(scope)
-            for k, v in scope.get("headers", ()):
-                if k == b"content-length" and (not v.isdigit() or int(v) > max_body):
-                    raise too_large()
-            chunks = []
-            size = 0
-            while True:
-                msg = await receive()
-                chunk = msg.get("body", b"")
-                size += len(chunk)
-                if size > max_body:
-                    raise too_large()
-                chunks.append(chunk)
-                if not msg.get("more_body"):
-                    break
+            raw = await read_bounded(scope, receive, max_body)
         except ApiError as exc:
             await send(scope, send_, exc.status, json.dumps(exc.to_json()).encode(),
                        b"application/json")
             return
-        frame = await run_exec(ctl, caller, b"".join(chunks))
+        frame = await run_exec(ctl, caller, raw)
         await send(scope, send_, 200, frame, media)
 
     return app
