@@ -127,7 +127,7 @@ Partition record (``partitions()``)::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -682,6 +682,73 @@ class Client:
         if ids is not None:
             body["ids"] = _ids_param(ids)
         return self._all_pages("/history", body)
+
+    # ---- job events -------------------------------------------------------------------
+
+    def events_page(self, since: int | None = None, *, user: str | None = None,
+                    jobs: Iterable[int | str] | None = None,
+                    names: Iterable[str] | None = None, tags: Iterable[str] | None = None,
+                    states: Iterable[str] | None = None, limit: int | None = None,
+                    wait_s: float = 0.0) -> dict[str, Any]:
+        """One long poll of ``GET /events``: ``{"events": [...], "next": N, "last_id": M}``
+        (events after id ``since``; None: only new ones); waits up to ``wait_s`` for one."""
+        from urllib.parse import quote
+
+        params: list[str] = []
+        if since is not None:
+            params.append(f"since={int(since)}")
+        for key, values in (("jobs", jobs), ("name", names), ("tag", tags),
+                            ("state", states)):
+            if values is not None:
+                words = [str(v) for v in values]
+                if words:
+                    params.append(f"{key}={quote(','.join(words))}")
+        if user is not None:
+            params.append(f"user={quote(user)}")
+        if limit is not None:
+            params.append(f"limit={int(limit)}")
+        if wait_s:
+            params.append(f"wait_s={min(float(wait_s), 60.0):g}")
+        params.append("format=json")
+        page: dict[str, Any] = self.request("GET", "/events?" + "&".join(params))
+        return page
+
+    def events(self, since: int | None = None, *, user: str | None = None,
+               jobs: Iterable[int | str] | None = None, names: Iterable[str] | None = None,
+               tags: Iterable[str] | None = None, states: Iterable[str] | None = None,
+               follow: bool = True, wait_s: float = 25.0,
+               reconnect_s: float = 60.0) -> Iterator[dict[str, Any]]:
+        """Job events in order (each a dict: ``id``, ``time``, ``job_id``, ``display_id``,
+        ``old_state``, ``state``, ``reason``, ``exit_code``, ``signal``, ...), after id
+        ``since`` (None: from now on). With ``follow`` it waits for new ones (long polls of
+        ``wait_s``) and rides out a controller restart for up to ``reconnect_s``: the
+        cursor is the last id seen, so nothing is skipped or repeated; without it, it ends
+        once it caught up. Pass the last ``id`` seen as ``since`` to resume later."""
+        import time
+
+        jobs_l = None if jobs is None else [str(j) for j in jobs]
+        cursor = since
+        wait_s = min(wait_s, max(self.timeout_s - 5.0, 0.0), 60.0)
+        down_since: float | None = None
+        while True:
+            try:
+                page = self.events_page(cursor, user=user, jobs=jobs_l, names=names,
+                                        tags=tags, states=states,
+                                        wait_s=wait_s if follow else 0.0)
+            except CorralError as exc:
+                if not follow or exc.code != "unavailable":
+                    raise
+                now = time.monotonic()
+                down_since = down_since or now
+                if now - down_since > reconnect_s:
+                    raise
+                time.sleep(0.2)
+                continue
+            down_since = None
+            yield from page["events"]
+            cursor = int(page["next"])
+            if not follow and not page["events"] and cursor >= int(page["last_id"]):
+                return
 
     # ---- nodes, partitions, cluster -------------------------------------------------
 

@@ -258,6 +258,10 @@ def validate(cfg: ClusterConfig) -> None:
     for key in ("schedule_delay_ms", "tick_s", "node_down_after_s", "node_fail_grace_s"):
         if getattr(c, key) < 0:
             raise ConfigError(f"controller.{key}", "must not be negative")
+    if c.event_retention_s < 60:
+        raise ConfigError("controller.event_retention_s", "must be at least 60 seconds")
+    if not 1 <= c.max_event_streams_per_user <= 10_000:
+        raise ConfigError("controller.max_event_streams_per_user", "must be 1 to 10000")
     if not 0.5 <= c.lease_s <= 600:
         raise ConfigError("controller.lease_s", "must be between 0.5 and 600 seconds")
     if not 1 <= c.first_job_id < 2**31:

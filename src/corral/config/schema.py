@@ -55,6 +55,10 @@ class ControllerConfig:
     token_ttl_s: int = 86400  # default lifetime of user tokens
     max_token_ttl_s: int = 30 * 86400  # longest lifetime a token may be minted with
     max_request_mb: int = 8  # the largest request body accepted (413 above it)
+    # job events (GET /api/v1/events, corral events): kept this long in the database,
+    # and how many streams (SSE or long polls) one user may hold open at once
+    event_retention_s: float = 7 * 86400.0
+    max_event_streams_per_user: int = 16
     log_level: str = "info"
     # Volcano Jobs (kubectl): a task with a container image runs its command on the host
     # (no container runtime yet); false refuses images (docs/kubernetes.md)

@@ -13,6 +13,8 @@ Routes (all JSON, prefix ``/api/v1``; errors are ``{"error": {"code", "message",
 - ``POST /jobs/{id}/steps``      record a job step (srun) -> ``{job_id, step_id}``
 - ``POST /jobs/{id}/steps/{n}/end``  its end ``{state, exit_code, signal, end_time}``
 - ``POST /history``              accounting records from the database
+- ``GET  /events``               job state changes (SSE or JSON long poll; resumable with
+                                 ``since``/``Last-Event-ID``; ``corral.controller.event_routes``)
 - list routes (``/jobs``, ``/jobs/query``, ``/history``) return one page: ``limit`` rows
   (default 10,000, at most 100,000) after id ``after``, and ``next_after`` (null on the
   last page; ``corral.controller.paging``)
@@ -350,6 +352,11 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
         rows = await asyncio.to_thread(read, ctl.store, since, limit)
         return _json({"entries": rows})
 
+    @app.get(PREFIX + "/events", summary="Job events: Server-Sent Events or a JSON long poll "
+             "(query: since, user, jobs, name, tag, state, limit, wait_s, format)")
+    async def events(request: Request) -> Response:
+        return _EventsResponse(ctl, identity(request))
+
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:
         return Response(content=ctl.metrics.render(),
@@ -372,6 +379,19 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     register_collector(ctl)
     rq.publish(app)
     return app
+
+
+class _EventsResponse(Response):
+    """Streams ``GET /events`` itself (``corral.controller.event_routes``)."""
+
+    def __init__(self, ctl: Controller, who: Identity) -> None:
+        super().__init__()
+        self.ctl, self.who = ctl, who
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from corral.controller.event_routes import serve
+
+        await serve(self.ctl, self.who, scope, receive, send)
 
 
 async def serve_agent(ctl: Controller, auth: Authenticator, ws: WebSocket) -> None:
@@ -422,6 +442,7 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
     submit_path = PREFIX + "/jobs"
     query_path = PREFIX + "/jobs/query"
     ping_path = PREFIX + "/ping"
+    events_path = PREFIX + "/events"
     agent_path = PREFIX + "/agent"
 
     async def send_json(scope: Any, send: Any, status: int, body: bytes) -> None:
@@ -476,6 +497,17 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
             return
         if scope["type"] == "http" and scope["path"] == ping_path:
             await send_json(scope, send, 200, ping_body(ctl))
+            return
+        if scope["type"] == "http" and scope["path"] == events_path \
+                and scope["method"] == "GET":
+            from corral.controller.event_routes import serve
+
+            try:
+                caller = who(scope)
+            except ApiError as exc:
+                await send_json(scope, send, exc.status, json.dumps(exc.to_json()).encode())
+                return
+            await serve(ctl, caller, scope, receive, send)
             return
         if scope["type"] == "http" and scope["method"] == "POST" and \
                 scope["path"] in (submit_path, query_path):

@@ -12,6 +12,7 @@ STATUS = {
     "conflict": 409,
     "too_large": 413,
     "rejected": 422,
+    "rate_limited": 429,
     "unavailable": 503,
     "internal": 500,
 }

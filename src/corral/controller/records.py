@@ -75,6 +75,7 @@ class JobRecord:
     steps: list[StepRecord] = field(default_factory=list)  # srun steps of this run
     steps_unsaved: list[StepRecord] = field(default_factory=list)  # closed, not yet persisted
     dispatched: bool = False  # the agent confirmed the launch (not persisted)
+    event_state: str = ""  # the state the last job event announced ("": none yet)
     _core: Job | None = None
     _api: dict[str, Any] | None = None  # cached summary record (not while running)
     _api_json: bytes | None = None

@@ -117,6 +117,7 @@ def record_from_row(row: Any) -> JobRecord:
         if k in data:
             setattr(rec, k, data[k])
     rec.hold = HoldKind(data.get("hold", "NONE"))
+    rec.event_state = rec.state.value  # its events are in the store already
     alloc = data.get("allocation")
     rec.allocation = allocation_from_json(alloc) if alloc else None
     if rec.allocation is not None:

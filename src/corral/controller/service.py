@@ -75,6 +75,10 @@ class Controller:
         from corral.controller.submitkeys import SubmitKeys
 
         self.ids = IdAllocator(store)
+        from corral.controller.events import EventLog
+
+        self.events = EventLog(store)
+        self._events_pruned = 0.0
         self.keys = SubmitKeys()
         self.metrics = Metrics()
         self.nodes = NodeTable(self)
@@ -137,6 +141,8 @@ class Controller:
                 self.ledger.load_json(saved)
             except (ValueError, TypeError, KeyError):
                 log.warning("ignoring an unreadable fair-share usage record")
+        await loop.run_in_executor(None, self.events.load)
+        self.store.hook_loop = loop
         await self._load_dependency_targets(list(self.pending.values()))
         self.metrics.set_jobs(len(self.pending), len(self.running))
         log.info("recovered %d pending and %d running jobs; next job id %d",
@@ -174,6 +180,10 @@ class Controller:
         self._prune_recent(now)
         self.keys.prune(now)
         self._save_usage()
+        if now - self._events_pruned >= 3600:  # hourly: events past their retention
+            self._events_pruned = now
+            self.store.submit(self.events.prune_op(
+                now - self.cfg.controller.event_retention_s))
         if now - self.sched.last_cycle_end >= self.cfg.controller.tick_s:
             self.sched.trigger()
 
@@ -235,7 +245,10 @@ class Controller:
     def persist(self, inserts: Iterable[JobRecord] = (), updates: Iterable[JobRecord] = (),
                 with_submission: Iterable[JobRecord] = (),
                 keys: list[dict[str, Any]] | None = None) -> asyncio.Future[Any]:
-        ins = [insert_row(r) for r in inserts]
+        new_recs = list(inserts)
+        updates = changed = list(updates)
+        ins = [insert_row(r) for r in new_recs]
+        evs = self.events.capture(new_recs, changed, time.time())
         ups = []
         step_ups: list[dict[str, Any]] = []
         for r in updates:
@@ -256,6 +269,8 @@ class Controller:
             ops.append(self.store.op_update_steps(step_ups))
         if keys:
             ops.append(self.store.op_insert_keys(keys))
+        if evs:
+            ops.append(self.events.op(evs))
 
         def run(conn: Any) -> None:
             for op in ops:

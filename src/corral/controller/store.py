@@ -74,6 +74,7 @@ jobs = sa.Table(
     sa.Index("ix_jobs_user_end", "user", "end_time"),
     sa.Index("ix_jobs_end", "end_time"),
     sa.Index("ix_jobs_array", "array_job_id"),
+    sa.Index("ix_jobs_name", "name", "id"),
 )
 
 nodes = sa.Table(
@@ -148,6 +149,23 @@ submit_keys = sa.Table(
     sqlite_with_rowid=False,
 )
 
+# job state changes in commit order (``corral.controller.events``): written in the same
+# transaction as the change itself, so a reader's cursor (the id) survives a restart
+events = sa.Table(
+    "events", metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True,
+              autoincrement=False),
+    sa.Column("time", sa.Float, nullable=False),
+    sa.Column("job_id", sa.Integer, nullable=False),
+    sa.Column("array_job_id", sa.Integer, nullable=True),
+    sa.Column("user", sa.Text, nullable=False),
+    sa.Column("data", sa.Text, nullable=False),  # the event's JSON (as served)
+    sa.Index("ix_events_user", "user", "id"),
+    sa.Index("ix_events_job", "job_id"),
+    sa.Index("ix_events_array", "array_job_id"),
+    sa.Index("ix_events_time", "time"),
+)
+
 Op = Callable[[Connection], Any]
 
 
@@ -191,6 +209,10 @@ class Store:
         self.fence: Op | None = None
         self.on_fenced: Callable[[Fenced], None] | None = None
         self.fenced = False
+        # callbacks an op registered (``after_commit``) for once its batch committed; run
+        # on ``hook_loop`` (the controller's event loop) when one is set
+        self._after: list[Callable[[], None]] = []
+        self.hook_loop: asyncio.AbstractEventLoop | None = None
 
     # ---- lifecycle -----------------------------------------------------------------
 
@@ -254,6 +276,20 @@ class Store:
         if batch:
             self._run_batch(batch)
 
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        """Inside an op: run ``fn`` once this op's transaction committed (never when it
+        rolled back), on ``hook_loop`` when one is set, in the order registered."""
+        self._after.append(fn)
+
+    def _run_after(self, fns: list[Callable[[], None]]) -> None:
+        loop = self.hook_loop
+        for fn in fns:
+            if loop is None or (self._loop is loop
+                                and threading.get_ident() == self._loop_thread):
+                fn()
+            else:
+                loop.call_soon_threadsafe(fn)
+
     def _enqueue(self, op: Op, fut: _Fut) -> None:
         self._pending.append((op, fut))
         if not self._flush_scheduled:
@@ -283,6 +319,7 @@ class Store:
 
     def _run_batch(self, batch: Sequence[tuple[Op, _Fut]]) -> None:
         results: list[Any] = []
+        self._after = []
         try:
             if self._loop is not None:  # inline: one connection for the store's lifetime
                 if self._conn is None:
@@ -305,6 +342,7 @@ class Store:
                     for op, _fut in batch:
                         results.append(op(conn))
         except Fenced as exc:  # no longer the leader: nothing of this batch may commit
+            self._after = []
             for _op, fut in batch:
                 _resolve(fut, exc=exc)
             if not self.fenced:
@@ -314,6 +352,7 @@ class Store:
                     self.on_fenced(exc)
             return
         except Exception as exc:  # one bad op must not lose the others: retry one by one
+            self._after = []
             if len(batch) > 1:
                 for one in batch:
                     self._run_batch([one])
@@ -323,6 +362,9 @@ class Store:
             return
         self.commits += 1
         self.ops += len(batch)
+        after, self._after = self._after, []
+        if after:
+            self._run_after(after)
         for (_op, fut), res in zip(batch, results, strict=True):
             _resolve(fut, res)
 
@@ -417,6 +459,29 @@ class Store:
             conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
         return run
 
+    def op_insert_events(self, rows: list[dict[str, Any]]) -> Op:
+        """Job events (``id``, ``time``, ``job_id``, ``array_job_id``, ``user``, ``data``)."""
+        cols = ("id", "time", "job_id", "array_job_id", "user", "data")
+        sql = (f'INSERT INTO events ({", ".join(_q(c) for c in cols)}) VALUES '
+               f'({", ".join(self._param(c) for c in cols)})')
+        if self.sqlite:
+            def run_raw(conn: Connection) -> None:
+                _driver(conn).executemany(sql, rows)
+            return run_raw
+
+        def run(conn: Connection) -> None:
+            conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
+        return run
+
+    @staticmethod
+    def op_prune_events(before: float, keep_after_id: int) -> Op:
+        """Forget events older than ``before`` (never the newest one: its id is where the
+        next controller continues counting)."""
+        def run(conn: Connection) -> None:
+            conn.execute(events.delete().where((events.c.time < before)
+                                               & (events.c.id < keep_after_id)))
+        return run
+
     @staticmethod
     def op_reserve_ids(n: int) -> Op:
         """Reserve ``n`` consecutive job ids from the database's counter (atomic: the
@@ -488,6 +553,25 @@ class Store:
         with self.engine.connect() as conn:
             return list(conn.execute(sa.select(submit_keys).where(submit_keys.c.time >= since)
                                      .order_by(submit_keys.c.time)))
+
+    def max_event_id(self) -> int:
+        with self.engine.connect() as conn:
+            v = conn.execute(sa.select(sa.func.max(events.c.id))).scalar()
+            return int(v or 0)
+
+    def read_events(self, after: int, limit: int, *, user: str | None = None,
+                    job_ids: Sequence[int] | None = None) -> list[tuple[int, str]]:
+        """``(id, data)`` of the events after id ``after`` in id order, at most ``limit``;
+        by the primary key, or the user's or the jobs' index when filtered."""
+        q = sa.select(events.c.id, events.c.data).where(events.c.id > after)
+        if user is not None:
+            q = q.where(events.c.user == user)
+        if job_ids:
+            ids = list(job_ids)[:1000]
+            q = q.where(sa.or_(events.c.job_id.in_(ids), events.c.array_job_id.in_(ids)))
+        q = q.order_by(events.c.id).limit(limit)
+        with self.engine.connect() as conn:
+            return [(int(r[0]), str(r[1])) for r in conn.execute(q)]
 
     def max_job_id(self) -> int:
         with self.engine.connect() as conn:
