@@ -266,3 +266,55 @@ def test_bad_license_pools_are_config_errors() -> None:
         with pytest.raises(ConfigError) as err:
             parse_config(tomllib.loads(text))
         assert err.value.key.startswith(key), (text, err.value)
+
+
+def test_prolog_epilog_and_health_check_keys_map(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        "ClusterName=life\nProlog=/etc/slurm/prolog.sh\nEpilog=/etc/slurm/epilog.sh\n"
+        "TaskProlog=/etc/slurm/tprolog\nTaskEpilog=/etc/slurm/tepilog\n"
+        "PrologSlurmctld=/etc/slurm/ctld-prolog\nEpilogSlurmctld=/etc/slurm/ctld-epilog\n"
+        "PrologEpilogTimeout=120\nPrologFlags=Alloc,Contain,X11\n"
+        "SchedulerParameters=nohold_on_prolog_fail\n"
+        "HealthCheckProgram=/usr/sbin/nhc\nHealthCheckInterval=300\n"
+        "HealthCheckNodeState=IDLE,CYCLE\nSrunProlog=/etc/slurm/srun-prolog\n"
+        "NodeName=n1 CPUs=4 RealMemory=1000\nPartitionName=p Nodes=n1 Default=YES\n")
+    out = tmp_path / "corral.toml"
+    res = runner.invoke(app, ["config", "import-slurm", str(conf), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    cfg = load_config(out)
+    s = cfg.scripts
+    assert (s.prolog, s.epilog, s.task_prolog, s.task_epilog) == (
+        "/etc/slurm/prolog.sh", "/etc/slurm/epilog.sh", "/etc/slurm/tprolog",
+        "/etc/slurm/tepilog")
+    assert (s.prolog_slurmctld, s.epilog_slurmctld) == ("/etc/slurm/ctld-prolog",
+                                                        "/etc/slurm/ctld-epilog")
+    assert s.timeout_s == 120 and set(s.flags) == {"alloc", "contain", "nohold"}
+    assert not s.hold_on_prolog_failure
+    h = cfg.health_check
+    assert (h.program, h.interval_s, h.node_state) == ("/usr/sbin/nhc", 300, ("idle", "cycle"))
+    # what is not mapped is said, with the reason
+    assert "X11" in res.stderr and "SrunProlog" in res.stderr
+    for key in (": Prolog=", ": Epilog=", "HealthCheckProgram", "PrologEpilogTimeout"):
+        assert key not in res.stderr, key
+
+
+def test_prolog_lists_are_reported_not_guessed() -> None:
+    res = import_slurm_conf("x.conf", read_text=lambda p: (
+        "Prolog=/etc/slurm/prolog.d/*\nNodeName=n1 CPUs=1 RealMemory=10\n"
+        if p == "x.conf" else ""))
+    assert "scripts" not in res.data
+    assert any(u.key == "Prolog" and "globs" in u.reason for u in res.unmapped)
+
+
+def test_bad_lifecycle_settings_are_config_errors() -> None:
+    from corral.config.load import ConfigError
+
+    for text, key in (('[scripts]\nprolog = "prolog.sh"\n', "scripts.prolog"),
+                      ('[scripts]\nflags = ["sometimes"]\n', "scripts.flags"),
+                      ('[health_check]\nprogram = "nhc"\n', "health_check.program"),
+                      ('[health_check]\nnode_state = ["sleepy"]\n', "health_check.node_state"),
+                      ('[health_check]\ntimeout_s = 0\n', "health_check.timeout_s")):
+        with pytest.raises(ConfigError) as err:
+            parse_config(tomllib.loads(text))
+        assert err.value.key == key, (text, err.value)

@@ -113,6 +113,7 @@ class AgentDaemon:
             self._affinity = set(os.sched_getaffinity(0))
         except OSError:
             self._affinity = set()
+        self._health_task: asyncio.Task[None] | None = None
         self.launches = 0
         self.launch_s = 0.0  # time spent in JobRunner.launch (reported in heartbeats)
         self.ack_s = 0.0
@@ -318,12 +319,28 @@ class AgentDaemon:
             except Exception as exc:
                 log.warning("ack of job %d: %s", jid, exc)
             self.ack_s += time.perf_counter() - t0
+        elif t == "health_check":
+            self._health_check(str(msg.get("program") or ""),
+                               float(msg.get("timeout_s") or 60))
         elif t == "welcome":
             self.heartbeat_s = float(msg.get("heartbeat_s", self.heartbeat_s))
             if msg.get("node") and msg["node"] != self.node:
                 log.warning("controller knows this node as %s", msg["node"])
         elif t == "reject":
             log.error("the controller refused this agent: %s", msg.get("message"))
+
+    def _health_check(self, program: str, timeout_s: float) -> None:
+        """Run the controller's HealthCheckProgram (one at a time) and answer ``health``."""
+        if not program or (self._health_task is not None and not self._health_task.done()):
+            return
+
+        async def check() -> None:
+            ok, message = await run_health_program(program, timeout_s, self.node)
+            if not ok:
+                log.warning("health check %s failed: %s", program, message)
+            self._send({"t": "health", "ok": ok, "message": message})
+
+        self._health_task = asyncio.get_running_loop().create_task(check())
 
     # ---- connection -------------------------------------------------------------------
 
@@ -509,6 +526,34 @@ class AgentDaemon:
 
 
 NOT_LEADER_CLOSE = 4409  # a standby controller's close code (corral.controller.roles)
+
+
+async def run_health_program(program: str, timeout_s: float, node: str) -> tuple[bool, str]:
+    """Run a HealthCheckProgram: (passed, its message: the last line of its output, else
+    its exit status). No search path is set, as in Slurm; ``SLURMD_NODENAME`` is."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            program, env={"SLURMD_NODENAME": node}, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True, cwd="/")
+    except OSError as exc:
+        return False, f"HealthCheckProgram {program}: {exc.strerror or exc}"
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, _signal.SIGKILL)
+        await proc.wait()
+        return False, f"HealthCheckProgram timed out after {timeout_s:.0f} s"
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, _signal.SIGKILL)
+    lines = [ln.strip() for ln in out[-8192:].decode(errors="replace").splitlines()
+             if ln.strip()]
+    code = proc.returncode or 0
+    if code == 0:
+        return True, lines[-1][:200] if lines else ""
+    status = f"exit {code}" if code > 0 else f"killed by signal {-code}"
+    return False, lines[-1][:200] if lines else f"HealthCheckProgram failed ({status})"
 
 
 def split_controllers(controller: str | list[str]) -> list[str]:

@@ -54,12 +54,22 @@ class LaunchRequest:
     allowed_ram_pct: float = 100.0  # AllowedRAMSpace: the limit in percent of mem_mb
     constrain_swap: bool = False  # ConstrainSwapSpace: RAM + swap limited as well
     allowed_swap_pct: float = 0.0  # AllowedSwapSpace: swap on top, in percent of mem_mb
+    # [scripts] of corral.toml (``corral.agent.jobscripts``): paths on this node, "" none
+    prolog: str = ""  # as root before the job starts here; failure: requeue, node drained
+    epilog: str = ""  # as root after the job ended here; failure: node drained
+    task_prolog: str = ""  # as the user before the batch script (export/unset/print)
+    task_epilog: str = ""  # as the user after the batch script
+    script_timeout_s: int = 0  # PrologEpilogTimeout (0: none)
+    # the prolog's and epilog's environment, from the controller's record (never from the
+    # user's submit environment): SLURM_JOB_ID, SLURM_JOB_USER, ... (``script_environment``)
+    script_env: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         # not dataclasses.asdict: this is on the launch hot path and asdict deep-copies
         out = {name: getattr(self, name) for name in _LAUNCH_FIELDS}
         out["env"] = dict(self.env)
         out["extra"] = dict(self.extra)
+        out["script_env"] = dict(self.script_env)
         return out
 
     @staticmethod
@@ -104,6 +114,10 @@ class JobExit:
     stdout_path: str = ""  # the expanded output file names (absolute), "" if none was opened
     stderr_path: str = ""
     restarts: int = 0  # LaunchRequest.restarts of the run this exit belongs to
+    # "prolog" or "epilog" when that program failed on this node (the controller drains the
+    # node with Slurm's "Prolog error"/"Epilog error"; a prolog failure requeues the job)
+    script_failure: str = ""
+    script_message: str = ""  # why: its exit status or timeout, and its last output line
 
     @property
     def exit_code_text(self) -> str:

@@ -118,7 +118,8 @@ class JobRunner:
                 continue
         self._zygote = ForkServer({
             "node_name": self.node_name, "cgroup_root": self.cgroup_parent,
-            "isolation": isolation, "notify": self._addr.hex(), "mem_poll_s": mem_poll_s})
+            "isolation": isolation, "notify": self._addr.hex(), "mem_poll_s": mem_poll_s,
+            "script_log": str(self.state_dir / "scripts.log")})
         self._runs: dict[int, int] = {}  # every run in the spool: job id -> restarts
         self._active: dict[int, _Sup | None] = {}  # runs not reported finished yet
         self._unclaimed: dict[int, bytes] = {}  # sent to the fork server, no claim seen

@@ -61,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from corral.agent import spawn, spool
+from corral.agent import jobscripts, spawn, spool
 from corral.agent.cgroups import CgroupError
 from corral.agent.isolation import Isolation, make_isolation, release_slot
 from corral.agent.launch import JobExit, LaunchRequest
@@ -115,6 +115,7 @@ class SupervisorConfig:
     mem_poll_s: float = 1.0
     groups: tuple[int, ...] = ()  # supplementary groups of the job user (resolved by the runner)
     switch_user: bool = False  # setgroups/setgid/setuid in the job (the runner runs as root)
+    script_log: str = ""  # the node's log of prolog/epilog runs (<agent state dir>/scripts.log)
 
 
 def stamp(when: float | None = None) -> str:
@@ -159,6 +160,10 @@ class Supervisor:
         self.before_exit: Callable[[], None] | None = None
         self.drained = False  # ``drain`` saw every process of the job gone
         self.early_steps: list[dict[str, Any]] = []  # step commands read before the start
+        self.script_failure = ""  # "prolog" | "epilog": that program failed here
+        self.script_message = ""
+        self.prolog_ran = False
+        self.truncated_output = False  # the TaskProlog's print lines opened the output
         global _own_ticks
         if _own_ticks is None:
             _own_ticks = start_ticks(os.getpid())
@@ -310,7 +315,7 @@ class Supervisor:
             stage = f"cannot open input file {self.stdin_path}"
             in_fd = os.open(self.stdin_path, os.O_RDONLY)
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-            if self.req.open_mode != "append":
+            if self.req.open_mode != "append" and not self.truncated_output:
                 flags |= os.O_TRUNC
             stage = f"cannot open output file {self.stdout_path}"
             out_fd = os.open(self.stdout_path, flags, 0o644)
@@ -337,6 +342,66 @@ class Supervisor:
                 os._exit(127)
         os._exit(127)  # not reached: execvpe does not return
 
+    # ---- prolog, epilog, task prolog/epilog (``jobscripts.py``) ----------------------------
+    @property
+    def creds(self) -> tuple[int, int, tuple[int, ...]] | None:
+        return (self.req.uid, self.req.gid, self.cfg.groups) if self.cfg.switch_user else None
+
+    def run_prolog(self) -> str | None:
+        """The node's Prolog, as this (root) process, before anything of the job exists
+        here; a failure reason (the job does not start; the controller requeues it and
+        drains the node) or None."""
+        req = self.req
+        env = jobscripts.script_env(req, self.cfg.node_name, "prolog_slurmd")
+        res = jobscripts.run_program(req.prolog, [], env, req.script_timeout_s)
+        jobscripts.log_run(self.cfg.script_log, "prolog", req.job_id, req.prolog, res)
+        self.prolog_ran = True
+        if res.ok:
+            return None
+        self.script_failure = "prolog"
+        last = res.last_line()
+        self.script_message = res.describe() + (f": {last}" if last else "")
+        return f"prolog failed on {self.cfg.node_name}: {self.script_message}"
+
+    def run_epilog(self) -> None:
+        req = self.req
+        env = jobscripts.script_env(req, self.cfg.node_name, "epilog_slurmd")
+        res = jobscripts.run_program(req.epilog, [], env, req.script_timeout_s)
+        jobscripts.log_run(self.cfg.script_log, "epilog", req.job_id, req.epilog, res)
+        if not res.ok and not self.script_failure:
+            self.script_failure = "epilog"
+            last = res.last_line()
+            self.script_message = res.describe() + (f": {last}" if last else "")
+
+    def run_task_prolog(self, env: dict[str, str]) -> str | None:
+        """TaskProlog as the job's user with the job's environment, in its working
+        directory: its ``export``/``unset`` lines change ``env``, its ``print`` lines
+        open the job's output. A failure reason (the job FAILED) or None."""
+        req = self.req
+        res = jobscripts.run_program(req.task_prolog, [], dict(env), req.script_timeout_s,
+                                     creds=self.creds, cwd=req.workdir)
+        jobscripts.log_run(self.cfg.script_log, "task_prolog", req.job_id, req.task_prolog,
+                           res)
+        if not res.ok:
+            return f"TaskProlog failed status={res.describe()}"
+        prints = jobscripts.apply_task_prolog(res.output, env)
+        if prints and self.stdout_path:
+            data = "".join(line + "\n" for line in prints).encode()
+            why = append_message(self.stdout_path, data, self.creds,
+                                 create=req.open_mode != "append")
+            if why:
+                return f"cannot open output file {self.stdout_path}: {why}"
+            self.truncated_output = True
+        return None
+
+    def run_task_epilog(self) -> None:
+        req = self.req
+        env = job_environment(req, self.cfg.node_name)
+        res = jobscripts.run_program(req.task_epilog, [], env, req.script_timeout_s,
+                                     creds=self.creds, cwd=req.workdir)
+        jobscripts.log_run(self.cfg.script_log, "task_epilog", req.job_id, req.task_epilog,
+                           res)
+
     # ---- main flow ------------------------------------------------------------------------
     def start(self) -> str | None:
         """Start the job; returns a failure reason, or None when it runs."""
@@ -351,6 +416,13 @@ class Supervisor:
         self.handle_commands()  # cancelled before it started: do not start it at all
         if self.run.ending:
             return None
+        if req.prolog:
+            failure = self.run_prolog()
+            if failure is not None:
+                return failure
+            self.handle_commands()  # cancelled while the prolog ran
+            if self.run.ending:
+                return None
         try:
             self.iso, note = make_isolation(self.cfg.isolation, self.cfg.cgroup_root, req,
                                             self.cfg.mem_poll_s, reuse=_pooled)
@@ -366,6 +438,10 @@ class Supervisor:
             self._run_early_steps()
             return None
         env = job_environment(req, self.cfg.node_name)
+        if req.task_prolog:
+            failure = self.run_task_prolog(env)
+            if failure is not None:
+                return failure
         keep_fd = -1
         if req.script is not None:
             keep_fd = os.memfd_create(f"corral-job{req.job_id}-script", 0)
@@ -404,7 +480,7 @@ class Supervisor:
             stage = f"cannot open input file {self.stdin_path}"
             fds.append(os.open(self.stdin_path, os.O_RDONLY))
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-            if req.open_mode != "append":
+            if req.open_mode != "append" and not self.truncated_output:
                 flags |= os.O_TRUNC
             stage = f"cannot open output file {self.stdout_path}"
             fds.append(os.open(self.stdout_path, flags, 0o644))
@@ -728,7 +804,8 @@ class Supervisor:
             start_time=run.start_wall or time.time(), end_time=time.time(), cpu_time_s=cpu_s,
             max_rss_mb=round(peak_mb, 3), reason=reason,
             stdout_path=self.stdout_path if run.job_pid else "",
-            stderr_path=self.stderr_path if run.job_pid else "", restarts=req.restarts)
+            stderr_path=self.stderr_path if run.job_pid else "", restarts=req.restarts,
+            script_failure=self.script_failure, script_message=self.script_message)
 
     def main(self) -> None:
         failure: str | None
@@ -747,6 +824,8 @@ class Supervisor:
         elif failure is None and (self.run.job_pid or self.is_share):
             self._run_early_steps()
             self.loop()
+            if self.req.task_epilog and self.run.job_pid:
+                self.run_task_epilog()
         try:
             self.drain()
         except OSError:
@@ -757,6 +836,13 @@ class Supervisor:
                 self.iso.remove()
             except OSError as exc:
                 self.log(f"cannot remove isolation: {exc}")
+        if self.req.epilog and (self.prolog_ran or not self.req.prolog):
+            self.run_epilog()
+            if self.script_failure == "epilog":
+                import dataclasses
+
+                exit_rec = dataclasses.replace(exit_rec, script_failure="epilog",
+                                               script_message=self.script_message)
         if self.before_exit is not None:
             self.before_exit()
         spool.write_json(os.path.join(self.jdir, spool.EXIT), exit_rec.to_json())
@@ -775,11 +861,13 @@ _APPEND = (os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCT
            | os.O_CLOEXEC)
 
 
-def _append_file(path: str, data: bytes) -> str:
+def _append_file(path: str, data: bytes, create: bool = False) -> str:
     """Append ``data`` to the existing regular file ``path`` with this process's
-    credentials, never following a symbolic link as the last component; "" or why not."""
+    credentials, never following a symbolic link as the last component; "" or why not.
+    ``create``: create the file, or empty it, first (a job's output in truncate mode)."""
     try:
-        fd = os.open(path, _APPEND)
+        fd = os.open(path, _APPEND | os.O_CREAT | os.O_TRUNC, 0o644) if create \
+            else os.open(path, _APPEND)
     except OSError as exc:
         return exc.strerror or str(exc)
     try:
@@ -795,7 +883,7 @@ def _append_file(path: str, data: bytes) -> str:
 
 def append_message(path: str, data: bytes,
                    creds: tuple[int, int, tuple[int, ...]] | None,
-                   timeout_s: float = 10.0) -> str:
+                   timeout_s: float = 10.0, create: bool = False) -> str:
     """Append ``data`` to the job's file ``path``; "" or why it was not written.
 
     ``creds`` (uid, gid, supplementary groups): the job runs as another user than this
@@ -807,7 +895,7 @@ def append_message(path: str, data: bytes,
     only a regular file is written. A child that has not finished within ``timeout_s``
     (a hung file system) is killed."""
     if creds is None:
-        return _append_file(path, data)
+        return _append_file(path, data, create)
     uid, gid, groups = creds
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     gc_on = gc.isenabled()
@@ -828,7 +916,7 @@ def append_message(path: str, data: bytes,
             os.setgroups(list(groups))
             os.setgid(gid)
             os.setuid(uid)
-            why = _append_file(path, data)
+            why = _append_file(path, data, create)
         except BaseException as exc:  # noqa: B036 - report anything, then leave
             why = f"{why}: {exc}"
         finally:

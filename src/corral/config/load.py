@@ -213,6 +213,10 @@ def validate(cfg: ClusterConfig) -> None:
             raise ConfigError(f"licenses[{i}].name", f"bad license name {lic.name!r}")
         if not 0 <= lic.count < 2 ** 31:
             raise ConfigError(f"licenses[{i}].count", f"must be 0 or more, got {lic.count}")
+    from corral.config.lifecycle import check_lifecycle
+
+    for key, message in check_lifecycle(cfg.scripts, cfg.health_check):
+        raise ConfigError(key, message)
     if not cfg.partitions:
         raise ConfigError("partitions", "at least one partition is needed")
     defaults = [p.name for p in cfg.partitions if p.default]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.checks.settings import ChecksConfig
+from corral.config.lifecycle import HealthCheckConfig, ScriptsConfig
 from corral.core.config import (
     BackfillMode,
     FairshareAlgorithm,
@@ -304,6 +305,8 @@ class ClusterConfig:
     switches: tuple[SwitchConfig, ...] = ()
     licenses: tuple[LicenseConfig, ...] = ()
     checks: ChecksConfig = field(default_factory=ChecksConfig)  # corral check cluster
+    scripts: ScriptsConfig = field(default_factory=ScriptsConfig)  # prolog/epilog
+    health_check: HealthCheckConfig = field(default_factory=HealthCheckConfig)
 
     # ---- views for the scheduling core -----------------------------------------------
 

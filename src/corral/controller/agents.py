@@ -216,6 +216,7 @@ class AgentHub:
                    "kill_grace_s": ctl.cfg.controller.kill_grace_s})
         try:
             await self._reconcile(conn, hello)
+            ctl.health.registered(name, time.time())
             ctl.sched.trigger()
             while True:
                 try:
@@ -258,6 +259,9 @@ class AgentHub:
             elif t == "step_failed":
                 log.warning("agent %s: step %s of job %s could not start: %s", conn.node,
                             m.get("step_id"), m.get("job_id"), m.get("message"))
+            elif t == "health":
+                self.ctl.health.result(conn.node, bool(m.get("ok")),
+                                       str(m.get("message") or "")[:1000])
             elif t == "heartbeat":
                 node = self.ctl.nodes.nodes.get(conn.node)
                 if node is not None and isinstance(m.get("stats"), dict):

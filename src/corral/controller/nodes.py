@@ -132,6 +132,8 @@ class NodeTable:
             if isinstance(data, dict):
                 rec.address = str(data.get("address") or "")
                 rec.hostname = str(data.get("hostname") or "")
+                rec.health_drained = bool(data.get("health_drained")) and \
+                    rec.admin_state == "drain"
             if rec.admin_state == "down":
                 rec.state = NodeState.DOWN
             self.nodes[row.name] = rec
@@ -140,7 +142,8 @@ class NodeTable:
     def _save(self, rec: NodeRecord) -> None:
         self.ctl.store.submit(Store.op_upsert_node(
             rec.name, node_spec_to_json(rec.spec), rec.admin_state, rec.reason,
-            {"boot_time": rec.boot_time, "address": rec.address, "hostname": rec.hostname}))
+            {"boot_time": rec.boot_time, "address": rec.address, "hostname": rec.hostname,
+             "health_drained": rec.health_drained}))
 
     def _refresh_partitions(self) -> None:
         names = sorted(self.nodes)
@@ -368,9 +371,13 @@ class NodeTable:
                    {**details, "state": rec.state.value})
         return rec
 
-    def drain(self, name: str, reason: str, who: Identity | None = None) -> NodeRecord:
+    def drain(self, name: str, reason: str, who: Identity | None = None, *,
+              by_health: bool = False) -> NodeRecord:
+        """Drain ``name``; ``by_health``: by a failed health check (a passing one may
+        return it), else by an operator or a failed prolog/epilog (only an operator
+        returns it)."""
         return self._audited(who, "drain", name, {"reason": reason},
-                             lambda: self._drain(name, reason))
+                             lambda: self._drain(name, reason, by_health))
 
     def set_down(self, name: str, reason: str, who: Identity | None = None) -> NodeRecord:
         return self._audited(who, "down", name, {"reason": reason},
@@ -379,12 +386,13 @@ class NodeTable:
     def resume(self, name: str, who: Identity | None = None) -> NodeRecord:
         return self._audited(who, "resume", name, {}, lambda: self._resume(name))
 
-    def _drain(self, name: str, reason: str) -> NodeRecord:
+    def _drain(self, name: str, reason: str, by_health: bool = False) -> NodeRecord:
         rec = self.get(name)
         if not reason:
             raise ApiError("invalid", "a reason is required to drain a node")
         rec.admin_state = "drain"
         rec.reason = reason
+        rec.health_drained = by_health
         if rec.state is not NodeState.DOWN:
             rec.state = node_transition(rec.state, NodeEvent.DRAIN)
             self.refresh_load(rec)
@@ -395,6 +403,7 @@ class NodeTable:
     def _set_down(self, name: str, reason: str) -> NodeRecord:
         rec = self.get(name)
         rec.admin_state = "down"
+        rec.health_drained = False
         rec.reason = reason or "set down by an operator"
         rec.state = node_transition(rec.state, NodeEvent.DOWN)
         rec.down_since = time.time()
@@ -409,6 +418,7 @@ class NodeTable:
             raise ApiError("conflict", f"node {name} is {rec.state.value}: nothing to resume")
         rec.admin_state = ""
         rec.reason = ""
+        rec.health_drained = False
         rec.down_since = None
         if rec.state is NodeState.DOWN and not rec.connected:
             rec.state = NodeState.DOWN

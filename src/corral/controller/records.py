@@ -65,6 +65,7 @@ class JobRecord:
     alloc_seen: float | None = None  # an allocation's last keepalive (controller.allocations)
     requeue_requested: bool = False
     requeue_hold: bool = False
+    requeue_admin_hold: bool = False  # a node's prolog failed: requeue held by the admin
     preempted_by: int | None = None  # the job this run is being preempted for (not persisted)
     cancelled_by_uid: int | None = None  # who cancelled it (sacct's "CANCELLED by <uid>")
     warning: str = ""  # e.g. a multi-node job was suspended: MPI jobs often cannot resume
@@ -335,6 +336,7 @@ class NodeRecord:
     alloc_gpus: int = 0
     partitions: tuple[str, ...] = ()
     agent_stats: dict[str, Any] = field(default_factory=dict)
+    health_drained: bool = False  # drained by a failed health check (not by an operator)
 
     @property
     def name(self) -> str:

@@ -27,6 +27,7 @@ from corral.agent.launch import LaunchRequest
 from corral.agent.prepare import output_paths
 from corral.controller.env import job_environment, pbs_nodefile_text
 from corral.controller.errors import ApiError
+from corral.controller.jobscripts import launch_after_prolog, script_environment
 from corral.controller.records import JobRecord
 from corral.controller.suspend import resume_ready, suspend
 from corral.core.decisions import CycleResult, Reserve, Start
@@ -352,7 +353,7 @@ class SchedulerLoop:
                     hold_unevaluable(rec, f"{exc.__class__.__name__}: {exc}")
                     unlaunchable.append(rec)
                     continue
-                ctl.hub.launch(rec, req, shares)
+                launch_after_prolog(ctl, rec, req, shares)
         if unlaunchable:
             await ctl.persist(updates=unlaunchable)
         for rec in preempted:
@@ -414,6 +415,7 @@ class SchedulerLoop:
             signal=sub.signal, tasks=na.tasks, array_job_id=rec.array_job_id,
             array_task_id=rec.array_task_id, nodes=rec.allocation.node_names, node_index=0,
             restarts=rec.restarts, **ctl.cfg.cgroup.launch_fields(),
+            **self._script_fields(rec),
         )
         try:
             out, err = output_paths(req, na.node)
@@ -471,7 +473,17 @@ class SchedulerLoop:
             kill_grace_s=self.ctl.cfg.controller.kill_grace_s, tasks=na.tasks,
             array_job_id=rec.array_job_id, array_task_id=rec.array_task_id,
             nodes=names, node_index=index, restarts=rec.restarts,
-            **self.ctl.cfg.cgroup.launch_fields())
+            **self.ctl.cfg.cgroup.launch_fields(), **self._script_fields(rec))
+
+    def _script_fields(self, rec: JobRecord) -> dict[str, Any]:
+        """The prolog/epilog fields of a launch ([scripts]); none when none is set."""
+        scripts = self.ctl.cfg.scripts
+        if not (scripts.prolog or scripts.epilog or scripts.task_prolog
+                or scripts.task_epilog):
+            return {}
+        fields = scripts.launch_fields()
+        fields["script_env"] = script_environment(rec, self.ctl.cfg.cluster_name)
+        return fields
 
 
 UNEVALUABLE = "the scheduler cannot evaluate this job: "

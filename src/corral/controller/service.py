@@ -90,6 +90,9 @@ class Controller:
 
         self.hub = AgentHub(self)
         self.sched = SchedulerLoop(self, cycle_fn)
+        from corral.controller.health import HealthChecks
+
+        self.health = HealthChecks(self)
         self.started_at = time.time()
         # high availability: this controller's role and its peers, for ``/ping``
         # (``corral.controller.roles.Gate.role_json``)
@@ -176,6 +179,7 @@ class Controller:
     async def tick(self, now: float) -> None:
         """Time-based work: node timeouts, pruning finished jobs, a periodic cycle."""
         await self.nodes.check_timeouts(now)
+        self.health.tick(now)
         allocations.check_keepalives(self, now)
         self._prune_recent(now)
         self.keys.prune(now)
@@ -304,6 +308,10 @@ class Controller:
             self._release_shares(rec)
             self.nodes.release(rec)
             self.ledger.charge(rec, now)
+            if self.cfg.scripts.epilog_slurmctld:
+                from corral.controller.jobscripts import epilog_slurmctld
+
+                epilog_slurmctld(self, rec)
         if rec.steps:
             close_open_steps(rec, rec.state, now)
         self._place(rec)
@@ -319,7 +327,12 @@ class Controller:
         if rec.allocation is not None and len(rec.allocation.nodes) > 1:
             self.hub.release_shares(rec.id, rec.restarts, list(rec.allocation.node_names))
 
-    def requeue_record(self, rec: JobRecord, now: float, *, hold: bool = False) -> None:
+    def requeue_record(self, rec: JobRecord, now: float, *, hold: bool = False,
+                       admin_hold: bool = False) -> None:
+        """Back to PENDING for a new run; ``hold``: held by the user (requeuehold),
+        ``admin_hold`` (or the record's ``requeue_admin_hold``: a node's prolog failed):
+        held by the administrator."""
+        admin_hold = admin_hold or rec.requeue_admin_hold
         if rec.state is JobState.SUSPENDED:
             end_suspension(self, rec, now)
         if rec.state.is_active:
@@ -344,12 +357,15 @@ class Controller:
         rec.cancel_requested = False
         rec.requeue_requested = False
         rec.requeue_hold = False
+        rec.requeue_admin_hold = False
         rec.fail_state = ""
         rec.preempted_by = None
         rec.eligible_time = None
-        if hold:
+        if admin_hold:
+            rec.hold = HoldKind.ADMIN
+        elif hold:
             rec.hold = HoldKind.USER
-        rec.reason = "JobHeldUser" if hold else "None"
+        rec.reason = "JobHeldAdmin" if admin_hold else "JobHeldUser" if hold else "None"
         rec.touch()
         self.finished.pop(rec.id, None)
         self._place(rec)
@@ -640,6 +656,13 @@ class Controller:
         for ex in exits:
             acks.append(ex)
             rec = self.jobs.get(ex.job_id)
+            if ex.script_failure:  # the node's Prolog or Epilog failed
+                from corral.controller.jobscripts import on_script_failure
+
+                if on_script_failure(self, node, rec, ex):
+                    if rec is not None:
+                        changed.append(rec)
+                    continue
             if rec is None or not rec.state.is_active or rec.restarts != ex.restarts:
                 continue  # stale: a run we already ended (or requeued): just forget it
             if rec.allocation is None or node not in rec.allocation.node_names:

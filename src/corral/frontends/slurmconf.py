@@ -17,7 +17,11 @@ Translation (``translate``): nodes (hostlist names kept, ``Boards x SocketsPerBo
 ``SchedulerParameters`` bf_window/bf_max_job_test/bf_resolution/bf_continue/
 default_queue_depth, ``SelectTypeParameters``), preemption (``PreemptType``,
 ``PreemptMode``), ``DefMemPerCPU``, ``MaxArraySize``, ``MinJobAge``, ``KillWait``,
-``ClusterName``. A ``cgroup.conf`` next to slurm.conf gives the ``[cgroup]`` memory
+``ClusterName``, the prolog/epilog programs (``Prolog``, ``Epilog``, ``TaskProlog``,
+``TaskEpilog``, ``PrologSlurmctld``, ``EpilogSlurmctld``, ``PrologEpilogTimeout``,
+``PrologFlags``, SchedulerParameters ``nohold_on_prolog_fail``: ``[scripts]``), the health
+check (``HealthCheckProgram``, ``HealthCheckInterval``, ``HealthCheckNodeState``:
+``[health_check]``). A ``cgroup.conf`` next to slurm.conf gives the ``[cgroup]`` memory
 knobs (``ConstrainRAMSpace``, ``MinRAMSpace``, ``AllowedRAMSpace``, ``ConstrainSwapSpace``,
 ``AllowedSwapSpace``: ``translate_cgroup_conf``). Every other line, key or sub-option is
 reported in ``unmapped`` with its file, line and the reason, so nothing is silently dropped.
@@ -96,9 +100,8 @@ KNOWN_REASONS: dict[str, str] = {
     "messagetimeout": "not configurable", "tcptimeout": "not configurable",
     "schedulertimeslice": "no gang time slicing",
     "inactivelimit": "not applicable", "waittime": "not applicable",
-    "epilog": "prolog/epilog scripts are not supported yet",
-    "prolog": "prolog/epilog scripts are not supported yet",
-    "healthcheckprogram": "not supported", "healthcheckinterval": "not supported",
+    "srunprolog": "srun runs --prolog PROGRAM per step; no cluster-wide srun prolog",
+    "srunepilog": "srun runs --epilog PROGRAM per step; no cluster-wide srun epilog",
 }
 
 _NODE_IGNORED = {
@@ -356,6 +359,8 @@ def _scheduler_parameters(line: ConfLine, key: str, value: str, data: dict[str, 
                 sched["bf_resolution_s"] = int(v)
             elif low == "bf_continue":
                 sched["bf_continue"] = True
+            elif low == "nohold_on_prolog_fail":
+                data.setdefault("scripts", {}).setdefault("flags", []).append("nohold")
             elif low == "default_queue_depth" and eq:
                 sched["max_jobs_per_cycle"] = int(v)
             elif low == "max_array_tasks" and eq:
@@ -569,12 +574,48 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
             for item in (x.strip() for x in value.split(",") if x.strip()):
                 name, sep, count = item.replace("*", ":").partition(":")
                 pools.append({"name": name.strip(), "count": int(count) if sep else 1})
+        elif low in _SCRIPT_KEYS:
+            if "," in value or "*" in value or "?" in value:
+                c.skip(line, key, value, "one program per kind in Corral (no lists or "
+                       "globs); name one program that runs the others")
+            else:
+                data.setdefault("scripts", {})[_SCRIPT_KEYS[low]] = value
+        elif low == "prologepilogtimeout":
+            data.setdefault("scripts", {})["timeout_s"] = int(value)
+        elif low == "prologflags":
+            flags = data.setdefault("scripts", {}).setdefault("flags", [])
+            for f in (x.strip() for x in value.split(",") if x.strip()):
+                if f.lower() in ("alloc", "contain"):
+                    flags.append(f.lower())
+                else:
+                    c.skip(line, key, f, "only Alloc and Contain (what Corral always "
+                           "does) are understood")
+        elif low == "healthcheckprogram":
+            data.setdefault("health_check", {})["program"] = value
+        elif low == "healthcheckinterval":
+            data.setdefault("health_check", {})["interval_s"] = int(value)
+        elif low == "healthchecknodestate":
+            states = [x.strip().lower() for x in value.split(",") if x.strip()]
+            from corral.config.lifecycle import HEALTH_NODE_STATES
+
+            bad = [x for x in states if x not in HEALTH_NODE_STATES]
+            if bad:
+                c.skip(line, key, ",".join(bad), "unknown node state for health checks")
+            good = [x for x in states if x in HEALTH_NODE_STATES]
+            if good:
+                data.setdefault("health_check", {})["node_state"] = good
         elif low == "defmempernode":
             c.skip(line, key, value, "use default_mem_per_cpu_mb (memory per CPU)")
         else:
             c.skip(line, key, value, KNOWN_REASONS.get(low, "no Corral equivalent"))
     except (ValueError, ParseError):
         c.skip(line, key, value, "value not understood")
+
+
+#: slurm.conf program keys -> ``[scripts]`` keys.
+_SCRIPT_KEYS = {"prolog": "prolog", "epilog": "epilog", "taskprolog": "task_prolog",
+                "taskepilog": "task_epilog", "prologslurmctld": "prolog_slurmctld",
+                "epilogslurmctld": "epilog_slurmctld"}
 
 
 #: cgroup.conf keys -> (``[cgroup]`` key, kind).

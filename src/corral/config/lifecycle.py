@@ -1,0 +1,83 @@
+"""``[scripts]`` and ``[health_check]`` of ``corral.toml``: the node lifecycle programs.
+
+``[scripts]`` holds Slurm's prolog and epilog programs (slurm.conf ``Prolog``, ``Epilog``,
+``TaskProlog``, ``TaskEpilog``, ``PrologSlurmctld``, ``EpilogSlurmctld``,
+``PrologEpilogTimeout``, ``PrologFlags``); ``[health_check]`` the node health check
+(``HealthCheckProgram``, ``HealthCheckInterval``, ``HealthCheckNodeState``). Paths are
+absolute paths on the machine that runs the program (each node, or the controller's host
+for the ``*_slurmctld`` ones). Semantics in ``docs/lifecycle.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: PrologFlags Corral understands. Alloc and Contain describe what Corral always does
+#: (the prolog runs on every node of the allocation when the job starts; every job's
+#: processes are in its cgroup); NoHold is Slurm's SchedulerParameters
+#: nohold_on_prolog_fail (a job whose prolog failed is requeued without a hold).
+PROLOG_FLAGS = ("alloc", "contain", "nohold")
+
+#: HealthCheckNodeState values: the node states in which the check runs.
+HEALTH_NODE_STATES = ("any", "idle", "alloc", "mixed", "nondrained_idle", "cycle")
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptsConfig:
+    """The prolog and epilog programs; "" means none."""
+
+    prolog: str = ""  # as root on each allocated node before the job starts there
+    epilog: str = ""  # as root on each allocated node after the job ended there
+    task_prolog: str = ""  # as the job's user before its batch script (export/unset/print)
+    task_epilog: str = ""  # as the job's user after its batch script ended
+    prolog_slurmctld: str = ""  # on the controller's host when the job is allocated
+    epilog_slurmctld: str = ""  # on the controller's host when the job ended
+    timeout_s: int = 0  # PrologEpilogTimeout: a program running longer is killed (0: none)
+    flags: tuple[str, ...] = ()  # PrologFlags (alloc, contain, nohold)
+
+    def launch_fields(self) -> dict[str, object]:
+        """The ``LaunchRequest`` fields these settings give every launch."""
+        return {"prolog": self.prolog, "epilog": self.epilog,
+                "task_prolog": self.task_prolog, "task_epilog": self.task_epilog,
+                "script_timeout_s": self.timeout_s}
+
+    @property
+    def hold_on_prolog_failure(self) -> bool:
+        return "nohold" not in self.flags
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheckConfig:
+    """The node health check: ``program`` runs as root on every node each ``interval_s``
+    (and when its agent registers) while the node is in one of ``node_state``; a check
+    that fails drains the node with its message, one that passes returns a node the
+    check had drained."""
+
+    program: str = ""  # "" : no health check
+    interval_s: int = 0  # 0: only when the agent registers
+    node_state: tuple[str, ...] = ("any",)
+    timeout_s: int = 60  # a check running longer fails (and is killed)
+
+
+def check_lifecycle(scripts: ScriptsConfig, health: HealthCheckConfig) -> list[tuple[str, str]]:
+    """Problems as (key, message): relative paths, unknown flags and states."""
+    out: list[tuple[str, str]] = []
+    for name in ("prolog", "epilog", "task_prolog", "task_epilog", "prolog_slurmctld",
+                 "epilog_slurmctld"):
+        path = getattr(scripts, name)
+        if path and not path.startswith("/"):
+            out.append((f"scripts.{name}", f"must be an absolute path, not {path!r}"))
+    for flag in scripts.flags:
+        if flag.lower() not in PROLOG_FLAGS:
+            out.append(("scripts.flags", f"unknown flag {flag!r} (known: "
+                        f"{', '.join(PROLOG_FLAGS)})"))
+    if health.program and not health.program.startswith("/"):
+        out.append(("health_check.program", f"must be an absolute path, not "
+                    f"{health.program!r}"))
+    for state in health.node_state:
+        if state.lower() not in HEALTH_NODE_STATES:
+            out.append(("health_check.node_state", f"unknown state {state!r} (known: "
+                        f"{', '.join(HEALTH_NODE_STATES)})"))
+    if health.timeout_s <= 0:
+        out.append(("health_check.timeout_s", "must be more than 0"))
+    return out
