@@ -201,7 +201,15 @@ class AllocationRelease(Body):
 
 
 ShimCommand = Literal["sbatch", "squeue", "scancel", "sacct", "sinfo", "scontrol",
-                      "qsub", "qstat", "qdel"]
+                      "qsub", "qstat", "qdel", "srun"]
+
+
+class StepIo(Body):
+    """Where the compiled ``srun`` listens for its step's nodes (``corral.shims.srun_fast``)."""
+
+    addr: Annotated[str, Field(max_length=64, description="IPv4 host:port")]
+    key: Annotated[str, Field(max_length=64, description="the step's key: 32 hex digits")]
+    pid: Annotated[int, Field(ge=1, lt=1 << 31)] | None = None
 
 
 class ShimExec(Body):
@@ -214,6 +222,7 @@ class ShimExec(Body):
     files: dict[Name, FileEntry] | None = Field(
         None, description="path -> [exists, contents] of files the command reads")
     stdin: Text | None = None
+    step_io: StepIo | None = Field(None, description="srun only: its I/O listener")
 
 
 class WebSubmit(Body):

@@ -46,10 +46,13 @@ async def submit_inline(ctl: Controller, who: Identity, raw: bytes) -> bytes | N
     from corral.shims import qsub, sbatch
     from corral.shims.context import NeedInput, ShimExit
     from corral.shims.lean import encode_frame
-    from corral.shims.server import parse_request
+    from corral.shims.server import parse_request, step_io_of
 
     try:
-        cmd, ctx = parse_request(raw, who.uid)
+        data = json.loads(raw)
+        cmd, ctx = parse_request(data, who.uid)
+        if cmd == "srun":
+            return await srun_inline(ctl, who, ctx, step_io_of(data))
     except (ValueError, TypeError):
         return None  # handle_exec words the error
     mod: Any = {"sbatch": sbatch, "qsub": qsub}.get(cmd)
@@ -76,6 +79,33 @@ async def submit_inline(ctl: Controller, who: Identity, raw: bytes) -> bytes | N
         ctx.error(f"{cmd}: error: internal error in Corral: {type(exc).__name__}: {exc}")
         return encode_frame(1, ctx.stdout_text, ctx.stderr_text)
     return encode_frame(0, ctx.stdout_text, ctx.stderr_text)
+
+
+async def srun_inline(ctl: Controller, who: Identity, ctx: Any,
+                      io: tuple[str, str, int | None]) -> bytes | None:
+    """The compiled srun's step (``corral.shims.srun_fast``) on the event loop: parsing is
+    pure, the step's start (record, send to the agents) is awaited here. ``None``: the
+    command asks for input files first; a worker thread words that."""
+    from corral.controller.errors import ApiError
+    from corral.controller.steps import start_step
+    from corral.shims import srun_fast
+    from corral.shims.context import NeedInput
+
+    try:
+        step = srun_fast.prepare(ctx, io[0], io[1])
+    except NeedInput:
+        return None
+    except Exception:  # a bug: handle_exec reports it in srun's words
+        log.exception("shim srun %r failed", ctx.argv)
+        return None
+    if isinstance(step, bytes):
+        return step
+    step.body["pid"] = io[2]
+    try:
+        res = await start_step(ctl, step.job_id, step.body, who)
+    except ApiError as exc:
+        return srun_fast.refused(step, exc.message)
+    return srun_fast.reply(step, int(res["step_id"]))
 
 
 class _Client(InProcessClient):

@@ -111,6 +111,12 @@ class InProcessClient:
     def job(self, job_id: int | str) -> dict[str, Any]:
         return self._wrap(lambda: self.ctl.get_job(str(job_id), self.who))
 
+    def start_step(self, job_id: int | str, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /jobs/<id>/steps`` (the compiled srun's step, ``corral.shims.srun_fast``)."""
+        from corral.controller.steps import start_step
+
+        return self._wrap(lambda: start_step(self.ctl, str(job_id), body, self.who))
+
     def _act(self, action: str, ids: Iterable[int | str], **opts: Any) -> list[dict[str, Any]]:
         refs = [str(i) for i in ids]
         body = {k: v for k, v in opts.items() if v is not None}

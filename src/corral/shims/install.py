@@ -9,7 +9,7 @@ recognises its own files:
   interpreter start, and execs the Python shim for what it does not handle;
 - Python: a three-line script run by this interpreter with ``-I -S`` (isolated, no
   ``site``) that puts Corral's package directory on ``sys.path`` and calls
-  ``corral.shims.lean.main("<command>")``. Always used for ``srun``/``salloc``, and for
+  ``corral.shims.lean.main("<command>")``. Always used for ``salloc``, and for
   every command when no compiler is found or the build fails (the reason is reported).
 
 Safety: a command that already exists in the target directory and is not ours is never
@@ -31,7 +31,7 @@ MARKER = "# corral-shim"
 SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "sacct", "scontrol")
 PBS_COMMANDS = ("qsub", "qstat", "qdel")
 COMMANDS = SLURM_COMMANDS + PBS_COMMANDS
-PYTHON_ONLY = frozenset({"srun", "salloc"})  # streaming / interactive: lean.py's local path
+PYTHON_ONLY = frozenset({"salloc"})  # interactive: lean.py's local path
 MARKER_SCAN_BYTES = 1 << 20  # a compiled launcher carries the marker in its data
 
 

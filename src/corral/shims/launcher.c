@@ -417,6 +417,9 @@ static void oserror_text(char *out, size_t cap, int err, const char *what) {
         snprintf(out, cap, "%s: [Errno %d] %s", what, err, strerror(err));
 }
 
+static int g_step_io; /* srun: the request carries step_io (launcher_srun.c) */
+static void step_io_json(buf *b);
+
 static void build_body(buf *b) {
     buf_str(b, "{\"v\":1,\"cmd\":");
     json_cstr(b, g_cmd);
@@ -469,6 +472,8 @@ static void build_body(buf *b) {
         json_bytes(b, g_stdin, g_stdin_len);
     else
         buf_str(b, "null");
+    if (g_step_io)
+        step_io_json(b);
     buf_add(b, "}", 1);
 }
 
@@ -486,32 +491,42 @@ static int send_all(int fd, const char *p, size_t n) {
     return 0;
 }
 
+/* The request's head: POST path, the body's length, the bearer token if any. Returns
+ * -1 when the token is not plain ASCII (the Python shim then words it). */
+static int http_head(buf *head, const char *path, size_t body_len) {
+    char num[32];
+    snprintf(num, sizeof num, "%zu", body_len);
+    buf_str(head, "POST ");
+    buf_str(head, path);
+    buf_str(head, " HTTP/1.1\r\nHost: corral\r\n"
+                  "Content-Type: application/json\r\nAccept: application/x-corral-shim\r\n"
+                  "Content-Length: ");
+    buf_str(head, num);
+    buf_str(head, "\r\n");
+    const char *token = getenv("CORRAL_TOKEN");
+    if (token && *token) {
+        for (const unsigned char *t = (const unsigned char *)token; *t; t++)
+            if (*t < 0x20 || *t > 0x7E)
+                return -1; /* lean.py's latin-1 rules; never inject header lines */
+        buf_str(head, "Authorization: Bearer ");
+        buf_str(head, token);
+        buf_str(head, "\r\n");
+    }
+    buf_str(head, "Connection: close\r\n\r\n");
+    return 0;
+}
+
 /* One request; the raw reply in *reply. Returns 0, or -1 when the controller could not be
  * reached (nothing sent). Transport errors after connecting end the program. */
-static int http_exchange(const buf *body, buf *reply) {
+static int http_exchange(const char *path, const buf *body, buf *reply) {
     int fd = connect_controller();
     if (fd < 0)
         return -1;
     buf head = {0};
-    char num[32];
-    snprintf(num, sizeof num, "%zu", body->n);
-    buf_str(&head, "POST " API_PATH " HTTP/1.1\r\nHost: corral\r\n"
-                   "Content-Type: application/json\r\nAccept: application/x-corral-shim\r\n"
-                   "Content-Length: ");
-    buf_str(&head, num);
-    buf_str(&head, "\r\n");
-    const char *token = getenv("CORRAL_TOKEN");
-    if (token && *token) {
-        for (const unsigned char *t = (const unsigned char *)token; *t; t++)
-            if (*t < 0x20 || *t > 0x7E) {
-                close(fd);
-                exec_python(); /* lean.py's latin-1 rules; never inject header lines */
-            }
-        buf_str(&head, "Authorization: Bearer ");
-        buf_str(&head, token);
-        buf_str(&head, "\r\n");
+    if (http_head(&head, path, body->n) < 0) {
+        close(fd);
+        exec_python();
     }
-    buf_str(&head, "Connection: close\r\n\r\n");
     char msg[512];
     /* a send that fails (the controller refused the request before reading it all, 413)
      * still leaves its answer to read: lean.py does the same */
@@ -541,6 +556,25 @@ static int http_exchange(const buf *body, buf *reply) {
         die_msg(msg);
     }
     return 0;
+}
+
+/* A request whose answer does not matter (srun's step end): errors are ignored, the
+ * answer is read (so the controller finishes it) and dropped. */
+static void http_post_quiet(const char *path, const buf *body) {
+    int fd = connect_controller();
+    if (fd < 0)
+        return;
+    buf head = {0};
+    if (http_head(&head, path, body->n) == 0) {
+        buf_add(&head, body->p, body->n);
+        if (send_all(fd, head.p, head.n) == 0) {
+            char sink[4096];
+            while (recv(fd, sink, sizeof sink, 0) > 0)
+                ;
+        }
+    }
+    free(head.p);
+    close(fd);
 }
 
 static const char *memfind(const char *h, size_t hn, const char *needle, size_t nn) {
@@ -795,6 +829,8 @@ static int file_known(const char *p, size_t n) {
     return 0;
 }
 
+#include "launcher_srun.c" /* srun's step relay: same translation unit */
+
 int main(int argc, char **argv) {
     g_argc = argc;
     g_argv = argv;
@@ -806,8 +842,10 @@ int main(int argc, char **argv) {
         const char *name = slash ? slash + 1 : argv[0] ? argv[0] : "corral-shim";
         snprintf(g_cmd, sizeof g_cmd, "%s", name);
     }
-    if (!strcmp(g_cmd, "srun") || !strcmp(g_cmd, "salloc") || env_nonempty("CORRAL_SHIM_LOCAL"))
+    if (!strcmp(g_cmd, "salloc") || env_nonempty("CORRAL_SHIM_LOCAL"))
         exec_python();
+    if (!strcmp(g_cmd, "srun"))
+        srun_setup(); /* inside an allocation; else it execs the Python srun */
     if (!strcmp(g_cmd, "scontrol") || !strcmp(g_cmd, "scancel") || !strcmp(g_cmd, "qdel"))
         signal(SIGTERM, SIG_IGN); /* finish the call when the caller's job gets signalled */
 
@@ -833,7 +871,7 @@ int main(int argc, char **argv) {
     for (int round = 0; round < MAX_ROUNDS; round++) {
         body.n = 0;
         build_body(&body);
-        if (http_exchange(&body, &reply) < 0)
+        if (http_exchange(API_PATH, &body, &reply) < 0)
             exec_python(); /* not reachable: Python says so in lean.py's words */
         char *pl;
         size_t pn;
@@ -844,6 +882,11 @@ int main(int argc, char **argv) {
             exec_python(); /* a standby (nothing done): the Python shim finds the leader */
         if (status != 200)
             die_http(status, pl, pn);
+        if (g_step_io && pn >= 6 && !memcmp(pl, "CRSR1 ", 6)) {
+            if (pn >= 12 && !memcmp(pl, "CRSR1 python", 12))
+                exec_python(); /* nothing was done: the Python srun runs the step */
+            srun_relay(pl, pn);
+        }
         /* CRSH1 <rc> <len out> <len err> <len need>\n */
         const char *nl = memchr(pl, '\n', pn);
         if (!nl)

@@ -18,7 +18,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from corral.frontends.context import SubmitContext
 from corral.frontends.errors import SubmitError
@@ -31,6 +33,9 @@ from corral.frontends.slurm_options import (
 from corral.protocol.step import task_layout
 from corral.shims.context import Client, Context
 from corral.shims.tasks import StepRunner, StepSpec
+
+if TYPE_CHECKING:
+    from corral.shims.steplaunch import RemoteStep
 
 VERSION = "slurm 22.05.8"
 USAGE = ("Usage: srun [OPTIONS(0)... [executable(0) [args(0)...]]] [ : [OPTIONS(N)...]] "
@@ -161,7 +166,7 @@ def step_warnings(opts: SlurmOptions) -> list[str]:
     return out
 
 
-def _launch_mode(env: dict[str, str], nodes: list[str], opts: SlurmOptions) -> str:
+def launch_mode(env: dict[str, str], nodes: list[str], opts: SlurmOptions) -> str:
     """"agents" when the step runs anywhere but here (or a pty is asked for), "local"
     when all its tasks run on this node: srun is then already inside the job's share of
     it and starts the tasks itself (``CORRAL_SRUN_LAUNCH`` forces either)."""
@@ -174,42 +179,66 @@ def _launch_mode(env: dict[str, str], nodes: list[str], opts: SlurmOptions) -> s
     return "local" if here and nodes == [here] else "agents"
 
 
-def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: list[str],
-             env: dict[str, str], *, alive: object = None, in_job: bool = True) -> int:
-    """Run one step of the job in ``env`` (the allocation's variables)."""
+@dataclass
+class StepPlan:
+    """A step's shape inside an allocation, from srun's options and the job's variables."""
+
+    job_id: str
+    ntasks: int
+    nodes: list[str]
+    layout: list[list[int]]  # global task ids per node
+    mpi: str
+    cpus: int | None  # --cpus-per-task (or the job's), None: not given
+    open_mode: str  # "append" or "truncate"
+    warnings: list[str]
+
+
+def plan_step(opts: SlurmOptions, env: dict[str, str], *, in_job: bool = True) -> StepPlan:
+    """The step's nodes, tasks and options; ``StepShapeError`` (srun's message) when they
+    cannot be honoured in this allocation."""
     from corral.core.parse.hostlist import expand
-    from corral.shims.steps import StepRecorder
 
-    job_id = env.get("SLURM_JOB_ID", "0")
     alloc_nodes = expand(env["SLURM_JOB_NODELIST"]) if env.get("SLURM_JOB_NODELIST") else []
-    try:
-        ntasks, nodes, layout = step_shape(opts, env, alloc_nodes)
-        mpi = check_mpi_type(opts.extra.get("mpi") or env.get("SLURM_MPI_TYPE") or "none")
-        if opts.extra.get("cpu_bind"):
-            from corral.agent.cpubind import CpuBindError, check
+    ntasks, nodes, layout = step_shape(opts, env, alloc_nodes)
+    mpi = check_mpi_type(opts.extra.get("mpi") or env.get("SLURM_MPI_TYPE") or "none")
+    if opts.extra.get("cpu_bind"):
+        from corral.agent.cpubind import CpuBindError, check
 
-            try:
-                check(opts.extra["cpu_bind"])
-            except CpuBindError as exc:
-                raise StepShapeError(f"srun: error: {exc}") from None
-        check_gpu_bind(opts.extra.get("gpu_bind") or "")
-    except StepShapeError as exc:
-        _err(str(exc))
-        return 1
-    for warning in step_warnings(opts) if in_job else ():  # outside: options of the job
-        _err(warning)
-    per = [len(t) for t in layout]
+        try:
+            check(opts.extra["cpu_bind"])
+        except CpuBindError as exc:
+            raise StepShapeError(f"srun: error: {exc}") from None
+    check_gpu_bind(opts.extra.get("gpu_bind") or "")
     cpus = opts.cpus_per_task or (int(env["SLURM_CPUS_PER_TASK"])
                                   if env.get("SLURM_CPUS_PER_TASK", "").isdigit() else None)
     open_mode = opts.open_mode or {"a": "append", "t": "truncate"}.get(
         env.get("SLURM_OPEN_MODE", ""), "append")
-    if _launch_mode(env, nodes, opts) == "agents":
+    return StepPlan(job_id=env.get("SLURM_JOB_ID", "0"), ntasks=ntasks, nodes=nodes,
+                    layout=layout, mpi=mpi, cpus=cpus, open_mode=open_mode,
+                    warnings=step_warnings(opts) if in_job else [])  # outside: the job's
+
+
+def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: list[str],
+             env: dict[str, str], *, alive: object = None, in_job: bool = True) -> int:
+    """Run one step of the job in ``env`` (the allocation's variables)."""
+    from corral.shims.steps import StepRecorder
+
+    try:
+        plan = plan_step(opts, env, in_job=in_job)
+    except StepShapeError as exc:
+        _err(str(exc))
+        return 1
+    for warning in plan.warnings:
+        _err(warning)
+    job_id, ntasks, nodes, mpi = plan.job_id, plan.ntasks, plan.nodes, plan.mpi
+    per = [len(t) for t in plan.layout]
+    cpus, open_mode = plan.cpus, plan.open_mode
+    if launch_mode(env, nodes, opts) == "agents":
         if client is None:
             _err(f"srun: error: cannot reach the controller to start a step on "
                  f"{','.join(nodes)} (set CORRAL_URL or CORRAL_SOCKET)")
             return 1
-        return _run_remote(ctx, client, opts, command, env, job_id, ntasks, nodes, layout,
-                           cpus, open_mode, mpi)
+        return _run_remote(ctx, client, opts, command, env, plan)
     recorder = StepRecorder(client, job_id, env.get("SLURM_RESTART_COUNT", "0"), env)
     # a step is named by -J/--job-name, else after its program (Slurm's step name)
     step_id = recorder.start(opts.job_name or os.path.basename(command[0]), command, ntasks,
@@ -259,15 +288,38 @@ def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: l
     return rc
 
 
-def _run_remote(ctx: Context, client: Client, opts: SlurmOptions, command: list[str],
-                env: dict[str, str], job_id: str, ntasks: int, nodes: list[str],
-                layout: list[list[int]], cpus: int | None, open_mode: str, mpi: str) -> int:
-    """The step through the agents of its nodes (``corral.shims.steplaunch``)."""
+def remote_step(ctx: Context, client: Any, opts: SlurmOptions, command: list[str],
+                env: dict[str, str], plan: StepPlan, err: Callable[[str], None],
+                on_listen: Callable[[str], dict[str, dict[str, str]]] | None = None,
+                ) -> RemoteStep:
+    """The step through the agents of its nodes, ready to post (``RemoteStep``)."""
     from corral.shims.steplaunch import RemoteStep
 
+    return RemoteStep(
+        client=client, job_id=plan.job_id,
+        name=opts.job_name or os.path.basename(command[0]), argv=list(command),
+        cwd=opts.chdir or ctx.cwd, env=env, nodes=plan.nodes, tasks=plan.layout, err=err,
+        cpus_per_task=plan.cpus or 1, cpu_bind=opts.extra.get("cpu_bind") or "",
+        distribution=opts.extra.get("distribution") or "block", output=opts.output,
+        error=opts.error, input=opts.input, append=plan.open_mode == "append",
+        kill_on_bad_exit="kill_on_bad_exit" in opts.extra, pty="pty" in opts.extra,
+        label="label" in opts.extra, job_name=opts.job_name or env.get("SLURM_JOB_NAME", ""),
+        on_listen=on_listen, gpus_per_task=opts.gpus_per_task[0] if opts.gpus_per_task else 0,
+        gpu_bind=opts.extra.get("gpu_bind") or "")
+
+
+def verbose_line(plan: StepPlan) -> str:
+    return (f"srun: jobid {plan.job_id}: nodes({len(plan.nodes)}):`{','.join(plan.nodes)}', "
+            f"tasks: {plan.ntasks}")
+
+
+def _run_remote(ctx: Context, client: Client, opts: SlurmOptions, command: list[str],
+                env: dict[str, str], plan: StepPlan) -> int:
+    """The step through the agents of its nodes (``corral.shims.steplaunch``)."""
     pmi: Any = None
     on_listen = None
-    if mpi == "pmi2":
+    ntasks, nodes, layout = plan.ntasks, plan.nodes, plan.layout
+    if plan.mpi == "pmi2":
         from corral.shims.pmi import PmiServer
 
         def start_pmi(host: str) -> dict[str, dict[str, str]]:
@@ -283,19 +335,9 @@ def _run_remote(ctx: Context, client: Client, opts: SlurmOptions, command: list[
             return {str(r): server.env_for(r) for r in range(ntasks)}
 
         on_listen = start_pmi
-    step = RemoteStep(
-        client=client, job_id=job_id, name=opts.job_name or os.path.basename(command[0]),
-        argv=list(command), cwd=opts.chdir or ctx.cwd, env=env, nodes=nodes, tasks=layout,
-        err=_err, cpus_per_task=cpus or 1, cpu_bind=opts.extra.get("cpu_bind") or "",
-        distribution=opts.extra.get("distribution") or "block", output=opts.output,
-        error=opts.error, input=opts.input, append=open_mode == "append",
-        kill_on_bad_exit="kill_on_bad_exit" in opts.extra, pty="pty" in opts.extra,
-        label="label" in opts.extra, job_name=opts.job_name or env.get("SLURM_JOB_NAME", ""),
-        on_listen=on_listen, gpus_per_task=opts.gpus_per_task[0] if opts.gpus_per_task else 0,
-        gpu_bind=opts.extra.get("gpu_bind") or "")
+    step = remote_step(ctx, client, opts, command, env, plan, _err, on_listen)
     if int(opts.verbose or 0) > 0:
-        _err(f"srun: jobid {job_id}: nodes({len(nodes)}):`{','.join(nodes)}', "
-             f"tasks: {ntasks}")
+        _err(verbose_line(plan))
     try:
         rc = step.run()
     finally:
@@ -304,7 +346,8 @@ def _run_remote(ctx: Context, client: Client, opts: SlurmOptions, command: list[
     if step.step_id is not None:
         try:
             request = getattr(client, "request")  # noqa: B009 - not in the Client protocol
-            request("POST", f"/jobs/{job_id}/steps/{step.step_id}/end", step.end_body(rc))
+            request("POST", f"/jobs/{plan.job_id}/steps/{step.step_id}/end",
+                    step.end_body(rc))
         except Exception:  # noqa: BLE001 - the step's end is informational
             pass
     return rc

@@ -120,7 +120,8 @@ class RemoteStep:
         return "?"
 
     # ---- start -------------------------------------------------------------------------
-    def _post(self, io_addr: str, key: str) -> int:
+    def request_body(self, io_addr: str, key: str) -> dict[str, Any]:
+        """The ``POST /jobs/<id>/steps`` body: the step and its launch for the agents."""
         launch = {"argv": self.argv, "cwd": self.cwd, "env": self.env,
                   "ntasks": self.ntasks, "nodes": self.nodes, "tasks": self.tasks,
                   "io_addr": io_addr, "io_key": key, "cpus_per_task": self.cpus_per_task,
@@ -130,11 +131,25 @@ class RemoteStep:
                   "pty": self.pty, "job_name": self.job_name, "extra_env": self.extra_env,
                   "gpus_per_task": self.gpus_per_task, "gpu_bind": self.gpu_bind,
                   "task_env": self.task_env}
-        body = {"name": self.name, "argv": self.argv, "ntasks": self.ntasks,
+        return {"name": self.name, "argv": self.argv, "ntasks": self.ntasks,
                 "nodes": self.nodes, "num_cpus": self.ntasks * max(1, self.cpus_per_task),
                 "start_time": time.time(), "pid": os.getpid(), "launch": launch}
-        res = self.client.request("POST", f"/jobs/{self.job_id}/steps", body)
+
+    def _post(self, io_addr: str, key: str) -> int:
+        res = self.client.request("POST", f"/jobs/{self.job_id}/steps",
+                                  self.request_body(io_addr, key))
         return int(res["step_id"])
+
+    def stdin_target(self) -> int | None:
+        """Which tasks srun's stdin goes to: ``ALL_TASKS``, one task id, or None (none:
+        ``-i none`` or a file pattern the nodes open themselves)."""
+        if self.pty:
+            return 0
+        if self.input in (None, "", "all"):
+            return sp.ALL_TASKS
+        if str(self.input).isdigit():
+            return int(str(self.input))
+        return None
 
     def run(self) -> int:
         host = advertised_address(self.env)
@@ -178,11 +193,9 @@ class RemoteStep:
         if self.pty and os.isatty(self.stdin_fd):
             term_saved = termios.tcgetattr(self.stdin_fd)
             tty.setraw(self.stdin_fd)
-        stdin_open = self.input != "none" and not (
-            self.input not in (None, "", "all") and not str(self.input).isdigit())
-        stdin_task = int(self.input) if self.input and str(self.input).isdigit() else sp.ALL_TASKS
-        if self.pty:
-            stdin_open, stdin_task = True, 0
+        target = self.stdin_target()
+        stdin_open = target is not None
+        stdin_task = sp.ALL_TASKS if target is None else target
         pending: list[socket.socket] = []
         nodes: dict[str, _Node] = {}
         stdin_buf: list[bytes] = []
