@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import selectors
 import signal
@@ -154,6 +155,28 @@ def _tasks_per_node(counts: list[int]) -> str:
     return ",".join(out)
 
 
+def connect_to(io_addr: str, timeout_s: float) -> socket.socket:
+    """A TCP connection to ``host:port`` (``[v6]:port``). A numeric address is connected
+    directly: ``create_connection`` would resolve it through ``getaddrinfo``, whose "idna"
+    encoding of the host costs a module import in every new step process."""
+    host, _, port = io_addr.rpartition(":")
+    host = host.strip("[]")
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout_s)
+            sock.connect((host, int(port)))
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    return socket.create_connection((host, int(port)), timeout=timeout_s)
+
+
 class StepProcess:
     def __init__(self, launch: sp.StepLaunch, req: LaunchRequest, node_name: str,
                  node_env: dict[str, str], iso: Any, switch_user: bool,
@@ -176,9 +199,7 @@ class StepProcess:
 
     # ---- connection to srun ---------------------------------------------------------------
     def connect(self) -> None:
-        host, _, port = self.launch.io_addr.rpartition(":")
-        host = host.strip("[]")
-        self.sock = socket.create_connection((host, int(port)), timeout=_CONNECT_TIMEOUT_S)
+        self.sock = connect_to(self.launch.io_addr, _CONNECT_TIMEOUT_S)
         self.sock.settimeout(None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.send(sp.HELLO, 0, sp.encode_json({
@@ -527,8 +548,10 @@ def main(launch_json: dict[str, Any], req: LaunchRequest, node_name: str,
     os._exit(code)
 
 
+@functools.cache
 def core_siblings() -> list[tuple[int, ...]] | None:
-    """This machine's logical CPUs grouped by core (``thread_siblings_list``), or None."""
+    """This machine's logical CPUs grouped by core (``thread_siblings_list``), or None.
+    Read once per process (the topology does not change under a running agent)."""
     out: dict[tuple[int, ...], None] = {}
     base = "/sys/devices/system/cpu"
     try:

@@ -26,6 +26,7 @@ runner restarts it when it dies and sends again every launch not yet claimed.
 
 from __future__ import annotations
 
+import encodings.idna  # noqa: F401 - getaddrinfo of a host name in a step process
 import gc
 import json
 import os
