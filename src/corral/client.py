@@ -773,6 +773,14 @@ class Client:
         rec: dict[str, Any] = self.request("POST", f"/nodes/{node}/down", {"reason": reason})
         return rec
 
+    def pull_image(self, ref: str, nodes: list[str] | None = None) -> dict[str, Any]:
+        """Ask the nodes' agents to cache a registry image (``corral image pull``)."""
+        body: dict[str, Any] = {"ref": ref}
+        if nodes:
+            body["nodes"] = list(nodes)
+        out: dict[str, Any] = self.request("POST", "/images/pull", body)
+        return out
+
     def partitions(self) -> list[dict[str, Any]]:
         parts: list[dict[str, Any]] = self.request("GET", "/partitions")["partitions"]
         return parts

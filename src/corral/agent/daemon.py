@@ -58,7 +58,7 @@ class AgentDaemon:
                  pin_cpus: bool = True, isolation: str = "auto",
                  spec: NodeSpec | None = None, runner: Any = None,
                  exit_batch_s: float = 0.005, ca_file: str | None = None,
-                 gpu_devices: tuple[str, ...] = ()) -> None:
+                 gpu_devices: tuple[str, ...] = (), containers: Any = None) -> None:
         """``runner``: a JobRunner-like object (default: a real ``JobRunner`` on
         ``state_dir``); benchmarks pass a no-op one to measure the control path alone.
         ``exit_batch_s``: after a supervisor's notification, wait this long for more
@@ -69,6 +69,8 @@ class AgentDaemon:
         ``CORRAL_CA_FILE``.
         ``gpu_devices``: the device file of each GPU, in index order (``[agent]
         gpu_devices``); default: the files NVML discovery found.
+        ``containers``: the ``[containers]`` settings (``ContainersConfig``; default
+        ones when None): runtime, image cache, registries.
         ``controller``: one address, or the controllers of an HA cluster (a list, or
         comma-separated): the agent connects to one; a standby closes the connection
         naming the leader, and the agent moves there (any other failure: the next one)."""
@@ -98,9 +100,15 @@ class AgentDaemon:
         state_dir.mkdir(parents=True, exist_ok=True)
         devices = ({i: p for i, p in enumerate(gpu_devices)} if gpu_devices
                    else {g.index: g.device for g in spec.gpus if g.device})
+        from corral.agent.runtimes import settings as container_settings
+        from corral.containers.config import ContainersConfig
+
+        # container tools found once, at start (corral.agent.runtimes)
+        self.containers = container_settings(containers or ContainersConfig(),
+                                             str(state_dir), self.node)
         self.runner = runner if runner is not None else JobRunner(
             state_dir, cgroup_root or "corral", self.node, isolation=isolation,
-            gpu_devices=devices)
+            gpu_devices=devices, containers=self.containers)
         self.unacked: dict[int, JobExit] = {}
         self._launched: list[dict[str, Any]] = []  # "launched" replies waiting for a flush
         self._request_flush: Any = None  # set during a session when exits are batched
@@ -114,6 +122,8 @@ class AgentDaemon:
         except OSError:
             self._affinity = set()
         self._health_task: asyncio.Task[None] | None = None
+        self._pulls: list[Any] = []  # corral image pull children
+        self._images_sent: list[dict[str, Any]] | None = None
         self.launches = 0
         self.launch_s = 0.0  # time spent in JobRunner.launch (reported in heartbeats)
         self.ack_s = 0.0
@@ -139,6 +149,9 @@ class AgentDaemon:
         t0 = time.perf_counter()
         exits = self.runner.poll()
         self.poll_s += time.perf_counter() - t0
+        progress = getattr(self.runner, "progress", None)
+        for jid, restarts, note in progress() if progress is not None else ():
+            self._send({"t": "progress", "job_id": jid, "restarts": restarts, "note": note})
         for ex in exits:
             self.unacked[ex.job_id] = ex
             self._send({"t": "exit", "exit": ex.to_json()})
@@ -252,6 +265,47 @@ class AgentDaemon:
                 "ack_s": round(self.ack_s, 6), "poll_s": round(self.poll_s, 6),
                 "cpu_s": round(time.process_time(), 3), "pid": os.getpid()}
 
+    def images_report(self, force: bool = False) -> list[dict[str, Any]] | None:
+        """This node's image cache (``corral images``), or None when unchanged since the
+        last report; also reaps finished ``corral image pull`` children."""
+        self._pulls = [p for p in self._pulls if p.poll() is None]
+        cache_dir = self.containers.cache_dir
+        if not cache_dir or not os.path.isdir(os.path.join(cache_dir, "images")):
+            rows: list[dict[str, Any]] = []
+        else:
+            from corral.agent.images import ImageCache
+
+            try:
+                rows = ImageCache(cache_dir, self.containers.cache_max_mb).entries()
+            except OSError:
+                rows = []
+        if not force and rows == self._images_sent:
+            return None
+        self._images_sent = rows
+        return rows
+
+    def pull_image(self, ref: str) -> None:
+        """``corral image pull``: a child process fills the cache (the agent's loop never
+        waits for a registry)."""
+        import json
+        import subprocess
+        import sys
+
+        if len(self._pulls) >= 4:
+            log.warning("image pull of %s refused: 4 pulls already running", ref)
+            return
+        c = self.containers
+        args = json.dumps({"cache_dir": c.cache_dir, "max_mb": c.cache_max_mb,
+                           "insecure": list(c.insecure), "skopeo": c.skopeo,
+                           "pull_timeout_s": c.pull_timeout_s, "ref": ref})
+        try:
+            self._pulls.append(subprocess.Popen(
+                [sys.executable, "-c", "import sys; from corral.agent.images import pull_main; "
+                 "sys.exit(pull_main())", args], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        except OSError as exc:
+            log.warning("image pull of %s: %s", ref, exc)
+
     # ---- message handling -------------------------------------------------------------
 
     def handle(self, msg: dict[str, Any]) -> None:
@@ -305,6 +359,8 @@ class AgentDaemon:
                 self._send({"t": "step_failed", "job_id": jid, "restarts": restarts,
                             "step_id": launch.get("step_id"),
                             "message": f"job {jid} is not running on {self.node}"})
+        elif t == "image_pull":
+            self.pull_image(str(msg.get("ref", "")))
         elif t == "time_limit":
             self.runner.update_time_limit(int(msg["job_id"]), msg.get("time_limit_s"))
         elif t == "ack":
@@ -379,7 +435,11 @@ class AgentDaemon:
         from corral.protocol.messages import decode_frame, encode_frame, node_spec_to_json
 
         self._collect_exits()
+        self._images_sent = None
         hello = {"t": "hello", "node": node_spec_to_json(self.spec),
+                 "images": self.images_report(force=True) or [],
+                 "container_tools": {k: v.get("version", "") for k, v in
+                                     self.containers.tools.items()},
                  "running": self._running(),
                  "exits": [e.to_json() for e in self.unacked.values()],
                  "agent_version": __version__, "boot_time": _boot_time(), "pid": os.getpid(),
@@ -399,8 +459,12 @@ class AgentDaemon:
         async def heartbeat() -> None:
             while True:
                 await asyncio.sleep(self.heartbeat_s)
-                self._send({"t": "heartbeat", "running": self._running(), "time": time.time(),
-                            "stats": self.stats()})
+                beat: dict[str, Any] = {"t": "heartbeat", "running": self._running(),
+                                        "time": time.time(), "stats": self.stats()}
+                images = self.images_report()
+                if images is not None:
+                    beat["images"] = images
+                self._send(beat)
 
         async def sweeper() -> None:
             while True:

@@ -52,6 +52,7 @@ from corral.agent.isolation import node_layout
 from corral.agent.launch import JobExit, LaunchRequest
 from corral.agent.prepare import parse_warning_signal
 from corral.agent.proctree import forget_dirs, in_dir, is_alive, kill_pids
+from corral.agent.runtimes import ContainerSettings
 from corral.agent.supervisor import encode_job
 from corral.agent.zygote import ForkServer
 
@@ -75,7 +76,8 @@ class JobRunner:
     def __init__(self, state_dir: Path | str, cgroup_root: str = "corral",
                  node_name: str | None = None, *, isolation: str = "auto",
                  mem_poll_s: float = 1.0, sweep_s: float = 0.5, spool_dir: str = "auto",
-                 gpu_devices: dict[int, str] | None = None) -> None:
+                 gpu_devices: dict[int, str] | None = None,
+                 containers: ContainerSettings | None = None) -> None:
         """``spool_dir``: where job directories live (``spool.open_spool``: "auto" puts
         them on a memory filesystem when there is one, "state" under ``state_dir``).
         ``gpu_devices``: this node's GPU device files by GPU index; a job cannot open those
@@ -116,10 +118,12 @@ class JobRunner:
                 break
             except OSError:
                 continue
+        self.containers = containers or ContainerSettings()
         self._zygote = ForkServer({
             "node_name": self.node_name, "cgroup_root": self.cgroup_parent,
             "isolation": isolation, "notify": self._addr.hex(), "mem_poll_s": mem_poll_s,
-            "script_log": str(self.state_dir / "scripts.log")})
+            "script_log": str(self.state_dir / "scripts.log"),
+            "containers": self.containers.to_text()})
         self._runs: dict[int, int] = {}  # every run in the spool: job id -> restarts
         self._active: dict[int, _Sup | None] = {}  # runs not reported finished yet
         self._unclaimed: dict[int, bytes] = {}  # sent to the fork server, no claim seen
@@ -131,6 +135,7 @@ class JobRunner:
         self._own_groups = set(os.getgroups()) | {os.getegid()}
         self._aux = pbsaux.aux_dir(str(self.state_dir))
         self._nodefiles: dict[int, str] = {}  # qsub jobs: PBS_NODEFILE, removed on ack
+        self._progress: set[int] = set()  # jobs whose supervisor reported progress
         self.adopted: list[int] = []
         self._adopt()
 
@@ -234,6 +239,20 @@ class JobRunner:
             self._pending.discard(jid)
             self._reported.add(jid)
             out.append(JobExit.from_json(rec))
+        return out
+
+    def progress(self) -> list[tuple[int, int, str]]:
+        """``(job id, restarts, note)`` of the container jobs whose supervisor reported
+        progress since the last call (pulling, then the image it runs); read after
+        ``poll``, which takes the notifications in."""
+        ids, self._progress = self._progress, set()
+        out = []
+        for jid in sorted(ids):
+            st = self.status(jid) or {}
+            notes = [str(n) for n in st.get("notes") or []
+                     if str(n).startswith(("pulling ", "unpacking ", "container "))]
+            if notes and jid in self._runs:
+                out.append((jid, self._runs[jid], notes[-1][:500]))
         return out
 
     def ack(self, job_id: int) -> bool:
@@ -466,6 +485,8 @@ class JobRunner:
                 return ids
             if data.isdigit():
                 ids.add(int(data))
+            elif data[:1] == b"p" and data[1:].isdigit():  # progress (a container pull)
+                self._progress.add(int(data[1:]))
 
     def _check(self, req: LaunchRequest) -> tuple[str, tuple[int, ...], bool]:
         """(refusal reason or "", supplementary groups, switch user?)."""

@@ -59,7 +59,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from corral.agent import jobscripts, spawn, spool
 from corral.agent.cgroups import CgroupError
@@ -81,6 +81,9 @@ from corral.agent.proctree import (
     set_process_name,
     start_ticks,
 )
+
+if TYPE_CHECKING:
+    from corral.agent.ctrjob import Prepared
 
 WAKE_SIGNALS = frozenset({signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT,
                           signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2, signal.SIGPIPE})
@@ -116,6 +119,7 @@ class SupervisorConfig:
     groups: tuple[int, ...] = ()  # supplementary groups of the job user (resolved by the runner)
     switch_user: bool = False  # setgroups/setgid/setuid in the job (the runner runs as root)
     script_log: str = ""  # the node's log of prolog/epilog runs (<agent state dir>/scripts.log)
+    containers: str = ""  # ContainerSettings as JSON (corral.agent.runtimes)
 
 
 def stamp(when: float | None = None) -> str:
@@ -164,13 +168,15 @@ class Supervisor:
         self.script_message = ""
         self.prolog_ran = False
         self.truncated_output = False  # the TaskProlog's print lines opened the output
+        self.container: Prepared | None = None  # a container job's plan (ctrjob.py)
         global _own_ticks
         if _own_ticks is None:
             _own_ticks = start_ticks(os.getpid())
         self.ticks = _own_ticks
 
     # ---- plumbing -------------------------------------------------------------------------
-    def notify(self) -> None:
+    def notify(self, prefix: bytes = b"") -> None:
+        """Tell the runner about this job: its end, or (``prefix`` ``b"p"``) progress."""
         global _notify_sock
         if self.cfg.notify_addr is None:
             return
@@ -179,7 +185,7 @@ class Supervisor:
                 _notify_sock = socket.socket(socket.AF_UNIX,
                                              socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
                 _notify_sock.setblocking(False)
-            _notify_sock.sendto(str(self.req.job_id).encode(), self.cfg.notify_addr)
+            _notify_sock.sendto(prefix + str(self.req.job_id).encode(), self.cfg.notify_addr)
         except OSError:
             pass
 
@@ -305,6 +311,9 @@ class Supervisor:
             if self.req.cpus:
                 stage = "cpu affinity"
                 os.sched_setaffinity(0, self.req.cpus)
+            if self.container is not None:
+                stage = "container"
+                self.exec_container(env, keep_fd)  # does not return
             if self.cfg.switch_user:
                 stage = f"switching to uid {self.req.uid} gid {self.req.gid}"
                 os.setgroups(list(self.cfg.groups))
@@ -402,6 +411,104 @@ class Supervisor:
         jobscripts.log_run(self.cfg.script_log, "task_epilog", req.job_id, req.task_epilog,
                            res)
 
+    def exec_container(self, env: dict[str, str], keep_fd: int) -> NoReturn:
+        """The job child of a container job (root, in the job's cgroups): the container's
+        mounts (``container.enter``), the output files opened as the user, then the OCI
+        runtime, which starts the job's command in the image as the user."""
+        from corral.agent.container import SCRIPT_FD, as_user, back_to_root, enter
+
+        assert self.container is not None
+        p = self.container.plan
+        enter(p)
+        saved = as_user(p)
+        try:
+            in_fd = os.open(self.stdin_path, os.O_RDONLY)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            if self.req.open_mode != "append" and not self.truncated_output:
+                flags |= os.O_TRUNC
+            out_fd = os.open(self.stdout_path, flags, 0o644)
+            err_fd = out_fd
+            if self.stderr_path != self.stdout_path:
+                err_fd = os.open(self.stderr_path, flags, 0o644)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot open {exc.filename}: {exc.strerror}") from None
+        finally:
+            back_to_root(saved)
+        os.dup2(in_fd, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        if keep_fd >= 0:
+            os.dup2(keep_fd, SCRIPT_FD)  # inheritable: runc --preserve-fds 1 passes it on
+        for fd in {in_fd, out_fd, err_fd, keep_fd}:
+            if fd > SCRIPT_FD or (fd > 2 and keep_fd < 0):
+                os.close(fd)
+        os.chdir("/")
+        os.execve(p.runtime, p.argv(), {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+                                                "/usr/bin:/sbin:/bin"})
+
+    def prepare_container(self, text: str, argv: list[str], env: dict[str, str],
+                          script: bool) -> str | None:
+        """Find the image (pulling it when the node has none: status PULLING) and plan the
+        container; a failure reason, or None."""
+        from corral.agent.ctrjob import PrepareError, cgroup_rel, prepare
+        from corral.agent.runtimes import ContainerSettings
+        from corral.containers.spec import ContainerError, ContainerSpec
+
+        try:
+            spec = ContainerSpec.from_text(text)
+        except ContainerError as exc:
+            return f"bad container: {exc}"
+        settings = ContainerSettings.from_text(self.cfg.containers)
+
+        def progress(note: str) -> None:
+            self.run.notes.append(note)
+            self.write_status("PULLING")
+            self.notify(b"p")
+
+        def cancelled() -> bool:
+            self.handle_commands()
+            return bool(self.run.ending)
+
+        rel = None
+        if self.iso is not None and self.iso.cgroup is not None:
+            cg = self.iso.cgroup
+            lay = cg.layout
+            mounts = dict(lay.v1)
+            if lay.v2_root:
+                mounts["v2"] = lay.v2_root
+            if lay.tracking:
+                mounts["tracking"] = lay.tracking
+            rel = cgroup_rel(cg.dirs, mounts)
+        try:
+            self.container = prepare(
+                spec, self.req, settings, jdir=self.jdir, node=self.cfg.node_name,
+                step="batch", command=argv, env=env, groups=self.cfg.groups,
+                cgroup_rel=rel, script=script, progress=progress, cancelled=cancelled)
+        except PrepareError as exc:
+            return None if self.run.ending else str(exc)
+        note = f"container {spec.image.canonical}" + (
+            f" ({self.container.digest[:19]}, {'pulled' if self.container.pulled else 'cached'})"
+            if self.container.digest else "")
+        self.run.notes.append(note)
+        return None
+
+    def container_done(self) -> None:
+        """After the job: the runtime's leftovers and the image pin."""
+        c, self.container = self.container, None
+        if c is None:
+            return
+        from corral.agent.container import cleanup, leftover_cgroups
+
+        rel = c.plan.config.get("linux", {}).get("cgroupsPath")
+        own = set(self.iso.cgroup.dirs.values()) if self.iso and self.iso.cgroup else set()
+        try:
+            cleanup(c.plan.runtime, c.plan.state_root, c.plan.ctr_id,
+                    leftover_cgroups(str(rel or ""), own))
+        except Exception as exc:  # noqa: BLE001 - best effort, logged
+            self.log(f"container cleanup: {exc}")
+        if c.pin_fd >= 0:
+            os.close(c.pin_fd)
+
     # ---- main flow ------------------------------------------------------------------------
     def start(self) -> str | None:
         """Start the job; returns a failure reason, or None when it runs."""
@@ -423,9 +530,11 @@ class Supervisor:
             self.handle_commands()  # cancelled while the prolog ran
             if self.run.ending:
                 return None
+        ctext = req.extra.get("container")
         try:
             self.iso, note = make_isolation(self.cfg.isolation, self.cfg.cgroup_root, req,
-                                            self.cfg.mem_poll_s, reuse=_pooled)
+                                            self.cfg.mem_poll_s,
+                                            reuse=_pooled and not ctext)
         except CgroupError as exc:
             return str(exc)
         if note:
@@ -453,6 +562,19 @@ class Supervisor:
             argv = list(req.argv)
         else:
             return "nothing to run: the request has neither a script nor a command"
+        if ctext:
+            from corral.agent.container import SCRIPT_FD
+
+            inner = list(req.argv) if req.script is None else \
+                script_command(req.script, f"/dev/fd/{SCRIPT_FD}") + list(req.argv)
+            failure = self.prepare_container(ctext, inner, env, req.script is not None)
+            if failure is not None or self.run.ending:
+                if keep_fd >= 0:
+                    os.close(keep_fd)
+                return failure
+            self.write_status("STARTING")
+            self.notify(b"p")  # the controller learns the image and whether it was cached
+            return self.fork_job(argv, env, keep_fd)
         if self.can_spawn():
             return self.spawn_job(argv, env, keep_fd)
         return self.fork_job(argv, env, keep_fd)
@@ -767,6 +889,8 @@ class Supervisor:
         if failure is None and run.main_status is not None:
             code = os.waitstatus_to_exitcode(run.main_status)
             exit_code, sig = (code, 0) if code >= 0 else (0, -code)
+            if self.container is not None and 128 < exit_code < 128 + 65:
+                exit_code, sig = 0, exit_code - 128  # the runtime reports 128 + signal
         usage = self.iso.usage() if self.iso is not None else None
         cpu_s = run.cpu_s
         peak_mb = max(run.maxrss_kb / 1024.0, run.mem_peak / 1048576.0)
@@ -781,6 +905,15 @@ class Supervisor:
                 self.slurm_message(
                     f"Detected {usage.oom_kills} oom_kill event{'s' if usage.oom_kills > 1 else ''}"
                     f" in StepId={req.job_id}.batch. Some of the step tasks have been OOM Killed.")
+        if (self.container is not None and sig == signal.SIGKILL and not run.ending
+                and usage is not None and usage.peak_bytes and self.iso is not None
+                and self.iso.mem_limit_mb
+                and usage.peak_bytes >= self.iso.mem_limit_mb * 1048576 * 0.98):
+            # v1 counts an OOM kill in the container's own memory cgroup, which the runtime
+            # removed: a SIGKILL nobody here sent, with the job's memory at its limit
+            oom = True
+            self.slurm_message(f"Detected 1 oom_kill event in StepId={req.job_id}.batch. "
+                               "Some of the step tasks have been OOM Killed.")
         reason = ""
         if failure is not None:
             state, reason = "FAILED", failure
@@ -831,6 +964,7 @@ class Supervisor:
         except OSError:
             self.log(traceback.format_exc())
         exit_rec = self.finish(failure)
+        self.container_done()
         if self.iso is not None:
             try:
                 self.iso.remove()

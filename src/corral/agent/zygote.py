@@ -64,7 +64,8 @@ def serve(fd: int, config: str) -> NoReturn:
                            isolation=c["isolation"],
                            notify_addr=bytes.fromhex(c["notify"]) if c.get("notify") else None,
                            mem_poll_s=float(c["mem_poll_s"]),
-                           script_log=str(c.get("script_log") or ""))
+                           script_log=str(c.get("script_log") or ""),
+                           containers=str(c.get("containers") or ""))
     max_idle = int(c.get("max_idle", MAX_IDLE))
     max_jobs = int(c.get("max_jobs", MAX_JOBS))
     if cfg.isolation != "none":

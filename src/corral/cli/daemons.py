@@ -352,7 +352,7 @@ def agent(
               cgroup_root=ac.cgroup_root or None, heartbeat_s=ac.heartbeat_s,
               reconnect_max_s=ac.reconnect_max_s, pin_cpus=ac.pin_cpus,
               isolation="none" if ac.cgroup_root == "" else "auto", ca_file=ca,
-              gpu_devices=ac.gpu_devices)
+              gpu_devices=ac.gpu_devices, containers=cfg.containers)
 
 
 def _agent_ca_file(ca_file: Path | None, sd: Path, cfg: Any) -> str | None:

@@ -67,12 +67,15 @@ def _submit_help() -> None:
     )
     out.print("Options:", markup=False)
     out.print("      --json                   print the submission result as JSON", markup=False)
+    out.print("      --image=REF              run in this container image (--container-image)",
+              markup=False)
     for spell, text in help_rows("b"):
         out.print(f"  {spell:<28} {text}", markup=False)
     out.print(
         "\nExamples:\n  corral submit job.sh\n  corral submit -p gpu --gpus=a100:2 -t "
         "2:00:00 train.sh --epochs 10\n  corral submit --wrap 'python -c \"print(1)\"'"
-        "\n  corral submit --array=0-9%2 -o 'out-%A_%a.txt' sweep.sh",
+        "\n  corral submit --array=0-9%2 -o 'out-%A_%a.txt' sweep.sh"
+        "\n  corral submit --image docker://registry.local/rocky:9 job.sh",
         markup=False,
     )
 
@@ -92,7 +95,8 @@ def submit(ctx: typer.Context) -> None:
     if manifest is not None:  # a Volcano Job (docs/kubernetes.md)
         submit_manifest(manifest)
         return
-    table = table_for("b", (Opt("json", ("json",), None, Arg.NONE),))
+    table = table_for("b", (Opt("json", ("json",), None, Arg.NONE),
+                            Opt("container_image", ("image",), None, Arg.REQUIRED)))
     sctx = local_context(SUBMIT_PROG)
     try:
         req = parse_sbatch(argv, sctx, table=table, local_keys=frozenset({"json"}))

@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "corral.cli.jobs",  # submit, queue, show, cancel, hold, release, requeue, history, update
     "corral.cli.nodes",  # nodes, drain, resume
     "corral.cli.events",  # events (job state changes)
+    "corral.cli.images",  # images, image pull
     "corral.cli.audit",  # audit (operators)
     "corral.cli.dbcmd",  # db copy, admin backup
     "corral.cli.configcmd",  # config show/check/import-slurm

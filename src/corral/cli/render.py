@@ -181,6 +181,8 @@ def job_sections(job: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str]
         status.append(("Time suspended", duration(job.get("suspended_s") or 0)))
     if job.get("warning"):
         status.append(("Warning", text(job.get("warning"))))
+    if job.get("container"):  # the image, its digest and whether the node had it cached
+        status.append(("Container", text(job.get("container"))))
     if job.get("restarts"):
         status.append(("Restarts", text(job.get("restarts"))))
 

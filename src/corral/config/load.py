@@ -284,6 +284,10 @@ def validate(cfg: ClusterConfig) -> None:
                           "must be at least twice agent.heartbeat_s, or live nodes go DOWN")
     if cfg.scheduler.max_array_size < 1:
         raise ConfigError("scheduler.max_array_size", "must be at least 1")
+    from corral.containers.config import check as check_containers
+
+    for key, problem in check_containers(cfg.containers):
+        raise ConfigError(f"containers.{key}", problem)
 
 
 def _check_switches(cfg: ClusterConfig, node_names: set[str]) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from corral.checks.settings import ChecksConfig
 from corral.config.lifecycle import HealthCheckConfig, ScriptsConfig
+from corral.containers.config import ContainersConfig
 from corral.core.config import (
     BackfillMode,
     FairshareAlgorithm,
@@ -307,6 +308,7 @@ class ClusterConfig:
     checks: ChecksConfig = field(default_factory=ChecksConfig)  # corral check cluster
     scripts: ScriptsConfig = field(default_factory=ScriptsConfig)  # prolog/epilog
     health_check: HealthCheckConfig = field(default_factory=HealthCheckConfig)
+    containers: ContainersConfig = field(default_factory=ContainersConfig)  # container jobs
 
     # ---- views for the scheduling core -----------------------------------------------
 

@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from corral.agent.launch import JobExit, LaunchRequest
-from corral.controller.records import JobRecord
+from corral.controller.records import JobRecord, images_from_agent
 from corral.core.model.job import JobState
 from corral.protocol.messages import ProtocolError, decode_frame, encode_frame, node_spec_from_json
 
@@ -203,6 +203,10 @@ class AgentHub:
             await ws.close(code=4403, reason=str(exc)[:120])
             return
         name = node.name
+        if isinstance(hello.get("images"), list):
+            node.images = images_from_agent(hello["images"])
+        if isinstance(hello.get("container_tools"), dict):
+            node.container_tools = {str(k): str(v) for k, v in hello["container_tools"].items()}
         old = self.conns.pop(name, None)
         if old is not None:
             await old.close()
@@ -262,10 +266,20 @@ class AgentHub:
             elif t == "health":
                 self.ctl.health.result(conn.node, bool(m.get("ok")),
                                        str(m.get("message") or "")[:1000])
+            elif t == "progress":  # a container job: pulling, then the image it runs
+                rec = self.ctl.jobs.get(int(m["job_id"]))
+                if rec is not None and rec.restarts == int(m.get("restarts", 0)) \
+                        and rec.allocation is not None \
+                        and rec.allocation.nodes[0].node == conn.node:
+                    rec.container = str(m.get("note") or "")[:500]
+                    rec.touch()
+                    await self.ctl.persist(updates=[rec])
             elif t == "heartbeat":
                 node = self.ctl.nodes.nodes.get(conn.node)
                 if node is not None and isinstance(m.get("stats"), dict):
                     node.agent_stats = m["stats"]
+                if node is not None and isinstance(m.get("images"), list):
+                    node.images = images_from_agent(m["images"])
             else:
                 log.debug("agent %s: unknown message %r", conn.node, t)
         if exits:

@@ -21,6 +21,7 @@ Routes (all JSON, prefix ``/api/v1``; errors are ``{"error": {"code", "message",
 - ``GET /jobs/{id}`` shows ``submission.script``/``env``/``argv`` to the job's owner and
   operators only
 - ``GET  /nodes``, ``GET /nodes/{name}``, ``POST /nodes/{name}/drain|resume|down``
+- ``POST /images/pull``: pre-pull an image into the node image caches
 - ``GET  /partitions``, ``GET /config``, ``GET /whoami``, ``GET /ping``
 - ``POST /tokens``               a signed token for HTTP use
 - ``GET  /audit``                the audit trail (operators; query: since, limit <= 1000)
@@ -51,6 +52,7 @@ from corral import __version__
 from corral.config.load import config_to_json
 from corral.controller.auth import Authenticator, Identity, token_ttl
 from corral.controller.errors import ApiError
+from corral.controller.images import pull_images
 from corral.controller.paging import page, page_limit
 
 if TYPE_CHECKING:
@@ -271,6 +273,14 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
         body = rq.parse(rq.NodeReason, await _body(request))
         rec = ctl.nodes.set_down(name, str(body.get("reason") or ""), who)
         return _json(rec.to_api())
+
+    @app.post(PREFIX + "/images/pull", summary="Pre-pull a container image on nodes",
+              openapi_extra=rq.body_of("ImagePull"))
+    async def image_pull(request: Request) -> Response:
+        who = identity(request)
+        body = rq.parse(rq.ImagePull, await _body(request))
+        return _json(pull_images(ctl.hub.conns, set(ctl.nodes.nodes), ctl.cfg, who,
+                                 str(body["ref"]), body.get("nodes")))
 
     @app.get(PREFIX + "/partitions", summary="Partitions")
     async def partitions(request: Request) -> Response:

@@ -128,6 +128,35 @@ def check_names(sub: JobSubmission, cfg: ClusterConfig) -> None:
         raise ApiError("invalid", "ntasks must be at least 1")
     if sub.spec.time_limit_s is not None and sub.spec.time_limit_s < 0:
         raise ApiError("invalid", "time_limit_s must not be negative")
+    check_container(sub, cfg)
+
+
+def check_container(sub: JobSubmission, cfg: ClusterConfig) -> None:
+    """A container job's spec is well formed (it may come straight from the API) and
+    allowed here: containers enabled, the registry allowed, remap-root allowed."""
+    from corral.containers.spec import ContainerError
+    from corral.frontends.container_options import spec_of
+
+    try:
+        spec = spec_of(sub.extra)
+    except ContainerError as exc:
+        raise ApiError("invalid", f"bad container: {exc}", slurm=str(exc)) from None
+    if spec is None:
+        return
+    cc = cfg.containers
+    if not cc.enabled:
+        msg = "container jobs are disabled on this cluster ([containers] enabled = false)"
+        raise ApiError("invalid", msg, slurm=msg)
+    ref = spec.image
+    if ref.kind == "docker" and cc.allowed_registries \
+            and ref.registry not in cc.allowed_registries:
+        msg = (f"image registry {ref.registry} is not allowed here (allowed: "
+               f"{', '.join(cc.allowed_registries)})")
+        raise ApiError("invalid", msg, slurm=msg)
+    if spec.remap_root and not cc.allow_remap_root:
+        msg = ("--container-remap-root is not allowed on this cluster "
+               "([containers] allow_remap_root = false)")
+        raise ApiError("invalid", msg, slurm=msg)
 
 
 def filter_dependency(spec: JobSpec, exists: Callable[[int], bool]) -> JobSpec:

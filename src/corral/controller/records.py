@@ -69,6 +69,8 @@ class JobRecord:
     preempted_by: int | None = None  # the job this run is being preempted for (not persisted)
     cancelled_by_uid: int | None = None  # who cancelled it (sacct's "CANCELLED by <uid>")
     warning: str = ""  # e.g. a multi-node job was suspended: MPI jobs often cannot resume
+    # a container job on its first node: "pulling <ref>", then "<ref> (<digest>, cached)"
+    container: str = ""
     suspended_by: int | None = None  # SUSPENDED: the preemptor it yields its cores to
     suspended_at: float | None = None  # SUSPENDED since (epoch seconds)
     suspended_s: float = 0.0  # total time spent suspended in this run (before suspended_at)
@@ -272,6 +274,7 @@ class JobRecord:
             "interactive": self.sub.interactive,
             "cancelled_by_uid": self.cancelled_by_uid,
             "warning": self.warning,
+            "container": self.container,
             "suspended_s": self.suspended_s + (t - self.suspended_at
                                                if self.suspended_at is not None else 0.0),
         }
@@ -337,6 +340,9 @@ class NodeRecord:
     partitions: tuple[str, ...] = ()
     agent_stats: dict[str, Any] = field(default_factory=dict)
     health_drained: bool = False  # drained by a failed health check (not by an operator)
+    # the node's image cache as its agent reported it (corral images), and its tools
+    images: list[dict[str, Any]] = field(default_factory=list)
+    container_tools: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -375,4 +381,26 @@ class NodeRecord:
             "address": self.address,
             "hostname": self.hostname,
             "agent_stats": self.agent_stats,
+            "images": self.images,
+            "container_tools": self.container_tools,
         }
+
+
+MAX_NODE_IMAGES = 1000
+
+
+def images_from_agent(rows: list[Any]) -> list[dict[str, Any]]:
+    """A node's image list from its agent, checked field by field (bounded)."""
+    out: list[dict[str, Any]] = []
+    for r in rows[:MAX_NODE_IMAGES]:
+        if not isinstance(r, dict):
+            continue
+        try:
+            out.append({"digest": str(r.get("digest", ""))[:80],
+                        "refs": [str(x)[:1024] for x in (r.get("refs") or [])[:32]],
+                        "size_bytes": int(r.get("size_bytes") or 0),
+                        "last_used": float(r.get("last_used") or 0.0),
+                        "in_use": bool(r.get("in_use", False))})
+        except (TypeError, ValueError):
+            continue
+    return out

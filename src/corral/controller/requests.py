@@ -107,6 +107,14 @@ class NodeReason(Body):
     reason: Annotated[str, Field(max_length=1024)] | None = None
 
 
+class ImagePull(Body):
+    """``POST /images/pull``: put an image into the node image caches ahead of its jobs."""
+
+    ref: Annotated[str, Field(min_length=1, max_length=1024)]
+    nodes: Annotated[list[Name], Field(max_length=10_000)] | None = Field(
+        None, description="nodes to pull on (default: every connected node)")
+
+
 class JobUpdate(Body):
     """``PATCH /jobs/{id}``: the fields to change (``corral.controller.updates``)."""
 

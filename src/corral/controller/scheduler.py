@@ -405,6 +405,8 @@ class SchedulerLoop:
         env = self._job_env(rec)
         # a qsub job: the agent writes its PBS_NODEFILE (corral.agent.pbsaux)
         extra = {"pbs_nodefile": pbs_nodefile_text(env)} if sub.dialect == "pbs" else {}
+        if "container" in sub.extra:  # the job runs in an image (corral.agent.container)
+            extra["container"] = sub.extra["container"]
         req = LaunchRequest(
             job_id=rec.id, name=sub.spec.name, user=sub.spec.user, uid=sub.spec.uid,
             gid=sub.spec.gid, workdir=sub.workdir, script=sub.script, argv=sub.argv,

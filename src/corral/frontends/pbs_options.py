@@ -42,6 +42,9 @@ from corral.core.model.job import DependencySpec, JobSpec
 from corral.core.parse.arrayspec import parse_array
 from corral.core.parse.dependency import parse_dependency
 from corral.core.parse.errors import ParseError
+from corral.frontends.container_options import HANDLERS as CONTAINER_HANDLERS
+from corral.frontends.container_options import ContainerDraft
+from corral.frontends.container_options import finish as finish_container
 from corral.frontends.context import SubmitContext
 from corral.frontends.directives import DirectiveError, directive_words
 from corral.frontends.errors import SubmitError
@@ -375,6 +378,49 @@ def parse_qsub(argv: Sequence[str], ctx: SubmitContext) -> QsubRequest:
     return QsubRequest(sub, opts, script_path)
 
 
+def _container(opts: PbsOptions, ctx: SubmitContext, extra: dict[str, str]) -> None:
+    """``-l container_image=REF`` (and ``container_mounts``, ``container_workdir``), or
+    PBS Professional's container-hook convention ``-v CONTAINER_IMAGE=REF``: the job runs
+    in that image (``corral.frontends.container_options``)."""
+    image = extra.pop("pbs_l_container_image", None)
+    if image is None:
+        image = opts.variables.get("CONTAINER_IMAGE") or None
+    mounts = extra.pop("pbs_l_container_mounts", None)
+    workdir = extra.pop("pbs_l_container_workdir", None)
+    if image is None and mounts is None and workdir is None:
+        return
+    draft = ContainerDraft()
+    for key, value in (("container_image", image), ("container_mounts", mounts),
+                       ("container_workdir", workdir)):
+        if value is None:
+            continue
+        try:
+            CONTAINER_HANDLERS[key](draft, _pbs_mounts(value) if key == "container_mounts"
+                                    else value, ctx)
+        except SubmitError as exc:
+            why = str(exc).split("error: ", 1)[-1]
+            raise SubmitError(f"qsub: Illegal attribute or resource value "
+                              f"Resource_List.{key}\nqsub: {why}", PBSE_BADATVAL_EXIT) from None
+    try:
+        finish_container(draft, ctx, extra)
+    except SubmitError as exc:
+        why = str(exc).split("error: ", 1)[-1]
+        raise SubmitError(f"qsub: {why}", 2) from None
+
+
+def _pbs_mounts(value: str) -> str:
+    """``-l container_mounts=/a:/b:ro+nosuid+/c``: commas separate ``-l`` resources, so
+    mounts are joined by ``+``; a word without ``/`` or ``:`` is one more flag of the
+    mount before it. Returns pyxis's comma form."""
+    items: list[str] = []
+    for word in value.split("+"):
+        if items and "/" not in word and ":" not in word:
+            items[-1] += "+" + word
+        else:
+            items.append(word)
+    return ",".join(items)
+
+
 def _bad_value(resource: str) -> SubmitError:
     name = resource if resource in ("depend",) else f"Resource_List.{resource}"
     return SubmitError(f"qsub: Illegal attribute or resource value {name}", PBSE_BADATVAL_EXIT)
@@ -394,6 +440,7 @@ def build_pbs_submission(
         raise _bad_value(exc.resource) from None
     extra: dict[str, str] = dict(opts.extra)
     extra.update(shape.extra)
+    _container(opts, ctx, extra)
     dependency = None
     for name, value in opts.attributes.items():
         if name == "depend":

@@ -22,6 +22,8 @@ from corral.core.parse.gres import gpu_request, parse_gpus, parse_gres
 from corral.core.parse.hostlist import expand
 from corral.core.parse.memory import parse_mem_mb
 from corral.core.parse.timefmt import parse_time_limit_s
+from corral.frontends.container_options import HANDLERS as CONTAINER_HANDLERS
+from corral.frontends.container_options import ContainerDraft
 from corral.frontends.context import SubmitContext
 from corral.frontends.values import (
     parse_begin,
@@ -96,6 +98,7 @@ class SlurmOptions:
     help: bool = False
     usage: bool = False
     version: bool = False
+    container: ContainerDraft = field(default_factory=ContainerDraft)
     extra: dict[str, str] = field(default_factory=dict)  # accepted, not modelled
 
 
@@ -414,3 +417,14 @@ HANDLERS: dict[str, Handler] = {
     "usage": _h_flag("usage"),
     "version": _h_flag("version"),
 }
+
+
+def _h_container(key: str) -> Handler:
+    inner = CONTAINER_HANDLERS[key]
+
+    def handle(o: SlurmOptions, v: str | None, c: SubmitContext) -> None:
+        inner(o.container, v, c)
+    return handle
+
+
+HANDLERS.update({key: _h_container(key) for key in CONTAINER_HANDLERS})

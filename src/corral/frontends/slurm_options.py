@@ -46,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from corral.core.model.job import JobSpec
+from corral.frontends.container_options import finish as finish_container
 from corral.frontends.context import SubmitContext, local_context
 from corral.frontends.directives import DirectiveError, directive_words
 from corral.frontends.errors import SubmitError
@@ -228,6 +229,7 @@ def build_submission(
     if opts.open_mode:  # given explicitly: the job sees SLURM_OPEN_MODE (a or t)
         extra["open_mode"] = opts.open_mode
     extra["submit_dir"] = ctx.cwd
+    finish_container(opts.container, ctx, extra)
     if ctx.host:
         extra["submit_host"] = ctx.host
 

@@ -1,0 +1,365 @@
+"""Run a job's process in its container image: an OCI runtime (runc) on a bundle made per
+job, inside the job's own cgroup, as the job's user.
+
+The HPC container model (Apptainer's and enroot's, not Docker's): the container gets its
+own **mount namespace only**. It shares the host's PID, network and IPC namespaces, so the
+supervisor still sees (signals, accounts, kills) every process of the job, MPI ranks reach
+each other as on the host, and srun's I/O and PMI work unchanged.
+
+``plan(...)`` (in the supervisor, before the job forks) decides everything; ``enter(...)``
+(in the forked job child, still root, already in the job's cgroups) does it:
+
+1. ``unshare(CLONE_NEWNS)``, the whole tree made private: nothing below is seen by the
+   host, and it all goes when the job's last process does (no unmount to forget);
+2. a tmpfs on ``<job dir>/ctr`` (its size: ``writable_tmp_mb``, charged to the job's
+   memory cgroup) with an overlay ``lower = the cached image``, ``upper`` in that tmpfs,
+   mounted ``nodev,nosuid``: the shared cache tree is never written; mount points for
+   home, the submit directory and ``--container-mounts`` and an ``/etc/passwd`` line for
+   the user are made in the upper layer; ``--container-writable`` keeps the root writable
+   (changes vanish with the job), else it is read-only;
+3. every bind source is checked with the job user's credentials (``stat`` as that user):
+   a user cannot bind what they could not reach on the host;
+4. ``config.json`` (the OCI runtime spec): ``process.user`` = the job's uid, gid and
+   groups, no capabilities, ``noNewPrivileges``; env = the job's (``SLURM_*`` included)
+   with the image's ``Env`` on top, except names given with ``--container-env``;
+   ``linux.cgroupsPath`` = a child of the job's own cgroup (memory, cpuset, pids and the
+   tracking cgroup are hierarchical: the job's limits hold inside, and the supervisor's
+   kill of the job's tree reaches it);
+5. the caller opens the output files as the user and execs ``runc run`` (foreground: it
+   forwards signals and exits with the job's status).
+
+``--container-remap-root`` (where ``[containers] allow_remap_root``) adds a user namespace
+mapping only the job's uid/gid to 0: root inside, the user outside, no privilege.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import pwd
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.containers.spec import ContainerSpec, Mount
+
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_RDONLY = 0x2, 0x4, 0x1
+MS_REC, MS_PRIVATE = 0x4000, 1 << 18
+SCRIPT_FD = 3  # where the batch script's memfd is inside the container (--preserve-fds)
+
+
+class ContainerSetupError(OSError):
+    pass
+
+
+@dataclass
+class ContainerPlan:
+    runtime: str  # path of runc
+    state_root: str  # runc --root
+    ctr_id: str
+    bundle: str  # <job dir>/ctr: the tmpfs, config.json, the overlay
+    lower: str  # the image's root filesystem
+    writable: bool
+    tmp_mb: int
+    config: dict[str, Any]  # the OCI spec; root.path filled by enter()
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    check_paths: list[str] = field(default_factory=list)  # bind sources the user must reach
+    mount_points: list[tuple[str, bool]] = field(default_factory=list)  # (path, is_dir)
+    files: dict[str, bytes] = field(default_factory=dict)  # written into the upper layer
+    script: bool = False  # the memfd is passed as fd 3
+
+    def argv(self) -> list[str]:
+        out = [self.runtime, "--root", self.state_root, "run", "--bundle", self.bundle]
+        if self.script:
+            out += ["--preserve-fds", "1"]
+        return [*out, self.ctr_id]
+
+
+_libc: Any = None
+
+
+def _c() -> Any:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    return _libc
+
+
+def _mount(src: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    rc = _c().mount(src.encode(), target.encode(), fstype.encode() if fstype else None,
+                    ctypes.c_ulong(flags), data.encode() if data else None)
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise ContainerSetupError(err, f"mount {fstype or 'bind'} on {target}: "
+                                       f"{os.strerror(err)}")
+
+
+def _passwd_files(lower: str, uid: int, gid: int, user: str, home: str) -> dict[str, bytes]:
+    """``/etc/passwd`` and ``/etc/group`` of the image plus the job's user and group."""
+    out: dict[str, bytes] = {}
+    for name, line, key in (("passwd", f"{user}:x:{uid}:{gid}::{home}:/bin/sh\n", uid),
+                            ("group", f"{_group_name(gid)}:x:{gid}:\n", gid)):
+        path = os.path.join(lower, "etc", name)
+        try:
+            if os.path.islink(path):
+                raise OSError
+            with open(path, "rb") as fh:
+                text = fh.read(1 << 20)
+        except OSError:
+            text = b""
+        ids = set()
+        for row in text.decode(errors="replace").splitlines():
+            parts = row.split(":")
+            if len(parts) > 2 and parts[2].isdigit():
+                ids.add(int(parts[2]))
+        if key in ids:
+            continue
+        if text and not text.endswith(b"\n"):
+            text += b"\n"
+        out[f"/etc/{name}"] = text + line.encode()
+    return out
+
+
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"g{gid}"
+
+
+def _env_list(job_env: dict[str, str], image_cfg: dict[str, Any],
+              keep: tuple[str, ...]) -> list[str]:
+    env = dict(job_env)
+    for item in image_cfg.get("Env") or []:
+        name, sep, value = str(item).partition("=")
+        if sep and name not in keep:
+            env[name] = value
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    return [f"{k}={v}" for k, v in env.items() if "\0" not in k + v]
+
+
+def _bind(src: str, dst: str, ro: bool, flags: tuple[str, ...] = ()) -> dict[str, Any]:
+    opts = ["rbind", "ro" if ro else "rw", "nosuid", "nodev"]
+    opts += [f for f in flags if f not in ("bind", "rbind", "nosuid", "nodev")]
+    return {"destination": dst, "type": "bind", "source": src, "options": opts}
+
+
+def plan(spec: ContainerSpec, *, lower: str, image_cfg: dict[str, Any], job_id: int,
+         restarts: int, step: str, node: str, jdir: str, runtime: str, state_root: str,
+         command: list[str], env: dict[str, str], workdir: str, user: str, uid: int,
+         gid: int, groups: tuple[int, ...], cgroup_rel: str | None,
+         default_mounts: tuple[Mount, ...] = (), mount_home_default: bool = True,
+         tmp_mb: int = 1024, script: bool = False) -> ContainerPlan:
+    """Everything the job child needs to start ``command`` in the image at ``lower``."""
+    try:
+        home = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        home = env.get("HOME", "")
+    mounts: list[dict[str, Any]] = [
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+         "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+        {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+         "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+        {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+         "options": ["nosuid", "noexec", "nodev", "mode=1777"]},
+        {"destination": "/sys", "type": "sysfs", "source": "sysfs",
+         "options": ["nosuid", "noexec", "nodev", "ro"]},
+        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+         "options": ["nosuid", "nodev", "mode=1777"]},
+    ]
+    points: list[tuple[str, bool]] = []
+    checks: list[str] = []
+    bound: set[str] = set()
+
+    def add(m: Mount) -> None:
+        if m.target in bound:
+            return
+        bound.add(m.target)
+        checks.append(m.source)
+        is_dir = os.path.isdir(m.source)
+        points.append((m.target, is_dir))
+        mounts.append(_bind(m.source, m.target, m.readonly, m.flags))
+
+    if (spec.mount_home and mount_home_default) and home and home != "/" \
+            and os.path.isdir(home):
+        add(Mount(home, home))
+    if os.path.isdir(workdir) and workdir != "/":
+        add(Mount(workdir, workdir))
+    for m in (*default_mounts, *spec.mounts):
+        add(m)
+    keep = spec.env
+    args = list(command)
+    if spec.entrypoint:
+        args = [str(a) for a in image_cfg.get("Entrypoint") or []] + args
+    cwd = spec.workdir or (workdir if workdir in bound else
+                           str(image_cfg.get("WorkingDir") or "/"))
+    process: dict[str, Any] = {
+        "terminal": False, "args": args, "env": _env_list(env, image_cfg, keep), "cwd": cwd,
+        "user": {"uid": uid, "gid": gid, "additionalGids": [g for g in groups if g != gid]},
+        "noNewPrivileges": True,
+        "capabilities": {"bounding": [], "effective": [], "inheritable": [], "permitted": [],
+                         "ambient": []},
+    }
+    namespaces: list[dict[str, str]] = [{"type": "mount"}]
+    linux: dict[str, Any] = {"namespaces": namespaces, "maskedPaths": [
+        "/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
+        "readonlyPaths": ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"]}
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in node)
+    ctr_id = f"corral-{safe}-{job_id}-{restarts}-{step}"
+    if cgroup_rel is not None:
+        linux["cgroupsPath"] = f"/{cgroup_rel.strip('/')}/ctr-{step}"
+    if spec.remap_root:
+        namespaces.append({"type": "user"})
+        linux["uidMappings"] = [{"containerID": 0, "hostID": uid, "size": 1}]
+        linux["gidMappings"] = [{"containerID": 0, "hostID": gid, "size": 1}]
+        process["user"] = {"uid": 0, "gid": 0}
+        for entry in mounts:  # no fresh proc/sysfs in a user namespace without pid/net ones
+            if entry["destination"] in ("/proc", "/sys"):
+                entry.update({"type": "bind", "source": entry["destination"],
+                              "options": ["rbind", "nosuid", "nodev", "noexec"]
+                              + (["ro"] if entry["destination"] == "/sys" else [])})
+        linux.pop("cgroupsPath", None)
+    config = {"ociVersion": "1.0.2", "process": process,
+              "root": {"path": "", "readonly": not spec.writable},
+              "hostname": "", "mounts": mounts, "linux": linux}
+    bundle = os.path.join(jdir, f"ctr-{step}")
+    return ContainerPlan(
+        runtime=runtime, state_root=state_root, ctr_id=ctr_id, bundle=bundle, lower=lower,
+        writable=spec.writable, tmp_mb=tmp_mb, config=config, uid=uid, gid=gid,
+        groups=groups, check_paths=checks, mount_points=points,
+        files=_passwd_files(lower, uid, gid, user, home or "/"), script=script)
+
+
+def as_user(p: ContainerPlan) -> tuple[int, int, list[int]]:
+    """Switch the effective ids of this (single-threaded, forked) process to the job's
+    user; returns what ``back_to_root`` needs."""
+    saved = (os.geteuid(), os.getegid(), os.getgroups())
+    os.setgroups(list(p.groups))
+    os.setegid(p.gid)
+    os.seteuid(p.uid)
+    return saved
+
+
+def back_to_root(saved: tuple[int, int, list[int]]) -> None:
+    os.seteuid(saved[0])
+    os.setegid(saved[1])
+    os.setgroups(saved[2])
+
+
+def enter(p: ContainerPlan) -> None:
+    """In the job child, as root, before it opens its files and execs ``p.argv()``."""
+    saved = as_user(p)
+    try:
+        for path in [p.lower, *p.check_paths]:
+            try:
+                os.stat(path)
+            except OSError as exc:
+                raise ContainerSetupError(exc.errno or 1, f"container path {path}: "
+                                          f"{exc.strerror or exc} (as the job's user)") from None
+    finally:
+        back_to_root(saved)
+    if _c().unshare(CLONE_NEWNS) != 0:
+        err = ctypes.get_errno()
+        raise ContainerSetupError(err, f"unshare(CLONE_NEWNS): {os.strerror(err)}")
+    _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+    b = p.bundle
+    os.makedirs(b, mode=0o700, exist_ok=True)
+    _mount("tmpfs", b, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={p.tmp_mb}m")
+    for d in ("upper", "work", "root"):
+        os.mkdir(os.path.join(b, d), 0o755)
+    root = os.path.join(b, "root")
+    _mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV,
+           f"lowerdir={p.lower},upperdir={b}/upper,workdir={b}/work")
+    for rel, data in p.files.items():
+        path = os.path.join(root, rel.lstrip("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.islink(path):
+            os.unlink(path)
+        with open(path, "wb") as fh:
+            fh.write(data)
+        os.chmod(path, 0o644)
+    for target, is_dir in p.mount_points:
+        path = os.path.join(root, target.lstrip("/"))
+        _make_point(root, path, is_dir)
+    cfg = dict(p.config)
+    cfg["root"] = {**cfg["root"], "path": root}
+    with open(os.path.join(b, "config.json"), "w") as fh:
+        json.dump(cfg, fh)
+    os.makedirs(p.state_root, mode=0o700, exist_ok=True)
+
+
+def _make_point(root: str, path: str, is_dir: bool) -> None:
+    """A mount point inside the overlay; symlinks on the way are replaced by directories
+    (they would lead the bind elsewhere in the image, or out of it)."""
+    rel = os.path.relpath(path, root)
+    cur = root
+    parts = rel.split(os.sep)
+    for i, part in enumerate(parts):
+        cur = os.path.join(cur, part)
+        last = i == len(parts) - 1
+        if os.path.islink(cur):
+            os.unlink(cur)
+        if last and not is_dir:
+            if not os.path.exists(cur):
+                open(cur, "a").close()
+            return
+        if not os.path.isdir(cur):
+            if os.path.exists(cur):
+                os.unlink(cur)
+            os.mkdir(cur, 0o755)
+
+
+def cleanup(runtime: str, state_root: str, ctr_id: str, cgroup_dirs: list[str]) -> None:
+    """After the job: the runtime's record of a container whose runc was killed, and the
+    empty cgroup directories runc made in hierarchies the job itself has none in."""
+    if os.path.isdir(os.path.join(state_root, ctr_id)):
+        import subprocess
+
+        subprocess.run([runtime, "--root", state_root, "delete", "--force", ctr_id],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=30, check=False)
+        shutil.rmtree(os.path.join(state_root, ctr_id), ignore_errors=True)
+    for d in sorted(cgroup_dirs, key=len, reverse=True):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+def cgroup_mounts() -> list[str]:
+    """Mount points of every cgroup hierarchy (v1 and v2) on this host."""
+    out = []
+    try:
+        with open("/proc/self/mounts") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) > 2 and parts[2] in ("cgroup", "cgroup2"):
+                    out.append(parts[1])
+    except OSError:
+        pass
+    return out
+
+
+def leftover_cgroups(cgroups_path: str, own: set[str]) -> list[str]:
+    """The directories runc may have made for ``cgroups_path`` (``/<job rel>/ctr-<step>``)
+    in every hierarchy, and the job-level parents it made where the job has none
+    (``own``: the job's own directories, which its isolation removes)."""
+    rel = cgroups_path.strip("/")
+    if not rel:
+        return []
+    parent = os.path.dirname(rel)
+    out = []
+    for m in cgroup_mounts():
+        out.append(os.path.join(m, rel))
+        p = os.path.join(m, parent)
+        if parent and p not in own:
+            out.append(p)
+    return out

@@ -1,0 +1,157 @@
+"""The supervisor's side of a container job: find the image (the node cache pulls it when
+needed), then plan the container (``corral.agent.container``).
+
+``prepare`` returns a ``Prepared`` (the plan, and an fd that pins the cached image for
+the job's life) or raises ``PrepareError`` with the reason the job ends FAILED with:
+a bad reference, a pull that failed, a runtime that is missing. None of these is the
+node's fault: the node stays up.
+
+Images by kind: ``docker`` from the cache (``corral.agent.images``); ``dir`` used in
+place as the overlay's lower layer; ``bundle`` (Slurm's ``--container``): its
+``config.json`` is read with the job user's credentials, its ``root.path`` is the lower
+layer and its ``process.env`` the image environment; ``sif`` needs Apptainer's runtime,
+which this node path does not drive (refused with that reason).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from corral.agent.container import ContainerPlan, plan
+from corral.agent.images import ImageCache, ImageError
+from corral.agent.launch import LaunchRequest
+from corral.agent.runtimes import ContainerSettings
+from corral.containers.spec import ContainerError, ContainerSpec, parse_mounts
+
+
+class PrepareError(Exception):
+    pass
+
+
+@dataclass
+class Prepared:
+    plan: ContainerPlan
+    pin_fd: int  # -1: nothing pinned
+    digest: str
+    pulled: bool  # the image was pulled for this job (a cold start)
+
+
+def _read_as_user(path: str, uid: int, gid: int, groups: tuple[int, ...],
+                  limit: int = 1 << 20) -> bytes:
+    """The file's bytes, read by a child with the user's identity (root here must not
+    read for a user what the user could not)."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            if os.geteuid() == 0:
+                os.setgroups(list(groups))
+                os.setgid(gid)
+                os.setuid(uid)
+            with open(path, "rb") as fh:
+                os.write(w, fh.read(limit))
+            code = 0
+        except BaseException:  # noqa: B036 - any failure is "cannot read"
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks = []
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise PrepareError(f"cannot read {path} as user {uid}")
+    return b"".join(chunks)
+
+
+def _bundle(path: str, uid: int, gid: int, groups: tuple[int, ...]
+            ) -> tuple[str, dict[str, Any]]:
+    try:
+        cfg = json.loads(_read_as_user(os.path.join(path, "config.json"), uid, gid, groups))
+    except ValueError as exc:
+        raise PrepareError(f"OCI bundle {path}: bad config.json: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise PrepareError(f"OCI bundle {path}: config.json is not an object")
+    root = str((cfg.get("root") or {}).get("path") or "rootfs")
+    lower = os.path.normpath(os.path.join(path, root))
+    proc = cfg.get("process") or {}
+    image_cfg = {"Env": [str(e) for e in proc.get("env") or []],
+                 "WorkingDir": str(proc.get("cwd") or "/")}
+    return lower, image_cfg
+
+
+def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings, *,
+            jdir: str, node: str, step: str, command: list[str], env: dict[str, str],
+            groups: tuple[int, ...], cgroup_rel: str | None, script: bool,
+            progress: Callable[[str], None] | None = None,
+            cancelled: Callable[[], bool] | None = None) -> Prepared:
+    if not settings.runtime:
+        raise PrepareError(f"no OCI runtime (runc or crun) on {node}: cannot run container "
+                           "jobs here")
+    if os.geteuid() != 0:
+        raise PrepareError(f"the agent on {node} does not run as root: it cannot start "
+                           "containers")
+    ref = spec.image
+    pin = -1
+    digest = ""
+    pulled = False
+    if ref.kind == "docker":
+        cache = ImageCache(settings.cache_dir, settings.cache_max_mb,
+                           insecure=settings.insecure, skopeo=settings.skopeo or "skopeo",
+                           pull_timeout_s=settings.pull_timeout_s)
+        try:
+            image = cache.resolve(ref, progress=progress, cancelled=cancelled)
+            pin = cache.pin(image.digest)
+        except ImageError as exc:
+            raise PrepareError(f"image pull failed: {exc}") from None
+        except OSError as exc:
+            raise PrepareError(f"image cache {settings.cache_dir}: {exc}") from None
+        lower, image_cfg, digest, pulled = image.rootfs, image.config, image.digest, \
+            not image.cached
+    elif ref.kind == "dir":
+        lower, image_cfg = ref.canonical, {}
+    elif ref.kind == "bundle":
+        lower, image_cfg = _bundle(ref.canonical, req.uid, req.gid, groups)
+    elif ref.kind == "sif":
+        raise PrepareError(f"SIF images ({ref.canonical}) are not supported by this node's "
+                           "runtime; use a docker:// image or a root filesystem directory")
+    else:
+        raise PrepareError(f"no container named {spec.name!r} in job {req.job_id}")
+    try:
+        defaults = tuple(m for text in settings.default_mounts for m in parse_mounts(text))
+    except ContainerError as exc:
+        raise PrepareError(f"[containers] default_mounts: {exc}") from None
+    try:
+        p = plan(spec, lower=lower, image_cfg=image_cfg, job_id=req.job_id,
+                 restarts=req.restarts, step=step, node=node, jdir=jdir,
+                 runtime=settings.runtime, state_root=settings.state_root, command=command,
+                 env=env, workdir=req.workdir, user=req.user, uid=req.uid, gid=req.gid,
+                 groups=groups or (req.gid,), cgroup_rel=cgroup_rel,
+                 default_mounts=defaults, mount_home_default=settings.mount_home,
+                 tmp_mb=settings.tmp_mb, script=script)
+    except OSError as exc:
+        if pin >= 0:
+            os.close(pin)
+        raise PrepareError(f"cannot plan the container: {exc}") from None
+    return Prepared(p, pin, digest, pulled)
+
+
+def cgroup_rel(dirs: dict[str, str], mounts: dict[str, str]) -> str | None:
+    """The job cgroup's path relative to its hierarchy, from its directories and the
+    mount point of each (``v2`` / ``tracking`` / a v1 controller)."""
+    for key, path in dirs.items():
+        base = mounts.get(key)
+        if base and path.startswith(base.rstrip("/") + "/"):
+            return path[len(base.rstrip("/")) + 1:]
+    return None

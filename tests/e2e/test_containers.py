@@ -1,0 +1,110 @@
+"""Container jobs through a real cluster (corral up): sbatch's container options, a job as
+a real user in an image from a registry on loopback, the node image cache (corral images,
+corral image pull), a failed pull that leaves the node up."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.containers.spec import ContainerSpec, parse_image
+from tests.e2e.cluster import TEST_CONFIG, Cluster, corral, wait_for
+from tests.e2e.conftest import USER
+from tests.registry import Registry, require_containers, running_registry
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[Registry]:
+    require_containers()
+    with running_registry() as reg:
+        reg.push_busybox("e2e/bb:1", os_name="Corral E2E Image")
+        yield reg
+
+
+@pytest.fixture(scope="module")
+def ccluster(registry: Registry, test_user: pwd.struct_passwd) -> Iterator[Cluster]:
+    root = Path(tempfile.mkdtemp(prefix="corral-e2e-ctr-"))
+    os.chmod(root, 0o755)
+    config = TEST_CONFIG + (f'\n[containers]\ninsecure_registries = ["{registry.host}"]\n'
+                            f'cache_dir = "{root}/images"\n')
+    c = Cluster(root, config)
+    c.up()
+    try:
+        yield c
+    finally:
+        c.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def shim(c: Cluster, prog: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, CORRAL_SOCKET=str(c.sock))
+    return subprocess.run([sys.executable, "-c", f"from corral.shims.lean import main; "
+                           f"main({prog!r})", *args], capture_output=True, text=True, env=env,
+                          cwd=c.work, timeout=60)
+
+
+def test_sbatch_refuses_bad_container_options(ccluster: Cluster) -> None:
+    r = shim(ccluster, "sbatch", "--container-image=Not/Valid", "--wrap=true")
+    assert r.returncode == 1
+    assert r.stderr.startswith("sbatch: error: invalid image reference 'Not/Valid'"), r.stderr
+    r = shim(ccluster, "sbatch", "--container-image=busybox", "--container-remap-root",
+             "--wrap=true")
+    assert r.returncode == 1
+    assert "--container-remap-root is not allowed on this cluster" in r.stderr, r.stderr
+
+
+def test_user_job_in_an_image_then_cache_hit(ccluster: Cluster, registry: Registry,
+                                             test_user: pwd.struct_passwd) -> None:
+    ref = registry.ref("e2e/bb:1")
+    spec = ContainerSpec(parse_image(ref)).to_text()
+    out = ccluster.work / "ctr-%j.out"
+    jid = ccluster.submit(". /etc/os-release; echo os=$NAME uid=$(id -u) job=$SLURM_JOB_ID",
+                          user=USER, stdout=str(out), extra={"container": spec})
+    job = ccluster.wait_done(jid, timeout=60)
+    assert job["state"] == "COMPLETED", (job, ccluster.logs())
+    text = (ccluster.work / f"ctr-{jid}.out").read_text()
+    assert text.strip() == f"os=Corral E2E Image uid={test_user.pw_uid} job={jid}"
+    # the node lists the image; a second job finds it cached
+    r = corral("images", "--json", env=dict(os.environ, CORRAL_SOCKET=str(ccluster.sock)))
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(row["node"], row["image"]) for row in rows] == [("testnode", ref)], rows
+    assert rows[0]["digest"].startswith("sha256:") and rows[0]["size_bytes"] > 1_000_000
+    jid2 = ccluster.submit("true", user=USER, extra={"container": spec})
+    assert ccluster.wait_done(jid2, timeout=60)["state"] == "COMPLETED"
+    shown = corral("show", str(jid2), env=dict(os.environ, CORRAL_SOCKET=str(ccluster.sock)))
+    assert "cached" in shown.stdout, shown.stdout
+
+
+def test_failed_pull_ends_the_job_not_the_node(ccluster: Cluster, registry: Registry) -> None:
+    spec = ContainerSpec(parse_image(registry.ref("e2e/missing:0"))).to_text()
+    jid = ccluster.submit("true", user=USER, extra={"container": spec})
+    job = ccluster.wait_done(jid, timeout=60)
+    assert job["state"] == "FAILED"
+    assert "image pull failed" in json.dumps(job), job
+    node = ccluster.client.nodes()[0]
+    assert node["state"] in ("IDLE", "MIXED", "ALLOCATED"), node
+
+
+def test_image_pull_on_the_nodes(ccluster: Cluster, registry: Registry) -> None:
+    ref = registry.push_busybox("e2e/pre:2", os_name="Prepulled")
+    env = dict(os.environ, CORRAL_SOCKET=str(ccluster.sock))
+    r = corral("image", "pull", ref, "--nodes", "testnode", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    def listed() -> bool:
+        rows = json.loads(corral("images", "--json", env=env).stdout)
+        return any(row["image"] == ref for row in rows)
+
+    wait_for(listed, 60, what="the pre-pulled image in corral images")

@@ -1,0 +1,132 @@
+"""A real image registry on loopback for the container tests (Debian's ``docker-registry``),
+with images built here from ``busybox-static`` and pushed with skopeo.
+
+No registry on the network is reachable in CI, so the tests start their own:
+``docker-registry serve`` on 127.0.0.1 with a free port and a temp storage directory,
+polled until ``/v2/`` answers; stopped by pid. Images are busybox trees (a file
+``/etc/os-release`` that names the image, plus optional filler to give them a size)
+tarred and pushed as one-layer images with ``skopeo copy tarball:... docker://...``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+NEEDS = ("docker-registry", "skopeo", "busybox")
+
+
+def missing_tools() -> list[str]:
+    search = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    out = [t for t in NEEDS if shutil.which(t, path=search) is None]
+    if shutil.which("runc", path=search) is None and shutil.which("crun", path=search) is None:
+        out.append("runc")
+    return out
+
+
+def require_containers() -> None:
+    """Skip unless this machine can run the container tests (root, the tools)."""
+    if os.geteuid() != 0:
+        pytest.skip("container jobs need a root agent")
+    lacking = missing_tools()
+    if lacking:
+        pytest.skip(f"not installed: {', '.join(lacking)} (scripts/system-deps)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Registry:
+    host: str  # 127.0.0.1:PORT
+    root: Path
+    proc: subprocess.Popen[bytes]
+
+    def ref(self, name: str) -> str:
+        return f"docker://{self.host}/{name}"
+
+    def push_busybox(self, name: str, *, os_name: str, filler_kb: int = 0,
+                     extra: dict[str, bytes] | None = None) -> str:
+        """Build a busybox image whose /etc/os-release says ``os_name``, push it as
+        ``name`` (repo:tag); returns its docker:// reference."""
+        tree = Path(tempfile.mkdtemp(prefix="img-", dir=self.root))
+        for d in ("bin", "etc", "tmp", "proc", "sys", "dev", "root", "home"):
+            (tree / d).mkdir()
+        busybox = shutil.which("busybox")
+        assert busybox
+        shutil.copy(busybox, tree / "bin" / "busybox")
+        applets = subprocess.run([str(tree / "bin" / "busybox"), "--list"], check=True,
+                                 capture_output=True, text=True).stdout.split()
+        for a in applets:
+            if a != "busybox":
+                (tree / "bin" / a).symlink_to("busybox")
+        (tree / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+        (tree / "etc" / "group").write_text("root:x:0:\n")
+        (tree / "etc" / "os-release").write_text(f'NAME="{os_name}"\nID=corraltest\n')
+        if filler_kb:
+            (tree / "filler").write_bytes(os.urandom(filler_kb * 1024))
+        for rel, data in (extra or {}).items():
+            p = tree / rel.lstrip("/")
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+        tar = tree.with_suffix(".tar")
+        subprocess.run(["tar", "-C", str(tree), "-cf", str(tar), "."], check=True)
+        ref = self.ref(name)
+        subprocess.run(["skopeo", "--insecure-policy", "copy", "--quiet",
+                        "--dest-tls-verify=false", f"tarball:{tar}", ref], check=True,
+                       capture_output=True)
+        shutil.rmtree(tree, ignore_errors=True)
+        tar.unlink()
+        return ref
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@contextmanager
+def running_registry() -> Iterator[Registry]:
+    root = Path(tempfile.mkdtemp(prefix="corral-registry-"))
+    port = free_port()
+    cfg = root / "config.yml"
+    cfg.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+                   f"    rootdirectory: {root}/data\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    log = open(root / "registry.log", "wb")
+    proc = subprocess.Popen(["docker-registry", "serve", str(cfg)], stdout=log, stderr=log,
+                            stdin=subprocess.DEVNULL)
+    reg = Registry(f"127.0.0.1:{port}", root, proc)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("docker-registry did not start: "
+                                         + (root / "registry.log").read_text()) from None
+                time.sleep(0.02)
+        yield reg
+    finally:
+        reg.stop()
+        log.close()
+        shutil.rmtree(root, ignore_errors=True)
