@@ -301,3 +301,26 @@ def test_licenses_are_counted_and_shown(shim_cluster: ShimCluster, tmp_path: Pat
     finally:
         c.run("scancel", first)
     assert done(c, second)["state"] == "COMPLETED"
+
+
+def test_srun_prolog_and_epilog(shim_cluster: ShimCluster, tmp_path: Path) -> None:
+    c = shim_cluster
+    pro = tmp_path / "pro.sh"
+    pro.write_text('#!/bin/sh\necho "prolog args: $*" >> log\n[ ! -e stop ]\n')
+    epi = tmp_path / "epi.sh"
+    epi.write_text('#!/bin/sh\necho "epilog args: $* job=$SLURM_JOB_ID" >> log\nexit 7\n')
+    pro.chmod(0o755)
+    epi.chmod(0o755)
+    p = c.run("srun", f"--prolog={pro}", f"--epilog={epi}", "bash", "-c", "echo step >> log",
+              cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "srun: error: srun epilog failed status=7" in p.stderr
+    lines = (tmp_path / "log").read_text().splitlines()
+    assert lines[:2] == ["prolog args: bash -c echo step >> log", "step"], lines
+    assert lines[2].startswith("epilog args: bash -c echo step >> log job=") and \
+        lines[2] != "epilog args: bash -c echo step >> log job=", lines
+    (tmp_path / "stop").touch()
+    p = c.run("srun", f"--prolog={pro}", "bash", "-c", "echo never >> log", cwd=tmp_path)
+    assert p.returncode == 1
+    assert "srun: error: srun prolog failed rc = 1. Aborting step." in p.stderr
+    assert "never" not in (tmp_path / "log").read_text().splitlines()

@@ -158,6 +158,11 @@ def step_warnings(opts: SlurmOptions) -> list[str]:
         if given:
             out.append(f"srun: warning: --{flag} is not enforced between steps: this step "
                        "shares the job's CPUs with its other running steps")
+    for flag in ("task_prolog", "task_epilog"):
+        if opts.extra.get(flag):
+            out.append(f"srun: warning: --{flag.replace('_', '-')} is not run for steps "
+                       "(the cluster's [scripts] task_prolog/task_epilog run for batch "
+                       "scripts only)")
     dist = opts.extra.get("distribution") or ""
     levels = dist.split(",", 1)[0].split(":")[1:]
     if any(level not in ("block", "*", "") for level in levels):
@@ -220,7 +225,39 @@ def plan_step(opts: SlurmOptions, env: dict[str, str], *, in_job: bool = True) -
 
 def run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: list[str],
              env: dict[str, str], *, alive: object = None, in_job: bool = True) -> int:
-    """Run one step of the job in ``env`` (the allocation's variables)."""
+    """Run one step of the job in ``env`` (the allocation's variables), between srun's
+    ``--prolog`` and ``--epilog`` programs: each runs here, as the caller, with the step's
+    command and arguments as its arguments; a prolog that fails aborts the step, an
+    epilog that fails is reported (Slurm's srun)."""
+    prolog = opts.extra.get("prolog") or ""
+    if prolog and prolog.lower() != "none":
+        rc = _local_program(prolog, command, env)
+        if rc != 0:
+            _err(f"srun: error: srun prolog failed rc = {rc}. Aborting step.")
+            return 1
+    rc = _run_step(ctx, client, opts, command, env, alive=alive, in_job=in_job)
+    epilog = opts.extra.get("epilog") or ""
+    if epilog and epilog.lower() != "none":
+        status = _local_program(epilog, command, env)
+        if status != 0:
+            _err(f"srun: error: srun epilog failed status={status}")
+    return rc
+
+
+def _local_program(path: str, command: list[str], env: dict[str, str]) -> int:
+    """Run srun's --prolog/--epilog; its exit status (127: it could not start)."""
+    import subprocess
+
+    try:
+        return subprocess.run([path, *command], env=env, stdin=subprocess.DEVNULL,
+                              check=False).returncode
+    except OSError as exc:
+        _err(f"srun: error: cannot run {path}: {exc.strerror or exc}")
+        return 127
+
+
+def _run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: list[str],
+              env: dict[str, str], *, alive: object = None, in_job: bool = True) -> int:
     from corral.shims.steps import StepRecorder
 
     try:

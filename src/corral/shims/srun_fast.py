@@ -13,7 +13,8 @@ options are read exactly as the Python ``srun`` reads them (``corral.shims.srun`
 - ``CRSR1 python``: nothing was done; the launcher hands over to the Python ``srun``,
   which does what needs srun's own process: an allocation first (outside a job), a step
   on this node only (its tasks are started right there), ``--pty``, ``--mpi=pmi2`` (the
-  PMI server lives in srun), ``--jobid``, ``CORRAL_SRUN_LAUNCH``;
+  PMI server lives in srun), ``--jobid``, ``CORRAL_SRUN_LAUNCH``, ``--prolog``/
+  ``--epilog`` (programs run as srun's caller);
 - the step recorded and sent to every node's agent (``corral.controller.steps
   .start_step``, as ``POST /jobs/<id>/steps`` does) and its layout for the relay::
 
@@ -93,6 +94,8 @@ def prepare(ctx: Context, addr: str, key: str) -> FastStep | bytes:
     env = dict(ctx.env)
     if not env.get("SLURM_JOB_ID", "").isdigit() or "jobid" in opts.extra:
         return PYTHON
+    if any((opts.extra.get(k) or "none").lower() != "none" for k in ("prolog", "epilog")):
+        return PYTHON  # srun's --prolog/--epilog run in srun's own process, as its user
     try:
         plan = srun.plan_step(opts, env)
     except srun.StepShapeError as exc:
