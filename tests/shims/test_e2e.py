@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -324,3 +325,16 @@ def test_srun_prolog_and_epilog(shim_cluster: ShimCluster, tmp_path: Path) -> No
     assert p.returncode == 1
     assert "srun: error: srun prolog failed rc = 1. Aborting step." in p.stderr
     assert "never" not in (tmp_path / "log").read_text().splitlines()
+
+
+def test_srun_prolog_inside_a_batch_job(shim_cluster: ShimCluster, tmp_path: Path) -> None:
+    c = shim_cluster
+    pro = tmp_path / "pro.sh"
+    pro.write_text('#!/bin/sh\necho "prolog $(id -u) $*" >> log\n')
+    pro.chmod(0o755)
+    (tmp_path / "job.sh").write_text(
+        f"#!/bin/sh\n#SBATCH -o main.out\nsrun --prolog={pro} sh -c 'echo step >> log'\n")
+    jid = submit(c, "job.sh", cwd=tmp_path)
+    assert done(c, jid)["state"] == "COMPLETED"
+    assert (tmp_path / "log").read_text().splitlines() == [
+        f"prolog {os.getuid()} sh -c echo step >> log", "step"]
