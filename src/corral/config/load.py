@@ -268,6 +268,9 @@ def validate(cfg: ClusterConfig) -> None:
         raise ConfigError("controller.max_event_streams_per_user", "must be 1 to 10000")
     if not 0.5 <= c.lease_s <= 600:
         raise ConfigError("controller.lease_s", "must be between 0.5 and 600 seconds")
+    if not (c.standby_refresh_s == 0 or 0.1 <= c.standby_refresh_s <= 3600):
+        raise ConfigError("controller.standby_refresh_s",
+                          "must be 0 (a cold standby) or between 0.1 and 3600 seconds")
     if not 1 <= c.first_job_id < 2**31:
         raise ConfigError("controller.first_job_id", "must be between 1 and 2147483647")
     if c.tick_s == 0:

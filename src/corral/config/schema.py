@@ -47,6 +47,10 @@ class ControllerConfig:
     # leader's last renewal at most (docs/cluster.md, High availability)
     name: str | None = None
     lease_s: float = 3.0
+    # a standby re-reads the active jobs and submit keys this often, so a takeover
+    # parses only what changed since (corral.controller.warm); 0: load everything at
+    # takeover (a cold standby)
+    standby_refresh_s: float = 2.0
     schedule_delay_ms: float = 3.0  # coalescing delay after an event before a cycle
     tick_s: float = 5.0  # periodic cycle for time-based things (begin times, age)
     node_down_after_s: float = 30.0  # no heartbeat for this long: node DOWN

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from corral import __version__
 from corral.controller.errors import ApiError
 from corral.controller.leadership import LeaderInfo, Leadership, fence_op
-from corral.controller.submitkeys import REQUEST_KEY, check_key
+from corral.controller.submitkeys import REQUEST_KEY, TTL_S, check_key
+from corral.controller.warm import WarmState
 
 if TYPE_CHECKING:
     from corral.controller.service import Controller
@@ -59,6 +60,7 @@ class Gate:
         self.seat: Leadership | None = None  # the current term's (None: SQLite)
         self.epoch = 0
         self.ctl: Controller | None = None  # the leading term's
+        self.warm: WarmState | None = None  # the standby's copy of the state (warm.py)
 
     def leader_json(self) -> dict[str, Any] | None:
         if self.leading:
@@ -73,6 +75,10 @@ class Gate:
             out["ha"] = True
             out["epoch"] = self.epoch if self.leading else (
                 self.info.epoch if self.info is not None else 0)
+            if not self.leading and self.warm is not None:
+                out["warm"] = {"ready": self.warm.ready, "refreshes": self.warm.refreshes,
+                               "active_jobs": self.warm.last["rows"],
+                               "last_refresh_s": self.warm.last["seconds"]}
             out["controllers"] = [
                 {"name": p["holder"], "url": p.get("url", ""),
                  "role": "leader" if (p["holder"] == (out["leader"] or {}).get("holder"))
@@ -161,9 +167,19 @@ async def serve_seats(gate: Gate, make: Callable[[], tuple[Controller, Any]],
         gate.seat = seat
         epoch = 0
         lost = asyncio.Event()
+        warm: WarmState | None = None
         if seat is not None:
             gate.role = "standby"
-            epoch_or_none = await _standby(gate, seat, stop)
+            refresh_s = ctl.cfg.controller.standby_refresh_s
+            if refresh_s > 0:  # keep a copy of the state warm while standing by
+                warm = WarmState(ctl.store.engine, refresh_s, TTL_S)
+                gate.warm = warm
+            warming = asyncio.create_task(warm.run()) if warm is not None else None
+            try:
+                epoch_or_none = await _standby(gate, seat, stop)
+            finally:
+                if warming is not None:
+                    warming.cancel()
             if epoch_or_none is None:  # stopped while standing by
                 await seat.close()
                 return
@@ -171,7 +187,7 @@ async def serve_seats(gate: Gate, make: Callable[[], tuple[Controller, Any]],
             ctl.store.fence = fence_op(epoch)
             ctl.store.on_fenced = _notifier(loop, lost)
         try:
-            await ctl.start()
+            await ctl.start(warm)
         except Exception:
             if seat is None:  # one controller (SQLite): a start that fails is fatal
                 raise

@@ -35,6 +35,7 @@ from corral.controller.rows import insert_row, record_from_row, update_row
 from corral.controller.steps import close_open_steps
 from corral.controller.store import Store
 from corral.controller.suspend import end_suspension
+from corral.controller.warm import WarmState
 from corral.core.model.job import HoldKind, JobState
 from corral.core.model.transitions import JobEvent, job_transition
 from corral.core.snapshot import FinishedJob
@@ -98,6 +99,8 @@ class Controller:
         # (``corral.controller.roles.Gate.role_json``)
         self.ha_view: Callable[[], dict[str, Any]] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self.load_s = 0.0  # how long start() took to load the state
+        self.term_over = asyncio.Event()  # set by stop(): requests of this term end
 
     @property
     def usage(self) -> dict[tuple[str, str], float]:
@@ -106,17 +109,26 @@ class Controller:
 
     # ---- lifecycle ------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, warm: WarmState | None = None) -> None:
+        """Load the state and start scheduling. ``warm``: a standby's copy of the active
+        jobs and submit keys (``corral.controller.warm``), brought up to date here
+        instead of loading and parsing every active job again."""
         loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
         await loop.run_in_executor(None, self.store.open)
         self.nodes.load(await loop.run_in_executor(None, self.store.load_nodes))
-        rows = await loop.run_in_executor(None, self.store.load_active)
-        for row in rows:
-            try:
-                rec = record_from_row(row)
-            except Exception:  # one unreadable row must not keep the controller down
-                log.exception("job %s: its stored record cannot be read; left out", row.id)
-                continue
+        key_rows: list[Any] | None = None
+        if warm is not None and warm.ready:
+            recs, key_rows = await loop.run_in_executor(None, warm.catch_up)
+        else:
+            recs = []
+            for row in await loop.run_in_executor(None, self.store.load_active):
+                try:
+                    recs.append(record_from_row(row))
+                except Exception:  # one unreadable row must not keep the controller down
+                    log.exception("job %s: its stored record cannot be read; left out",
+                                  row.id)
+        for rec in recs:
             self._index(rec)
             if rec.state.is_active:
                 self.nodes.allocate(rec)
@@ -134,7 +146,8 @@ class Controller:
         from corral.controller.submitkeys import TTL_S
 
         since = time.time() - TTL_S
-        self.keys.load(await loop.run_in_executor(None, self.store.load_keys, since))
+        self.keys.load(key_rows if key_rows is not None else
+                       await loop.run_in_executor(None, self.store.load_keys, since))
         self.store.submit(self.store.op_prune_keys(since))
         from corral.controller.usage import META_KEY
 
@@ -148,14 +161,17 @@ class Controller:
         self.store.hook_loop = loop
         await self._load_dependency_targets(list(self.pending.values()))
         self.metrics.set_jobs(len(self.pending), len(self.running))
-        log.info("recovered %d pending and %d running jobs; next job id %d",
-                 len(self.pending), len(self.running), self.ids.peek())
+        self.load_s = time.monotonic() - t0
+        log.info("recovered %d pending and %d running jobs (%s, %.3f s); next job id %d",
+                 len(self.pending), len(self.running),
+                 "warm" if key_rows is not None else "cold", self.load_s, self.ids.peek())
         await self.store.bind_loop()  # SQLite: commits on this loop from now on
         self._tasks.append(asyncio.create_task(self.sched.run(), name="scheduler"))
         self._tasks.append(asyncio.create_task(self._ticker(), name="ticker"))
         self.sched.trigger()
 
     async def stop(self) -> None:
+        self.term_over.set()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

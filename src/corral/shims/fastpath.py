@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from corral.shims.inproc import ROUTE, SHIM_MEDIA_TYPE, InProcessClient, _executor
+from corral.shims.inproc import ROUTE, SHIM_MEDIA_TYPE, InProcessClient, T, _executor
 from corral.shims.server import handle_exec
 
 if TYPE_CHECKING:
@@ -109,7 +109,33 @@ async def srun_inline(ctl: Controller, who: Identity, ctx: Any,
 
 
 class _Client(InProcessClient):
-    """``ping`` with the controllers' roles (``scontrol ping``: primary and backups)."""
+    """``ping`` with the controllers' roles (``scontrol ping``: primary and backups), and
+    the request's idempotency key for its one submit (the worker-thread path: ``sbatch
+    --wait``; the key's context variable does not follow the request into the thread)."""
+
+    key: str | None = None
+
+    def _check_term(self) -> None:
+        if self.ctl.term_over.is_set():  # a deposed term: its waits end here
+            from corral.client import CorralError
+
+            raise CorralError("not_leader", "this controller stopped leading", 503)
+
+    def _run(self, make: Callable[[], Awaitable[T]]) -> T:
+        self._check_term()
+        return super()._run(make)
+
+    def _sync(self, fn: Callable[[], T]) -> T:
+        self._check_term()
+        return super()._sync(fn)
+
+    def submit_result(self, sub: Mapping[str, Any]) -> dict[str, Any]:
+        key, self.key = self.key, None  # one submit per request carries it
+        if key is None:
+            return super().submit_result(sub)
+        body = dict(sub)
+        host = submit_host(body)
+        return self._wrap(lambda: self.ctl.submit(body, self.who, host, key))
 
     def ping(self) -> dict[str, Any]:
         out = super().ping()
@@ -126,6 +152,10 @@ async def run_exec(ctl: Controller, who: Identity, raw: bytes) -> bytes:
         return frame
     loop = asyncio.get_running_loop()
     client = _Client(ctl, who, loop)
+    from corral.controller.submitkeys import REQUEST_KEY
+
+    client.key = REQUEST_KEY.get()  # set by roles.Gate from the Idempotency-Key header
+    REQUEST_KEY.set(None)
     return await loop.run_in_executor(_executor(), handle_exec, raw, who.uid, client)
 
 
@@ -173,7 +203,19 @@ def with_shim_fast_path(asgi: Any, ctl: Controller, auth: Authenticator) -> Any:
             await send(scope, send_, exc.status, json.dumps(exc.to_json()).encode(),
                        b"application/json")
             return
-        frame = await run_exec(ctl, caller, raw)
-        await send(scope, send_, 200, frame, media)
+        work = asyncio.ensure_future(run_exec(ctl, caller, raw))
+        over = asyncio.ensure_future(ctl.term_over.wait())
+        await asyncio.wait({work, over}, return_when=asyncio.FIRST_COMPLETED)
+        over.cancel()
+        if not work.done():
+            # this controller stopped leading while the command ran (``sbatch --wait``):
+            # answer as a standby does, so the launcher asks the leader (with its key)
+            work.add_done_callback(lambda t: t.cancelled() or t.exception())
+            err = ApiError("not_leader", "this controller stopped leading while the "
+                                         "command ran: ask the leader")
+            await send(scope, send_, 503, json.dumps(err.to_json()).encode(),
+                       b"application/json")
+            return
+        await send(scope, send_, 200, work.result(), media)
 
     return app

@@ -846,6 +846,11 @@ int main(int argc, char **argv) {
         exec_python();
     if (!strcmp(g_cmd, "srun"))
         srun_setup(); /* inside an allocation; else it execs the Python srun */
+    if (!strcmp(g_cmd, "sbatch")) /* --wait: the answer comes when the job ends, later than
+                                     TIMEOUT_S; lean.py waits without a read timeout */
+        for (int i = 1; i < argc; i++)
+            if (!strcmp(argv[i], "--wait") || !strcmp(argv[i], "-W"))
+                exec_python();
     if (!strcmp(g_cmd, "scontrol") || !strcmp(g_cmd, "scancel") || !strcmp(g_cmd, "qdel"))
         signal(SIGTERM, SIG_IGN); /* finish the call when the caller's job gets signalled */
 

@@ -147,14 +147,17 @@ class _Unreached(LeanError):
 
 def http_request(
     method: str, path: str, body: bytes, content_type: str = "application/json",
-    timeout_s: float = 60.0, key: str = "",
+    timeout_s: float = 60.0, key: str = "", hold: bool = False,
 ) -> tuple[int, bytes]:
     """One HTTP/1.1 request with ``Connection: close``; returns (status, body).
 
     With several controllers (HA) the request goes to the leader: a standby's 503
     ``not_leader`` names it; an unreachable controller is skipped; a connection lost after
     the request was sent is retried only with an idempotency ``key`` (a submit). Gives up
-    after ``CORRAL_FAILOVER_WAIT_S`` (30 s)."""
+    after ``CORRAL_FAILOVER_WAIT_S`` (30 s). ``hold``: the answer may take as long as a
+    job runs (``sbatch --wait``): no read timeout once the request is sent, TCP keepalive
+    instead (a dead controller host is noticed within about 25 s; a killed controller at
+    once, by the closed connection)."""
     addrs = controller_addresses()
     i = 0
     deadline = 0.0
@@ -163,7 +166,7 @@ def http_request(
         hint = ""
         try:
             status, payload = _request_at(kind, where, method, path, body, content_type,
-                                          timeout_s, key)
+                                          timeout_s, key, hold)
         except _Unreached:
             if len(addrs) < 2:
                 raise
@@ -196,7 +199,8 @@ def http_request(
 
 
 def _request_at(kind: str, where: str, method: str, path: str, body: bytes,
-                content_type: str, timeout_s: float, key: str) -> tuple[int, bytes]:
+                content_type: str, timeout_s: float, key: str,
+                hold: bool = False) -> tuple[int, bytes]:
     import _socket
 
     try:
@@ -230,6 +234,9 @@ def _request_at(kind: str, where: str, method: str, path: str, body: bytes,
             s.sendall(head.encode("latin-1") + body)
         except OSError as exc:  # refused before the body was read (413): read why
             sent = exc
+        if hold and sent is None:
+            _keepalive(s, kind)
+            s.settimeout(None)
         while True:
             b = s.recv(262144)
             if not b:
@@ -259,6 +266,26 @@ def _request_at(kind: str, where: str, method: str, path: str, body: bytes,
     if chunked:
         payload = _dechunk(payload)
     return status, payload
+
+
+def _keepalive(s: Any, kind: str) -> None:
+    """Probe an idle TCP connection after 10 s, every 5 s, give up after 3 misses."""
+    if kind == "unix":
+        return  # the kernel closes it when the controller dies
+    import _socket
+
+    s.setsockopt(_socket.SOL_SOCKET, _socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+        opt = getattr(_socket, name, None)
+        if opt is not None:
+            s.setsockopt(_socket.IPPROTO_TCP, opt, value)
+
+
+def waits(cmd: str, argv: list[str]) -> bool:
+    """Whether the command line asks to wait for the job's end (``sbatch --wait``/``-W``):
+    the answer then comes when the job ends. (``#SBATCH --wait`` in the script is read
+    on the controller only; such a request keeps the usual 60 s read timeout.)"""
+    return cmd == "sbatch" and any(a in ("--wait", "-W") for a in argv)
 
 
 def _tls_wrap(raw: Any, host: str, timeout_s: float) -> Any:
@@ -329,12 +356,14 @@ def exec_remote(cmd: str, argv: list[str]) -> tuple[int, bytes, bytes]:
     # controllers: only then is a request whose connection broke sent again)
     key = os.urandom(16).hex() if cmd in ("sbatch", "qsub") \
         and "," in os.environ.get("CORRAL_URL", "") else ""
+    hold = waits(cmd, argv)
     for _ in range(4):
         body = encode_json(
             {"v": 1, "cmd": cmd, "argv": argv, "cwd": cwd, "env": env, "files": files,
              "stdin": stdin}
         ).encode("ascii")
-        status, payload = http_request("POST", API + "/shim/exec", body, key=key)
+        status, payload = http_request("POST", API + "/shim/exec", body, key=key,
+                                       hold=hold)
         if status == 404:
             raise NoShimEndpoint()
         if status != 200:
