@@ -409,22 +409,39 @@ class Store:
             conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
         return run
 
-    @staticmethod
-    def op_insert_step(row: dict[str, Any]) -> Op:
+    def op_insert_step(self, row: dict[str, Any]) -> Op:
+        """One step row, at the driver level as ``op_insert_jobs`` (one per ``srun``: the
+        expression layer cost more than the insert)."""
+        cols = list(row)
+        sql = (f'INSERT INTO steps ({", ".join(_q(c) for c in cols)}) VALUES '
+               f'({", ".join(self._param(c) for c in cols)})')
+        if self.sqlite:
+            def run_raw(conn: Connection) -> None:
+                _driver(conn).execute(sql, row)
+            return run_raw
+
         def run(conn: Connection) -> None:
-            conn.execute(steps.insert().values(**row))
+            conn.exec_driver_sql(sql, row)  # type: ignore[arg-type, unused-ignore]
         return run
 
-    @staticmethod
-    def op_update_steps(rows: list[dict[str, Any]]) -> Op:
+    def op_update_steps(self, rows: list[dict[str, Any]]) -> Op:
         """Rows carry the key (``job_id``, ``restarts``, ``step_id``) plus
         ``state``, ``end_time`` and ``data``."""
+        if not rows:
+            return lambda conn: None
+        p = self._param
+        sql = (f"UPDATE steps SET state = {p('state')}, end_time = {p('end_time')}, "
+               f"data = {p('data')} WHERE job_id = {p('job_id')} AND "
+               f"restarts = {p('restarts')} AND step_id = {p('step_id')}")
+        keys = ("state", "end_time", "data", "job_id", "restarts", "step_id")
+        params = [{k: row[k] for k in keys} for row in rows]
+        if self.sqlite:
+            def run_raw(conn: Connection) -> None:
+                _driver(conn).executemany(sql, params)
+            return run_raw
+
         def run(conn: Connection) -> None:
-            for row in rows:
-                conn.execute(steps.update().where(
-                    (steps.c.job_id == row["job_id"]) & (steps.c.restarts == row["restarts"])
-                    & (steps.c.step_id == row["step_id"])).values(
-                        state=row["state"], end_time=row["end_time"], data=row["data"]))
+            conn.exec_driver_sql(sql, params)  # type: ignore[arg-type, unused-ignore]
         return run
 
     @staticmethod
