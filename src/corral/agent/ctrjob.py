@@ -111,8 +111,7 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
                            insecure=settings.insecure, skopeo=settings.skopeo or "skopeo",
                            pull_timeout_s=settings.pull_timeout_s)
         try:
-            image = cache.resolve(ref, progress=progress, cancelled=cancelled)
-            pin = cache.pin(image.digest)
+            image, pin = cache.acquire(ref, progress=progress, cancelled=cancelled)
         except ImageError as exc:
             raise PrepareError(f"image pull failed: {exc}") from None
         except OSError as exc:

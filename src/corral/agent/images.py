@@ -162,17 +162,40 @@ class ImageCache:
 
     def pin(self, digest: str) -> int:
         """A shared lock on the image's tree for as long as the returned fd is open (the
-        supervisor keeps it for the job's life): eviction leaves it alone."""
+        supervisor keeps it for the job's life): eviction leaves it alone. -1 when the
+        tree is gone (evicted meanwhile)."""
         used = os.path.join(self.image_dir(digest), "used")
-        fd = os.open(used, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(used, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return -1
         fcntl.flock(fd, fcntl.LOCK_SH)
+        try:  # an eviction may have renamed the tree away between the open and the lock
+            same = os.stat(used).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            return -1
         os.utime(used)
         return fd
+
+    def acquire(self, ref: ImageRef, *, progress: Callable[[str], None] | None = None,
+                cancelled: Callable[[], bool] | None = None) -> tuple[Image, int]:
+        """``resolve`` plus ``pin``, without a window for an eviction between them: the
+        image and the fd that keeps it (close it when the job is over)."""
+        for _ in range(3):
+            image = self.resolve(ref, progress=progress, cancelled=cancelled, evict=False)
+            fd = self.pin(image.digest)
+            if fd >= 0:
+                self.evict(keep=image.digest)
+                return image, fd
+        raise ImageError(f"{ref.canonical} was evicted three times while being started")
 
     # ---- resolve / pull ------------------------------------------------------------------
     def resolve(self, ref: ImageRef, *, refresh: bool = False,
                 progress: Callable[[str], None] | None = None,
-                cancelled: Callable[[], bool] | None = None) -> Image:
+                cancelled: Callable[[], bool] | None = None, evict: bool = True) -> Image:
         """The image of a registry reference: from the cache, else pulled (once, however
         many jobs ask at the same time)."""
         if ref.kind != "docker":
@@ -190,7 +213,8 @@ class ImageCache:
                     self.touch(hit.digest)
                     return hit
             image = self._pull(ref, progress, cancelled)
-        self.evict(keep=image.digest)
+        if evict:
+            self.evict(keep=image.digest)
         return image
 
     def _pull(self, ref: ImageRef, progress: Callable[[str], None] | None,
@@ -435,8 +459,10 @@ def apply_layer(blob: str, rootfs: str) -> None:
         members = []
         for m in tf:
             name = os.path.normpath(m.name.lstrip("/"))
-            if name in (".", "") or name.startswith(".."):
+            if name in (".", ""):
                 continue
+            if name == ".." or name.startswith("../"):
+                raise ImageError(f"layer entry {m.name!r} leaves the image")
             base = os.path.basename(name)
             parent = os.path.dirname(name)
             if base == _OPAQUE:  # the directory's lower contents are gone
