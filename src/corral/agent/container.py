@@ -72,6 +72,8 @@ class ContainerPlan:
     mount_points: list[tuple[str, bool]] = field(default_factory=list)  # (path, is_dir)
     files: dict[str, bytes] = field(default_factory=dict)  # written into the upper layer
     script: bool = False  # the memfd is passed as fd 3
+    image_env: list[str] = field(default_factory=list)  # the image's Env (srun steps)
+    keep_env: tuple[str, ...] = ()  # --container-env: names whose job value wins
 
     def argv(self) -> list[str]:
         out = [self.runtime, "--root", self.state_root, "run", "--bundle", self.bundle]
@@ -235,7 +237,8 @@ def plan(spec: ContainerSpec, *, lower: str, image_cfg: dict[str, Any], job_id: 
         runtime=runtime, state_root=state_root, ctr_id=ctr_id, bundle=bundle, lower=lower,
         writable=spec.writable, tmp_mb=tmp_mb, config=config, uid=uid, gid=gid,
         groups=groups, check_paths=checks, mount_points=points,
-        files=_passwd_files(lower, uid, gid, user, home or "/"), script=script)
+        files=_passwd_files(lower, uid, gid, user, home or "/"), script=script,
+        image_env=[str(e) for e in image_cfg.get("Env") or []], keep_env=keep)
 
 
 def as_user(p: ContainerPlan) -> tuple[int, int, list[int]]:
@@ -362,4 +365,74 @@ def leftover_cgroups(cgroups_path: str, own: set[str]) -> list[str]:
         p = os.path.join(m, parent)
         if parent and p not in own:
             out.append(p)
+    return out
+
+
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def enter_shared(p: ContainerPlan) -> str:
+    """For an srun step: the container's root, set up once in this (root) step process
+    for all its tasks on the node, which then ``chroot_task`` into it. They share one
+    ``/tmp`` and ``/dev/shm`` (MPI's shared memory between ranks of a node works) as the
+    tasks of one pyxis container do. Returns the root path."""
+    enter(p)
+    root = os.path.join(p.bundle, "root")
+    for m in p.config["mounts"]:
+        target = os.path.join(root, str(m["destination"]).lstrip("/"))
+        kind = m["type"]
+        opts = [str(o) for o in m.get("options") or []]
+        flags = (MS_NOSUID if "nosuid" in opts else 0) | (MS_NODEV if "nodev" in opts else 0)
+        flags |= 0x8 if "noexec" in opts else 0  # MS_NOEXEC
+        if kind == "bind":
+            _make_point(root, target, os.path.isdir(str(m["source"])))
+            _mount(str(m["source"]), target, None, 0x1000 | MS_REC, None)  # MS_BIND
+            if "ro" in opts or flags:
+                _mount("none", target, None,
+                       0x20 | 0x1000 | flags | (MS_RDONLY if "ro" in opts else 0), None)
+            continue
+        os.makedirs(target, exist_ok=True)
+        data = ",".join(o for o in opts if "=" in o or o in ("newinstance",)) or None
+        if kind == "sysfs":
+            flags |= MS_RDONLY
+        _mount(str(m.get("source") or kind), target, str(kind), flags, data)
+        if m["destination"] == "/dev":
+            for name in _DEVICES:
+                node = os.path.join(target, name)
+                open(node, "a").close()
+                _mount(f"/dev/{name}", node, None, 0x1000, None)
+            for name, link in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                               ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
+                               ("ptmx", "pts/ptmx")):
+                os.symlink(link, os.path.join(target, name))
+            for sub in ("pts", "shm"):
+                os.makedirs(os.path.join(target, sub), exist_ok=True)
+    if not p.writable:
+        _mount("none", root, None, 0x20 | MS_RDONLY | MS_NOSUID | MS_NODEV, None)  # remount
+    return root
+
+
+def chroot_task(root: str, cwd: str) -> None:
+    """In a task child of ``enter_shared``'s step process, still root: into the image
+    (no privilege can come back: no-new-privileges, then the caller drops to the user)."""
+    if _c().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise ContainerSetupError(err, f"prctl(NO_NEW_PRIVS): {os.strerror(err)}")
+    os.chroot(root)
+    os.chdir("/")
+    try:
+        os.chdir(cwd)
+    except OSError:
+        pass
+
+
+def image_env(env: dict[str, str], p: ContainerPlan) -> dict[str, str]:
+    """A task's environment with the image's variables on top (``--container-env`` names
+    keep the job's value)."""
+    out = dict(env)
+    for item in p.image_env:
+        name, sep, value = item.partition("=")
+        if sep and name not in p.keep_env:
+            out[name] = value
     return out

@@ -196,6 +196,9 @@ class StepProcess:
         self.fd_task: dict[int, tuple[_Task, int]] = {}
         self.last_exit = 0.0
         self.lost = False
+        self.container: Any = None  # a container step: its plan (corral.agent.container)
+        self.root = ""  # ... and the root its tasks chroot into
+        self.container_error = ""  # ... or why it could not be set up (tasks fail with it)
 
     # ---- connection to srun ---------------------------------------------------------------
     def connect(self) -> None:
@@ -312,6 +315,12 @@ class StepProcess:
                 os.sched_setaffinity(0, cpus)
             elif self.req.cpus:
                 os.sched_setaffinity(0, self.req.cpus)
+            if self.container is not None:
+                from corral.agent.container import chroot_task, image_env
+
+                stage = "container"
+                chroot_task(self.root, self.launch.cwd)
+                env = image_env(env, self.container)
             if self.switch_user:
                 stage = f"switching to uid {self.req.uid}"
                 os.setgroups(list(self.groups))
@@ -360,6 +369,9 @@ class StepProcess:
                             os.close(fd)
             if note:
                 os.write(2, note)
+            if self.container_error:  # told on the task's stderr, which srun relays
+                stage = "container"
+                raise OSError(errno.EINVAL, self.container_error)
             env["SLURM_TASK_PID"] = str(os.getpid())
             argv = self.launch.argv
             stage = f"execve(): {argv[0]}"
@@ -525,9 +537,34 @@ class StepProcess:
             pass
 
 
+def step_container(launch: sp.StepLaunch, req: LaunchRequest, node_name: str,
+                   groups: tuple[int, ...], jdir: str, containers: str
+                   ) -> tuple[Any, str, str]:
+    """A container step (``srun --container-image``): (plan, root, "") with the image
+    set up for this node's tasks (``container.enter_shared``), or (None, "", why not).
+    The image stays pinned while this step process lives."""
+    import dataclasses
+
+    from corral.agent.container import enter_shared
+    from corral.agent.ctrjob import PrepareError, prepare
+    from corral.agent.runtimes import ContainerSettings
+    from corral.containers.spec import ContainerError, ContainerSpec
+
+    try:
+        spec = ContainerSpec.from_text(launch.container)
+        prepared = prepare(spec, dataclasses.replace(req, workdir=launch.cwd),
+                           ContainerSettings.from_text(containers), jdir=jdir,
+                           node=node_name, step=f"s{launch.step_id}", command=launch.argv,
+                           env=launch.env, groups=groups, cgroup_rel=None, script=False)
+        return prepared.plan, enter_shared(prepared.plan), ""
+    except (PrepareError, ContainerError, OSError) as exc:
+        return None, "", str(exc)
+
+
 def main(launch_json: dict[str, Any], req: LaunchRequest, node_name: str,
          node_env: dict[str, str], iso: Any, switch_user: bool, groups: tuple[int, ...],
-         core_cpus: list[tuple[int, ...]] | None, log: Any) -> NoReturn:
+         core_cpus: list[tuple[int, ...]] | None, log: Any, *, jdir: str = "",
+         containers: str = "") -> NoReturn:
     """Entry point in the forked step process; never returns."""
     code = 0
     try:
@@ -537,8 +574,14 @@ def main(launch_json: dict[str, Any], req: LaunchRequest, node_name: str,
         launch = sp.StepLaunch.from_json(launch_json)
         if iso is not None:
             iso.attach(os.getpid())
-        StepProcess(launch, req, node_name, node_env, iso, switch_user, groups,
-                    core_cpus).run()
+        proc = StepProcess(launch, req, node_name, node_env, iso, switch_user, groups,
+                           core_cpus)
+        if launch.container:
+            proc.container, proc.root, proc.container_error = step_container(
+                launch, req, node_name, groups, jdir, containers)
+            if proc.container_error:
+                log(f"step {launch.step_id}: {proc.container_error}")
+        proc.run()
     except BaseException as exc:  # noqa: B036 - never back into the supervisor's code
         code = 1
         try:

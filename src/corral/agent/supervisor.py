@@ -772,7 +772,8 @@ class Supervisor:
             return
         if pid == 0:
             stepd.main(launch, self.req, self.cfg.node_name, node_env, self.iso,
-                       self.cfg.switch_user, self.cfg.groups, core_cpus, self.log)
+                       self.cfg.switch_user, self.cfg.groups, core_cpus, self.log,
+                       jdir=self.jdir, containers=self.cfg.containers)
         if gc_on:
             gc.enable()
 

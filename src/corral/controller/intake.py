@@ -141,8 +141,12 @@ def check_container(sub: JobSubmission, cfg: ClusterConfig) -> None:
         spec = spec_of(sub.extra)
     except ContainerError as exc:
         raise ApiError("invalid", f"bad container: {exc}", slurm=str(exc)) from None
-    if spec is None:
-        return
+    if spec is not None:
+        check_container_spec(spec, cfg)
+
+
+def check_container_spec(spec: Any, cfg: ClusterConfig) -> None:
+    """``[containers]`` policy for one ``ContainerSpec`` (a job's or an srun step's)."""
     cc = cfg.containers
     if not cc.enabled:
         msg = "container jobs are disabled on this cluster ([containers] enabled = false)"

@@ -164,6 +164,7 @@ class StepLaunchRequest(Body):
     gpu_bind: Name = ""
     extra_env: dict[Name, Text] = {}
     task_env: dict[Name, dict[Name, Text]] = {}
+    container: Annotated[str, Field(max_length=65536)] = ""  # ContainerSpec text
 
 
 class StepStart(Body):

@@ -234,6 +234,14 @@ async def start_step(ctl: Controller, ref: str, body: Any, who: Identity) -> dic
                     num_cpus=num_cpus or (rec.allocation.cpus if rec.allocation else 0),
                     start_time=start if start is not None else time.time(), pid=pid)
     launch = _launch_of(body, rec, step_id) if body.get("launch") is not None else None
+    if launch is not None and launch.get("container"):  # srun --container-image
+        from corral.containers.spec import ContainerError, ContainerSpec
+        from corral.controller.intake import check_container_spec
+
+        try:
+            check_container_spec(ContainerSpec.from_text(str(launch["container"])), ctl.cfg)
+        except ContainerError as exc:
+            raise ApiError("invalid", f"bad container: {exc}", slurm=str(exc)) from None
     if launch is not None:
         st.nodes = list(launch["nodes"])
         st.node_tasks = [list(ids) for ids in launch["tasks"]]

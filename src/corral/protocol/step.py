@@ -105,6 +105,7 @@ class StepLaunch:
     gpu_bind: str = ""
     extra_env: dict[str, str] = field(default_factory=dict)
     task_env: dict[str, dict[str, str]] = field(default_factory=dict)  # "task id" -> vars
+    container: str = ""  # ContainerSpec text: the tasks run in that image (corral.containers)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _FIELDS}
@@ -146,7 +147,7 @@ class StepLaunch:
         if flat != list(range(d["ntasks"])):
             raise ValueError("step launch: tasks must number 0..ntasks-1, each once")
         for key in ("cwd", "io_addr", "io_key", "cpu_bind", "distribution", "job_name",
-                    "gpu_bind"):
+                    "gpu_bind", "container"):
             if key in d and not isinstance(d[key], str):
                 raise ValueError(f"step launch: {key} must be a string")
         for key in ("output", "error", "input"):

@@ -179,7 +179,7 @@ def launch_mode(env: dict[str, str], nodes: list[str], opts: SlurmOptions) -> st
     if forced in ("agents", "local"):
         return forced
     here = env.get("SLURMD_NODENAME")
-    if "pty" in opts.extra:
+    if "pty" in opts.extra or opts.container.given:  # containers: the agent starts them
         return "agents"
     return "local" if here and nodes == [here] else "agents"
 
@@ -214,6 +214,7 @@ def plan_step(opts: SlurmOptions, env: dict[str, str], *, in_job: bool = True) -
         except CpuBindError as exc:
             raise StepShapeError(f"srun: error: {exc}") from None
     check_gpu_bind(opts.extra.get("gpu_bind") or "")
+    step_container(opts)
     cpus = opts.cpus_per_task or (int(env["SLURM_CPUS_PER_TASK"])
                                   if env.get("SLURM_CPUS_PER_TASK", "").isdigit() else None)
     open_mode = opts.open_mode or {"a": "append", "t": "truncate"}.get(
@@ -342,7 +343,21 @@ def remote_step(ctx: Context, client: Any, opts: SlurmOptions, command: list[str
         kill_on_bad_exit="kill_on_bad_exit" in opts.extra, pty="pty" in opts.extra,
         label="label" in opts.extra, job_name=opts.job_name or env.get("SLURM_JOB_NAME", ""),
         on_listen=on_listen, gpus_per_task=opts.gpus_per_task[0] if opts.gpus_per_task else 0,
-        gpu_bind=opts.extra.get("gpu_bind") or "")
+        gpu_bind=opts.extra.get("gpu_bind") or "", container=step_container(opts))
+
+
+def step_container(opts: SlurmOptions) -> str:
+    """The step's container spec text ("" for none) from srun's container options
+    (their values were checked when parsed; ``StepShapeError`` when they do not fit
+    together)."""
+    from corral.frontends.container_options import build_spec
+    from corral.frontends.context import SubmitContext
+
+    try:
+        spec = build_spec(opts.container, SubmitContext(prog="srun"))
+    except SubmitError as exc:
+        raise StepShapeError(str(exc)) from None
+    return spec.to_text() if spec is not None else ""
 
 
 def verbose_line(plan: StepPlan) -> str:

@@ -99,6 +99,7 @@ class RemoteStep:
     extra_env: dict[str, str] = field(default_factory=dict)
     gpus_per_task: int = 0
     gpu_bind: str = ""
+    container: str = ""  # ContainerSpec text (srun --container-image): tasks in that image
     stdout_fd: int = 1
     stderr_fd: int = 2
     stdin_fd: int = 0
@@ -131,6 +132,8 @@ class RemoteStep:
                   "pty": self.pty, "job_name": self.job_name, "extra_env": self.extra_env,
                   "gpus_per_task": self.gpus_per_task, "gpu_bind": self.gpu_bind,
                   "task_env": self.task_env}
+        if self.container:
+            launch["container"] = self.container
         return {"name": self.name, "argv": self.argv, "ntasks": self.ntasks,
                 "nodes": self.nodes, "num_cpus": self.ntasks * max(1, self.cpus_per_task),
                 "start_time": time.time(), "pid": os.getpid(), "launch": launch}

@@ -1,0 +1,73 @@
+"""srun steps in a container on two nodes (two agents on this machine, ``ma`` and ``mb``,
+each with its own image cache): every task on every node runs in the image; the tasks of
+one node share the step's container (its /tmp)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e import test_multinode_steps as mn
+from tests.registry import Registry, require_containers, running_registry
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[Registry]:
+    require_containers()
+    with running_registry() as reg:
+        reg.push_busybox("steps/bb:1", os_name="Corral Step Image")
+        yield reg
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory,
+        registry: Registry) -> Iterator[mn.TwoNodes]:
+    root = tmp_path_factory.mktemp("ctrsteps")
+    os.chmod(root, 0o755)
+    cl = mn.TwoNodes(root)
+    (root / "corral.toml").write_text(
+        mn.CONFIG + f'\n[containers]\ninsecure_registries = ["{registry.host}"]\n')
+    try:
+        cl.up()
+        yield cl
+    finally:
+        cl.down()
+
+
+def test_two_node_srun_in_a_container(two: mn.TwoNodes, registry: Registry) -> None:
+    ref = registry.ref("steps/bb:1")
+    script = ("#!/bin/bash\n"
+              f"srun -N2 -n4 --container-image={ref} sh -c '. /etc/os-release; "
+              "echo task $SLURM_PROCID $SLURMD_NODENAME \"$NAME\"; "
+              "echo $SLURM_PROCID > /tmp/shared.$SLURM_PROCID; sleep 0.5; "
+              "echo tmp $SLURMD_NODENAME $(ls /tmp | grep shared)'\n"
+              "echo host $(. /etc/os-release; echo $NAME)\n")
+    jid = two.sbatch(script, "-N2", "-n4", "-o", str(two.work / "ctr-%j.out"))
+    job = two.wait_done(jid, 90)
+    out = (two.work / f"ctr-{jid}.out").read_text()
+    assert job["state"] == "COMPLETED", (job, out, two.logs())
+    tasks = sorted(line for line in out.splitlines() if line.startswith("task "))
+    assert tasks == ["task 0 ma Corral Step Image", "task 1 ma Corral Step Image",
+                     "task 2 mb Corral Step Image", "task 3 mb Corral Step Image"], out
+    tmps = sorted(line for line in out.splitlines() if line.startswith("tmp "))
+    assert tmps == ["tmp ma shared.0 shared.1"] * 2 + ["tmp mb shared.2 shared.3"] * 2, out
+    host = [line for line in out.splitlines() if line.startswith("host ")]
+    assert host and "Corral Step Image" not in host[0]  # the batch script ran on the host
+    for node in ("ma", "mb"):  # each node pulled into its own cache
+        assert list(Path(two.root / f"agent-{node}" / "images" / "images").iterdir())
+
+
+def test_step_with_a_missing_image_fails_its_tasks(two: mn.TwoNodes,
+                                                   registry: Registry) -> None:
+    ref = registry.ref("steps/none:1")
+    jid = two.sbatch(f"#!/bin/bash\nsrun -N2 -n2 --container-image={ref} true\n"
+                     "echo rc=$?\n", "-N2", "-n2", "-o", str(two.work / "miss-%j.out"))
+    two.wait_done(jid, 90)
+    out = (two.work / f"miss-{jid}.out").read_text()
+    assert "image pull failed" in out and "manifest unknown" in out, out
+    assert "rc=0" not in out, out
