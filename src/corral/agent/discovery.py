@@ -14,7 +14,8 @@ tree built from real captured files. Nothing is shelled out (no ``lscpu``).
   cores whose first CPU belongs to it. Without that directory: one domain per socket.
 - **Memory**: ``MemTotal`` of ``proc/meminfo`` (MiB).
 - **Features**: the architecture (``x86_64``/``aarch64``), ``avx2``, ``avx512`` (avx512f),
-  ``amx`` (amx_tile), ``sve``, ``ib`` (devices in ``sys/class/infiniband``), ``gpu``.
+  ``amx`` (amx_tile), ``sve``, ``ib`` (devices in ``sys/class/infiniband``), ``gpu``,
+  ``vm`` (KVM usable and qemu installed: ``corral.agent.vm.discover``; real root only).
 - **GPUs**: ``gpu.discover_gpus`` (NVML), with the NUMA domains found here.
 """
 
@@ -27,6 +28,7 @@ from typing import Any
 
 from corral.agent.cgroups import parse_cpulist
 from corral.agent.gpu import GpuInfo, discover_gpus
+from corral.agent.vm.discover import vm_capable
 from corral.core.model.node import NodeSpec, NumaDomain
 
 FLAG_FEATURES = {"avx2": "avx2", "avx512f": "avx512", "amx_tile": "amx", "sve": "sve"}
@@ -146,6 +148,8 @@ def discover_node(name: str | None = None, root: str = "/", nvml: Any = "auto",
         features.add("ib")
     if gpus:
         features.add("gpu")
+    if os.path.abspath(root) == "/" and vm_capable():  # KVM usable, qemu installed
+        features.add("vm")
     return NodeSpec(
         name=name or socket.gethostname().split(".")[0],
         sockets=max(len(packages), 1),

@@ -54,6 +54,7 @@ from corral.agent.prepare import parse_warning_signal
 from corral.agent.proctree import forget_dirs, in_dir, is_alive, kill_pids
 from corral.agent.runtimes import ContainerSettings
 from corral.agent.supervisor import encode_job
+from corral.agent.vm import job as vmjob
 from corral.agent.zygote import ForkServer
 
 _STARTUP_GRACE_S = 30.0  # a job dir with a request but no supervisor claim yet
@@ -508,6 +509,10 @@ class JobRunner:
                         "run jobs as their submitting users"), (), False
             return "", (), False
         groups = self._supplementary_groups(req)
+        if vmjob.is_vm(req):  # the VM launcher's qemu opens /dev/kvm as the user
+            kvm = vmjob.kvm_gid()
+            if kvm is not None and kvm not in groups:
+                groups = (*groups, kvm)
         if req.uid == euid and req.gid == os.getegid() and set(groups) == self._own_groups:
             return "", groups, False  # the agent's own identity: nothing to switch
         return "", groups, True

@@ -81,6 +81,7 @@ from corral.agent.proctree import (
     set_process_name,
     start_ticks,
 )
+from corral.agent.vm import job as vmjob
 
 if TYPE_CHECKING:
     from corral.agent.ctrjob import Prepared
@@ -241,6 +242,8 @@ class Supervisor:
 
     def signal_job(self, sig: int, *, batch_only: bool = False,
                    all_but_batch: bool = False) -> None:
+        if vmjob.is_vm(self.req) and vmjob.to_launcher_only(sig):
+            batch_only, all_but_batch = True, False  # the launcher passes it to the guest
         if batch_only:
             if self.run.main_status is None and self.run.job_pid:
                 kill_pids([self.run.job_pid], sig)
@@ -575,6 +578,8 @@ class Supervisor:
             self.write_status("STARTING")
             self.notify(b"p")  # the controller learns the image and whether it was cached
             return self.fork_job(argv, env, keep_fd)
+        if vmjob.is_vm(req):  # the VM launcher runs the job in a guest (corral.agent.vm)
+            argv = vmjob.launcher_argv(req, keep_fd)
         if self.can_spawn():
             return self.spawn_job(argv, env, keep_fd)
         return self.fork_job(argv, env, keep_fd)

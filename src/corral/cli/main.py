@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "corral.cli.sim",  # sim run/compare/convert
     "corral.cli.kube",  # kubeconfig, export --volcano
     "corral.cli.checks",  # check cluster/history
+    "corral.cli.vmimage",  # image build-vm
 )
 
 app = typer.Typer(

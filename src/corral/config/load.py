@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.config.schema import ClusterConfig, NodeConfig
+from corral.core.runtime import HOST, VM
 
 T = typing.TypeVar("T")
 
@@ -235,6 +236,11 @@ def validate(cfg: ClusterConfig) -> None:
         if (p.max_time_s is not None and p.default_time_s is not None
                 and p.default_time_s > p.max_time_s):
             raise ConfigError(f"partitions[{i}].default_time_s", "is larger than max_time_s")
+        if p.runtime is not None and p.runtime not in (HOST, VM):
+            raise ConfigError(f"partitions[{i}].runtime",
+                              f"must be {HOST!r} or {VM!r}, got {p.runtime!r}")
+    for key, message in cfg.vm.problems():
+        raise ConfigError(f"vm.{key}", message)
     qos_names = {q.name for q in cfg.qos}
     for i, q in enumerate(cfg.qos):
         for other in q.preempt:

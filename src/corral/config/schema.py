@@ -33,6 +33,7 @@ from corral.core.model.partition import (
     QosLimits,
 )
 from corral.core.model.resources import Resources
+from corral.vmimage.settings import VmConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +164,7 @@ class PartitionConfig:
     default_mem_per_cpu_mb: int | None = None
     max_mem_per_cpu_mb: int | None = None
     exclusive: bool = False
+    runtime: str | None = None  # "vm": every job of the partition runs in a VM
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +315,7 @@ class ClusterConfig:
     scripts: ScriptsConfig = field(default_factory=ScriptsConfig)  # prolog/epilog
     health_check: HealthCheckConfig = field(default_factory=HealthCheckConfig)
     containers: ContainersConfig = field(default_factory=ContainersConfig)  # container jobs
+    vm: VmConfig = field(default_factory=VmConfig)  # VM jobs (docs/vms.md)
 
     # ---- views for the scheduling core -----------------------------------------------
 
@@ -381,6 +384,7 @@ class ClusterConfig:
             default_mem_per_cpu_mb=s.default_mem_per_cpu_mb,
             max_array_size=s.max_array_size,
             starvation_guard_s=s.starvation_guard_s,
+            vm_mem_overhead_mb=self.vm.mem_overhead_mb,
         )
 
     def partition_models(self, node_names: list[str]) -> tuple[Partition, ...]:
@@ -404,6 +408,7 @@ class ClusterConfig:
                 allow_qos=None if pc.allow_qos is None else frozenset(pc.allow_qos),
                 default_mem_per_cpu_mb=pc.default_mem_per_cpu_mb,
                 max_mem_per_cpu_mb=pc.max_mem_per_cpu_mb, exclusive=pc.exclusive,
+                runtime=pc.runtime,
             ))
         if out and not any(p.is_default for p in out):
             out[0] = dataclasses.replace(out[0], is_default=True)

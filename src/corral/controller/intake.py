@@ -20,6 +20,7 @@ from corral.config.schema import ClusterConfig
 from corral.controller.auth import Identity
 from corral.controller.errors import ApiError
 from corral.controller.records import JobRecord
+from corral.controller.runtimes import check_runtime
 from corral.core.model.job import DependencySpec, HoldKind, JobSpec
 from corral.core.parse.errors import ParseError
 from corral.submission import JobSubmission
@@ -129,6 +130,7 @@ def check_names(sub: JobSubmission, cfg: ClusterConfig) -> None:
     if sub.spec.time_limit_s is not None and sub.spec.time_limit_s < 0:
         raise ApiError("invalid", "time_limit_s must not be negative")
     check_container(sub, cfg)
+    check_runtime(sub, cfg)
 
 
 def check_container(sub: JobSubmission, cfg: ClusterConfig) -> None:

@@ -29,6 +29,7 @@ from corral.controller.env import job_environment, pbs_nodefile_text
 from corral.controller.errors import ApiError
 from corral.controller.jobscripts import launch_after_prolog, script_environment
 from corral.controller.records import JobRecord
+from corral.controller.runtimes import job_runtime
 from corral.controller.suspend import resume_ready, suspend
 from corral.core.decisions import CycleResult, Reserve, Start
 from corral.core.model.job import HoldKind, JobSpec, JobState
@@ -407,6 +408,10 @@ class SchedulerLoop:
         extra = {"pbs_nodefile": pbs_nodefile_text(env)} if sub.dialect == "pbs" else {}
         if "container" in sub.extra:  # the job runs in an image (corral.agent.container)
             extra["container"] = sub.extra["container"]
+        if self.runtime_of(rec) == "vm":  # the agent runs it in a VM (corral.agent.vm)
+            from corral.agent.vm.qemu import VmJob
+
+            extra["vm"] = VmJob(ctl.cfg.vm, sub.extra.get("vm_image", ""), na.mem_mb).to_text()
         req = LaunchRequest(
             job_id=rec.id, name=sub.spec.name, user=sub.spec.user, uid=sub.spec.uid,
             gid=sub.spec.gid, workdir=sub.workdir, script=sub.script, argv=sub.argv,
@@ -426,6 +431,10 @@ class SchedulerLoop:
             pass
         return req
 
+
+    def runtime_of(self, rec: JobRecord) -> str:
+        """The job's runtime class: its own, or its partition's (``corral.core.runtime``)."""
+        return job_runtime(rec, self.ctl.nodes.partitions)
 
     def _job_env(self, rec: JobRecord) -> dict[str, str]:
         env = job_environment(rec, self.ctl.cfg.cluster_name, self.ctl.host)

@@ -97,3 +97,5 @@ class SchedulerConfig:
     # a job waiting at least this long goes ahead of every job that has not, in submit
     # order (``priority.guard``); None: off. Not applied under FCFS (already that order)
     starvation_guard_s: int | None = None
+    # memory a VM job needs on its node besides its request (qemu, guest kernel), MB
+    vm_mem_overhead_mb: int = 64

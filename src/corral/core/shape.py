@@ -40,6 +40,7 @@ from corral.core.config import SchedulerConfig
 from corral.core.model.job import Job, JobSpec
 from corral.core.model.partition import Partition
 from corral.core.model.resources import GresItems
+from corral.core.runtime import VM, VM_FEATURE, RuntimeConflict, effective_runtime, with_feature
 
 
 class ShapeError(ValueError):
@@ -71,6 +72,7 @@ class TaskSet:
     gpu_type: str | None
     gres: GresItems  # per node
     constraint: str | None  # group constraint (and-ed with the job's)
+    mem_overhead_mb: int = 0  # added to the set's memory on its node (a VM job's qemu)
 
     @property
     def uniform(self) -> bool:
@@ -123,10 +125,18 @@ def build_shape(spec: JobSpec, partition: Partition | None, config: SchedulerCon
                          ("--gpus-per-task", spec.gpus_per_task)):
         if value < 0:
             raise ShapeError("BadGpuCount", f"{label} must not be negative (got {value})")
+    try:
+        runtime = effective_runtime(spec.runtime, partition.runtime if partition else None)
+    except RuntimeConflict as exc:
+        raise ShapeError("BadRuntime", str(exc)) from None
     if spec.task_groups:
+        if runtime == VM:
+            raise ShapeError("BadRuntime", "a VM job cannot be a task-group gang")
         return _grouped(spec, exclusive, mem_default)
     nmin = spec.nodes_min
     nmax = spec.max_nodes
+    if runtime == VM and nmax != 1:
+        raise ShapeError("BadRuntime", f"a VM job runs on one node (asked for {nmax})")
     if nmin < 1:
         raise ShapeError("BadNodeCount", f"at least one node is needed (got {nmin})")
     if nmax < nmin:
@@ -178,11 +188,14 @@ def build_shape(spec: JobSpec, partition: Partition | None, config: SchedulerCon
         mem_per_node_mb=spec.mem_per_node_mb, gpus_per_node=gpn,
         gpus_per_task=spec.gpus_per_task, gpus_total=gtotal, gpu_type=spec.gpu_type,
         gres=spec.gres, constraint=None,
+        mem_overhead_mb=config.vm_mem_overhead_mb if runtime == VM else 0,
     )
     cpus_min = min_tasks * spec.cpus_per_task
     gpus_min = gpn * nmin + spec.gpus_per_task * min_tasks + gtotal
     return Shape(
-        sets=(ts,), exclusive=exclusive, constraint=spec.constraint, nodelist=spec.nodelist,
+        sets=(ts,), exclusive=exclusive,
+        constraint=with_feature(spec.constraint, VM_FEATURE) if runtime == VM else spec.constraint,
+        nodelist=spec.nodelist,
         exclude=spec.exclude, switches=spec.switches, switches_wait_s=spec.switches_wait_s,
         min_available=min_tasks, spread=spec.spread, cpus_min=cpus_min, gpus_min=gpus_min,
         nodes_min=nmin, grouped=False,

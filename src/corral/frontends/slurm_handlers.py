@@ -32,6 +32,7 @@ from corral.frontends.values import (
     parse_signal,
     parse_switches,
 )
+from corral.frontends.vm_options import handle_vm
 
 NICE_MAX = 2147483645  # NICE_OFFSET - 3
 MAIL_TYPES = frozenset({
@@ -416,6 +417,7 @@ HANDLERS: dict[str, Handler] = {
     "help": _h_flag("help"),
     "usage": _h_flag("usage"),
     "version": _h_flag("version"),
+    "vm": handle_vm,
 }
 
 

@@ -54,6 +54,7 @@ from corral.frontends.getopt import Arg, GetoptError, OptionTable, Parsed, getop
 from corral.frontends.slurm_handlers import HANDLERS, SlurmOptions, set_mem
 from corral.frontends.slurm_table import SALLOC_TABLE, SBATCH_TABLE, SRUN_TABLE
 from corral.frontends.values import parse_export
+from corral.frontends.vm_options import runtime_of
 from corral.submission import JobSubmission
 
 __all__ = [
@@ -269,6 +270,7 @@ def build_submission(
         requeue=True if opts.requeue is None else opts.requeue,
         spread=opts.spread,
         comment=opts.comment or "",
+        runtime=runtime_of(extra),
     )
     return JobSubmission(
         spec=spec,

@@ -158,6 +158,8 @@ ROWS: tuple[Row, ...] = (
     Row("get_user_env", ("get-user-env",), None, OPT, "ba"),
     Row("propagate", ("propagate",), None, OPT, "bs"),
     Row("wrap", ("wrap",), None, R, "b", "command to run (sbatch builds a /bin/sh script)"),
+    Row("vm", ("vm",), None, OPT, "b", "run the job in a virtual machine (=IMAGE: not the "
+        "default image)"),
     Row("ignore_pbs", ("ignore-pbs",), None, N, "b"),
     Row("batch", ("batch",), None, R, "b"),
     # --- command behaviour

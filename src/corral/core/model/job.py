@@ -160,6 +160,7 @@ class JobSpec:
     requeue: bool = True
     spread: bool = False  # --spread-job: prefer more nodes, fewer tasks each
     comment: str = ""
+    runtime: str = "host"  # host | container | vm (``corral.core.runtime``)
 
     @property
     def max_nodes(self) -> int:

@@ -43,6 +43,7 @@ class Partition:
     default_mem_per_cpu_mb: int | None = None
     max_mem_per_cpu_mb: int | None = None
     exclusive: bool = False  # OverSubscribe=EXCLUSIVE: whole nodes per job
+    runtime: str | None = None  # every job runs in this class ("vm"); None: the job's
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,17 @@ class Demand:
 
 
 def demand(ts: TaskSet, table: NodeTable, cls: int) -> Demand:
+    """Per-node needs on node class ``cls``; a set with a memory overhead (a VM job, on
+    one node) needs its whole memory plus the overhead as a fixed per-node amount
+    (``--mem=0``, the whole node, already holds it)."""
+    d = _demand(ts, table, cls)
+    if not ts.mem_overhead_mb or ts.mem_per_node_mb == 0:
+        return d
+    per_node = d.mem_per_node or d.mem_per_task * max(1, ts.tasks)
+    return Demand(d.cores_per_task, 0, per_node + ts.mem_overhead_mb)
+
+
+def _demand(ts: TaskSet, table: NodeTable, cls: int) -> Demand:
     spec = table.class_specs[cls]
     tpc = max(1, spec.threads_per_core)
     cptc = -(-ts.cpus_per_task // tpc)
