@@ -781,6 +781,30 @@ class Client:
         out: dict[str, Any] = self.request("POST", "/images/pull", body)
         return out
 
+    # ---- advance reservations (operators change them; docs/lifecycle.md) ----------------
+
+    def reservations(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self.request("GET", "/reservations")["reservations"]
+        return out
+
+    def create_reservation(self, **fields: Any) -> dict[str, Any]:
+        """``name``, ``start_time`` (epoch s or "now"), ``end_time`` or ``duration_s``,
+        ``nodes`` (host list or "ALL") or ``node_count``, ``users``/``accounts``,
+        ``partition``, ``flags``."""
+        rec: dict[str, Any] = self.request("POST", "/reservations", fields)
+        return rec
+
+    def update_reservation(self, name: str, **fields: Any) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        rec: dict[str, Any] = self.request("PATCH", f"/reservations/{quote(name)}", fields)
+        return rec
+
+    def delete_reservation(self, name: str) -> None:
+        from urllib.parse import quote
+
+        self.request("DELETE", f"/reservations/{quote(name)}")
+
     def partitions(self) -> list[dict[str, Any]]:
         parts: list[dict[str, Any]] = self.request("GET", "/partitions")["partitions"]
         return parts

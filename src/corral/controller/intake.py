@@ -110,11 +110,7 @@ def check_names(sub: JobSubmission, cfg: ClusterConfig) -> None:
     if sub.spec.qos is not None and sub.spec.qos not in {q.name for q in cfg.qos}:
         raise ApiError("invalid", f"invalid qos specified: {sub.spec.qos}",
                        slurm="Invalid qos specification")
-    resv = sub.extra.get("reservation")
-    if resv:  # there are no advance reservations (yet): every name is unknown
-        raise ApiError("invalid", f"reservation {resv!r} does not exist (this cluster has no "
-                                  "advance reservations)",
-                       slurm="Requested reservation is invalid")
+    # --reservation is checked against the reservations (ReservationTable.check_submit)
     if not sub.workdir.startswith("/"):
         raise ApiError("invalid", f"the working directory must be an absolute path, "
                                   f"not {sub.workdir!r}")

@@ -132,6 +132,9 @@ class SchedulerLoop:
             reserved=self.reserved,
             reservations=self.reservations,
             licenses=self._licenses,
+            advance=ctl.reservations.core(),
+            job_reservations=(ctl.reservations.job_reservations()
+                              if ctl.reservations.requested else {}),
         )
 
     def _pending_core(self) -> tuple[Any, ...]:

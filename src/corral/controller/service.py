@@ -92,8 +92,10 @@ class Controller:
         self.hub = AgentHub(self)
         self.sched = SchedulerLoop(self, cycle_fn)
         from corral.controller.health import HealthChecks
+        from corral.controller.reservations import ReservationTable
 
         self.health = HealthChecks(self)
+        self.reservations = ReservationTable(self)
         self.started_at = time.time()
         # high availability: this controller's role and its peers, for ``/ping``
         # (``corral.controller.roles.Gate.role_json``)
@@ -149,8 +151,14 @@ class Controller:
         self.keys.load(key_rows if key_rows is not None else
                        await loop.run_in_executor(None, self.store.load_keys, since))
         self.store.submit(self.store.op_prune_keys(since))
+        from corral.controller import reservations
         from corral.controller.usage import META_KEY
 
+        try:
+            self.reservations.load_json(await loop.run_in_executor(
+                None, self.store.get_meta, reservations.META_KEY))
+        except (ValueError, TypeError, KeyError):
+            log.exception("ignoring an unreadable record of advance reservations")
         saved = await loop.run_in_executor(None, self.store.get_meta, META_KEY)
         if saved:
             try:
@@ -196,6 +204,7 @@ class Controller:
         """Time-based work: node timeouts, pruning finished jobs, a periodic cycle."""
         await self.nodes.check_timeouts(now)
         self.health.tick(now)
+        self.reservations.tick(now)
         allocations.check_keepalives(self, now)
         self._prune_recent(now)
         self.keys.prune(now)
@@ -233,6 +242,8 @@ class Controller:
             self.suspended.discard(rec.id)
         if rec.state is JobState.PENDING:
             self.pending[rec.id] = rec
+            if rec.sub.extra.get("reservation"):  # --reservation: for the scheduler
+                self.reservations.note_job(rec.id, rec.sub.extra["reservation"])
         elif rec.state.is_active:
             self.running[rec.id] = rec
 
@@ -457,6 +468,7 @@ class Controller:
         sub = intake.decode_submission(body)
         sub = intake.apply_identity(sub, who, self.cfg, self.single_uid)
         intake.check_names(sub, self.cfg)
+        self.reservations.check_submit(sub)
         indices, max_running = intake.array_indices(sub, self.cfg)
         if sub.spec.dependency is not None:
             unknown = [t for t in self._dependency_targets([_Probe(sub)])

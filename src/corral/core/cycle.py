@@ -13,6 +13,9 @@ against the previous call when the nodes are unchanged), compute priorities
 (``corral.core.priority.compute``), order the queue (``passes.order``), and run the queue
 pass (``passes.schedule``) for the configured backfill mode.
 
+Advance reservations (``snapshot.advance``) run the cycle as several passes
+(``corral.core.advance``), future ones as windows in the profile (``passes.state``).
+
 Fast paths: when preemption is off, no core is free on any up node and nothing needs to
 be annotated (``annotate_pending=False``), nothing can start, so the cycle returns at once
 (carrying persistent reservations over). Under ``ReservationPolicy.HIGHEST`` this happens
@@ -41,6 +44,18 @@ from corral.core.snapshot import ClusterSnapshot
 
 def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
               keeper: PoolKeeper | None = None) -> CycleResult:
+    if snapshot.advance or snapshot.job_reservations:
+        # advance reservations: a pass per set of nodes (``corral.core.advance``)
+        from corral.core.advance import run_with_reservations
+
+        if keeper is not None:
+            keeper.invalidate()  # the passes see other node states than the kept pool
+        return run_with_reservations(snapshot, config, now, _plain_cycle)
+    return _plain_cycle(snapshot, config, now, keeper)
+
+
+def _plain_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
+                 keeper: PoolKeeper | None = None) -> CycleResult:
     table, up = node_table(snapshot.nodes, snapshot.partitions)
     if keeper is not None:
         pool = keeper.lend(table, up, snapshot.running)  # the pass takes from it directly
@@ -59,7 +74,8 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
             stats=CycleStats(pending=len(snapshot.pending), running=len(snapshot.running)),
             reserved=snapshot.reserved if highest else (),
         )
-    if len(snapshot.pending) == 1 and config.preempt_type == PreemptType.NONE:
+    if len(snapshot.pending) == 1 and config.preempt_type == PreemptType.NONE \
+            and not snapshot.advance:  # windows of reservations are in the profile only
         # one job that starts now: the pass's decision without the pass (``passes.alone``)
         start = start_alone(snapshot, config, snapshot.pending[0], table, pool)
         if start is not None:

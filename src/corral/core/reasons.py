@@ -16,6 +16,8 @@ PARTITION_INACTIVE = "PartitionInactive"
 LICENSES = "Licenses"
 REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
 NODE_DOWN = "NodeDown"
+RESERVATION = "Reservation"  # its advance reservation has not started (or is gone)
+RESERVED_MAINT = "ReqNodeNotAvail, Reserved for maintenance"
 PREEMPTING = "Resources"  # Slurm shows Resources while victims are being preempted
 
 # can never run as asked (Reject)

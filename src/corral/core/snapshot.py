@@ -18,6 +18,7 @@ from corral.core.model.account import AccountTree
 from corral.core.model.job import Job, JobState
 from corral.core.model.node import Node
 from corral.core.model.partition import Partition, Qos
+from corral.core.model.reservation import AdvanceReservation
 from corral.core.model.resources import GresItems
 
 
@@ -56,6 +57,10 @@ class ClusterSnapshot:
     # job has an admin priority, as a simulator that appends arrivals keeps it:
     # first-come-first-served ordering then takes it as it is (no sort, no scan)
     pending_in_submit_order: bool = False
+    # advance reservations (``corral.core.advance``) and the reservation each pending job
+    # asked for by name (job id -> name)
+    advance: tuple[AdvanceReservation, ...] = ()
+    job_reservations: Mapping[int, str] = field(default_factory=dict)
 
     def partition(self, name: str) -> Partition | None:
         for p in self.partitions:

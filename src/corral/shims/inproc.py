@@ -221,6 +221,41 @@ class InProcessClient:
     def set_node_down(self, node: str, reason: str) -> dict[str, Any]:
         return self._node_op(lambda: self.ctl.nodes.set_down(node, reason, self.who))
 
+    # ---- advance reservations (``corral.controller.reservations``) ------------------------
+    def reservations(self) -> list[dict[str, Any]]:
+        return self._sync(lambda: self.ctl.reservations.api(time.time()))
+
+    def _resv_op(self, fn: Callable[[], Any]) -> Any:
+        from corral.client import CorralError
+        from corral.controller.errors import ApiError
+
+        if not self.who.is_admin:
+            raise CorralError("forbidden", f"user {self.who.user} is not an operator", 403,
+                              slurm="Access/permission denied")
+        try:
+            return self._sync(fn)
+        except ApiError as exc:
+            raise CorralError(exc.code, exc.message, exc.status, slurm=exc.slurm) from None
+
+    def create_reservation(self, **fields: Any) -> dict[str, Any]:
+        from corral.controller.reservation_routes import parse_body
+
+        table = self.ctl.reservations
+        out: dict[str, Any] = self._resv_op(lambda: table.to_api(
+            table.create(parse_body(fields), self.who), time.time()))
+        return out
+
+    def update_reservation(self, name: str, **fields: Any) -> dict[str, Any]:
+        from corral.controller.reservation_routes import parse_body
+
+        table = self.ctl.reservations
+        out: dict[str, Any] = self._resv_op(lambda: table.to_api(
+            table.update(name, parse_body(fields), self.who), time.time()))
+        return out
+
+    def delete_reservation(self, name: str) -> None:
+        self._resv_op(lambda: self.ctl.reservations.delete(name, self.who))
+
     def whoami(self) -> dict[str, Any]:
         out: dict[str, Any] = self.who.to_json()
         return out

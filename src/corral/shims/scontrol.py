@@ -10,6 +10,8 @@ Supported (Slurm 22.05 wording and exit codes, ``clients.md`` §9.1 rank 16):
 - ``update JobId=ID Key=Value...`` for TimeLimit, JobName/Name, Nice, Priority, Partition,
   Account, QOS, StartTime/BeginTime, Comment, Dependency; ``update NodeName=N State=DRAIN
   Reason=...`` / ``State=RESUME`` / ``State=DOWN``;
+- ``create reservation K=V...``, ``update ReservationName=N K=V...``, ``delete
+  ReservationName=N``, ``show reservation [NAME]`` (``corral.shims.scontrol_resv``);
 - ``ping``, ``version``, ``-V``.
 """
 
@@ -24,7 +26,7 @@ from corral.shims.ids import IdError, parse_job_refs, ref_api_ids, ref_matches
 
 VERSION = "slurm 22.05.8"
 ENTITIES = ("job", "jobid", "node", "partition", "config", "hostnames", "hostlist",
-            "hostlistsorted", "steps", "step", "licenses")
+            "hostlistsorted", "steps", "step", "licenses", "reservation")
 
 
 def _entity(word: str) -> str | None:
@@ -33,9 +35,11 @@ def _entity(word: str) -> str | None:
         return w
     if len(w) >= 5 and "hostnames".startswith(w):
         return "hostnames"
-    for e in ("job", "node", "partition", "config", "licenses"):
+    for e in ("job", "node", "partition", "config", "licenses", "reservation"):
         if len(w) >= 3 and e.startswith(w):
             return e
+    if w in ("reservations", "reservationname"):
+        return "reservation"
     return None
 
 
@@ -72,6 +76,23 @@ def run(ctx: Context, client: Client) -> None:
         _action(ctx, client, cmd, words, quiet)
     elif cmd == "update":
         _update(ctx, client, words)
+    elif cmd in ("create", "delete"):
+        from corral.shims import scontrol_resv
+
+        if cmd == "create":
+            if words and "=" not in words[0]:  # create reservation K=V...
+                if _entity(words[0]) != "reservation":
+                    raise ctx.fail(f"invalid entity: {words[0]} for keyword: create")
+                words = words[1:]
+            scontrol_resv.create(ctx, client, words)
+        else:
+            if words and "=" not in words[0] and _entity(words[0]) == "reservation":
+                words = words[1:]
+            if not words or not words[0].lower().startswith(("reservationname=",
+                                                             "reservation=")):
+                raise ctx.fail("scontrol: error: delete: only ReservationName=NAME can be "
+                               "deleted by Corral's scontrol")
+            scontrol_resv.delete(ctx, client, words)
     elif cmd == "ping":
         _ping(ctx, client.ping())
     elif cmd == "version":
@@ -125,6 +146,9 @@ def _ping(ctx: Context, pong: dict[str, Any]) -> None:
 def _show(ctx: Context, client: Client, words: list[str], oneliner: bool) -> None:
     if not words:
         raise ctx.fail("invalid entity: (null) for keyword: show")
+    if "=" in words[0]:  # show ReservationName=NAME, show JobId=12
+        key, _, value = words[0].partition("=")
+        words = [key, value, *words[1:]]
     entity = _entity(words[0])
     arg = words[1] if len(words) > 1 else None
     now = ctx.now
@@ -157,6 +181,10 @@ def _show(ctx: Context, client: Client, words: list[str], oneliner: bool) -> Non
                 ctx.write("\n")
     elif entity == "licenses":
         _show_licenses(ctx, client, arg, oneliner)
+    elif entity == "reservation":
+        from corral.shims import scontrol_resv
+
+        scontrol_resv.show(ctx, client, arg, oneliner)
     elif entity == "config":
         cfg = client.cluster_config()
         try:
@@ -289,6 +317,11 @@ def _update(ctx: Context, client: Client, words: list[str]) -> None:
                            "Request aborted")
         pairs.append((key.lower(), value))
     keys = dict(pairs)
+    if "reservationname" in keys or "reservation" in keys:
+        from corral.shims import scontrol_resv
+
+        scontrol_resv.update(ctx, client, words)
+        return
     if "nodename" in keys:
         _update_node(ctx, client, keys)
         return

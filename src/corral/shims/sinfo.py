@@ -331,6 +331,11 @@ def run(ctx: Context, client: Client) -> None:
     if "json" in opts or "yaml" in opts or "iterate" in opts or "Format" in opts:
         raise ctx.fail("sinfo: error: this option is not supported by Corral's sinfo; "
                        "use `corral nodes --json`")
+    if "reservation" in opts:
+        from corral.shims.scontrol_resv import sinfo_table
+
+        sinfo_table(ctx, client, header="noheader" not in opts)
+        return
     per_node = "Node" in opts
     fmt = last("format")
     if fmt is None:

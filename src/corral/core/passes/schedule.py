@@ -132,6 +132,8 @@ class Pass(LeanWalk, Planner, Preemptor):
         attempts = 0
         if self.mode == BackfillMode.CONSERVATIVE and self.snap.reservations:
             self.preload(order)
+        if self.windows:
+            self.profile()  # advance reservations' windows hold nodes in the future
         # without annotations, a job that cannot fit in all free cores is not examined
         prefilter = (not self.annotate and self.mode == BackfillMode.EASY
                      and cfg.preempt_type == PreemptType.NONE)
@@ -252,7 +254,7 @@ class Pass(LeanWalk, Planner, Preemptor):
                             and prof.reserved_any) else None
         for o in usable:
             view = self.pool
-            if not strict and isinstance(prof, Profile) and prof.dirty:
+            if (not strict or self.windows) and isinstance(prof, Profile) and prof.dirty:
                 view = prof.window_view(o.time_limit_s)
             # a shape ``SetPlacer._unit`` places (one-core nodes, no switch limit, one task
             # set): the same choice as ``fits`` without its general dispatch

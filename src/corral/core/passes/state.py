@@ -76,6 +76,18 @@ class PassState:
         self.qos: dict[str, Qos] = memo[5]
         self._profile: Profile | CountProfile | None = None
         self.unit: bool = memo[6]  # every node one core: count-only planning
+        # future advance reservations: each node's whole capacity held in the profile over
+        # the window (``corral.core.advance``); node-by-node, so no count-only planning
+        self.windows: list[tuple[list[tuple[int, int, int, int]], float, float]] = []
+        for r in snapshot.advance:
+            if r.start_time <= now or r.end_time <= r.start_time:
+                continue
+            amounts = [(i, table.cores[i], table.mem[i], table.ngpus[i])
+                       for i in (table.index.get(n) for n in r.nodes) if i is not None]
+            if amounts:
+                self.windows.append((amounts, r.start_time, r.end_time))
+        if self.windows:
+            self.unit = False
         self.any_down = pool.up != table.all_mask
         res = config.bf_resolution_s
         self.floor = round_up(now + 1, res)  # overdue jobs end no sooner than this
@@ -137,7 +149,10 @@ class PassState:
                     releases.append((self.release_time(j), compiled(self.table, j.allocation),
                                      True))
                 releases.extend(self._started)
-                self._profile = Profile(self.pool, self.now, res, releases)
+                prof = Profile(self.pool, self.now, res, releases)
+                for amounts, start, end in self.windows:
+                    prof.reserve(amounts, start, end)
+                self._profile = prof
         return self._profile
 
     def node_profile(self) -> Profile:

@@ -1,0 +1,171 @@
+"""Advance reservations in a cycle: who may run where, now and in the plan.
+
+Input: ``ClusterSnapshot.advance`` (the reservations) and ``job_reservations`` (the
+reservation each pending job asked for by name, ``--reservation``). Output: the same
+``CycleResult`` as any cycle. Algorithm:
+
+1. Jobs that asked for a reservation that does not exist (any more), that does not allow
+   their user or account, or that has not started wait with reason ``Reservation`` (the
+   last with its start as their estimated start).
+2. The other jobs run in the *main* pass on a snapshot where the nodes of every active
+   reservation are unavailable (they cannot start there, the "can never run" verdict
+   still counts them), and where every future reservation is a *window*: its nodes'
+   whole capacity is held in the availability profile over ``[start, end)``
+   (``PassState`` builds the profile with them). A job may then start on a reserved
+   node only if its time limit ends before the window opens; backfill and the estimated
+   starts plan around the windows (in every backfill mode, strict included).
+3. Each active reservation's jobs run in a pass of their own on a snapshot where only
+   that reservation's nodes are available (the running jobs everywhere, so its pool is
+   exact); later windows on those nodes stay in force. The passes share no node (active
+   reservations' node sets are disjoint in what they give: a node in two active
+   reservations belongs to the first by start time, then name).
+4. The results are merged. A job of the main pass waiting for resources that a
+   maintenance reservation (flag ``MAINT``) holds now or within its time limit shows
+   Slurm's reason ``ReqNodeNotAvail, Reserved for maintenance``.
+
+Invariants: no job outside a reservation is ever placed on its nodes during its window
+(its time limit counted from now); no job of a reservation runs outside its nodes or
+before it starts. Licenses and QOS limits are counted per pass (a known approximation).
+Reference: Slurm 22.05 ``reservations.html``; the windows are the profile reservations of
+Mu'alem & Feitelson's backfilling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from corral.core import reasons as R
+from corral.core.config import SchedulerConfig
+from corral.core.decisions import (
+    CycleResult,
+    CycleStats,
+    PendingInfo,
+    Preempt,
+    Reject,
+    Reserve,
+    Start,
+)
+from corral.core.model.job import Job
+from corral.core.model.node import Node, NodeState
+from corral.core.model.reservation import MAINT, AdvanceReservation
+from corral.core.snapshot import ClusterSnapshot
+
+Cycle = Callable[[ClusterSnapshot, SchedulerConfig, float], CycleResult]
+
+
+def _away(node: Node) -> Node:
+    """The node as not available for new work in one pass (its running jobs stay)."""
+    if node.state in (NodeState.DOWN, NodeState.DRAINED, NodeState.UNKNOWN,
+                      NodeState.FUTURE):
+        return node
+    return replace(node, state=NodeState.DRAINED if node.state is NodeState.IDLE
+                   else NodeState.DRAINING)
+
+
+def run_with_reservations(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
+                          cycle: Cycle) -> CycleResult:
+    """One cycle with advance reservations (see the module docstring); ``cycle`` runs
+    one pass (``corral.core.cycle``'s plain cycle)."""
+    live = sorted((r for r in snapshot.advance if r.end_time > now),
+                  key=lambda r: (r.start_time, r.name))
+    by_name = {r.name: r for r in live}
+    active = [r for r in live if r.active(now)]
+    future = tuple(r for r in live if r.start_time > now)
+    owner: dict[str, str] = {}  # node -> the active reservation that holds it now
+    for r in active:
+        for n in r.nodes:
+            owner.setdefault(n, r.name)
+    waiting: dict[int, PendingInfo] = {}
+    main: list[Job] = []
+    groups: dict[str, list[Job]] = {r.name: [] for r in active}
+    for job in snapshot.pending:
+        name = snapshot.job_reservations.get(job.id)
+        if not name:
+            main.append(job)
+            continue
+        got = by_name.get(name)
+        if got is None:
+            waiting[job.id] = PendingInfo(job.id, R.RESERVATION, 0.0, None,
+                                          f"reservation {name} does not exist or has ended")
+            continue
+        r = got
+        if not r.allows(job.spec.user, job.spec.account):
+            waiting[job.id] = PendingInfo(job.id, R.RESERVATION, 0.0, None,
+                                          f"reservation {name} does not allow user "
+                                          f"{job.spec.user} (account {job.spec.account})")
+        elif not r.active(now):
+            waiting[job.id] = PendingInfo(job.id, R.RESERVATION, 0.0, r.start_time,
+                                          f"reservation {name} starts at "
+                                          f"t={r.start_time:.0f}")
+        else:
+            groups[name].append(job)
+    results: list[CycleResult] = []
+    main_snap = replace(
+        snapshot, nodes=tuple(_away(n) if n.spec.name in owner else n
+                              for n in snapshot.nodes),
+        pending=tuple(main), advance=future, job_reservations={})
+    results.append(cycle(main_snap, config, now))
+    for r in active:
+        jobs = groups[r.name]
+        if not jobs:
+            continue
+        mine = {n for n, o in owner.items() if o == r.name}
+        sub = replace(snapshot, nodes=tuple(n if n.spec.name in mine else _away(n)
+                                            for n in snapshot.nodes),
+                      pending=tuple(jobs), advance=future, job_reservations={})
+        results.append(cycle(sub, config, now))
+    out = _merge(results, waiting, len(snapshot.pending), len(snapshot.running))
+    if config.annotate_pending and any(MAINT in r.flags for r in live):
+        _maintenance_reasons(out, main, live, snapshot, config, now)
+    return out
+
+
+def _merge(results: list[CycleResult], waiting: dict[int, PendingInfo], pending: int,
+           running: int) -> CycleResult:
+    starts: list[Start] = []
+    reservations: list[Reserve] = []
+    preemptions: list[Preempt] = []
+    rejects: list[Reject] = []
+    reserved: list[int] = []
+    infos: dict[int, PendingInfo] = dict(waiting)
+    backfilled = tested = 0
+    for res in results:
+        starts.extend(res.starts)
+        reservations.extend(res.reservations)
+        preemptions.extend(res.preemptions)
+        rejects.extend(res.rejects)
+        reserved.extend(res.reserved)
+        infos.update(res.pending)
+        backfilled += res.stats.backfilled
+        tested += res.stats.jobs_tested
+    stats = CycleStats(pending, running, len(starts), backfilled, len(reservations),
+                       len(preemptions), len(rejects), tested)
+    return CycleResult(tuple(starts), tuple(reservations), tuple(preemptions),
+                       tuple(rejects), infos, stats, tuple(reserved))
+
+
+def _maintenance_reasons(out: CycleResult, jobs: list[Job],
+                         live: list[AdvanceReservation], snapshot: ClusterSnapshot,
+                         config: SchedulerConfig, now: float) -> None:
+    """Jobs waiting for resources that a MAINT reservation holds within their time limit:
+    Slurm's ``ReqNodeNotAvail, Reserved for maintenance``."""
+    maint = [r for r in live if MAINT in r.flags]
+    default = snapshot.default_partition()
+    for job in jobs:
+        info = out.pending.get(job.id)
+        if info is None or info.reason != R.RESOURCES:
+            continue
+        names = job.spec.partitions or ((default.name,) if default is not None else ())
+        nodes: set[str] = set()
+        for p in snapshot.partitions:
+            if p.name in names:
+                nodes.update(p.nodes)
+        limit = job.time_limit_s or job.spec.time_limit_s or config.default_time_s
+        for r in maint:
+            if r.start_time < now + limit and nodes & set(r.nodes):
+                out.pending[job.id] = replace(
+                    info, reason=R.RESERVED_MAINT,
+                    detail=f"nodes are reserved for maintenance by {r.name} from "
+                           f"t={r.start_time:.0f} to t={r.end_time:.0f}")
+                break
