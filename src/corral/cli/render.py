@@ -105,6 +105,7 @@ QUEUE_COLUMNS = (
         None if j.get("time_limit_s") is None else float(j["time_limit_s"])), justify="right"),
     Column("NODES", lambda j: text(j.get("num_nodes")), justify="right"),
     Column("CPUS", lambda j: text(j.get("num_cpus")), justify="right"),
+    Column("RUNTIME", lambda j: text(j.get("runtime"), "host")),
     Column("NODELIST(REASON)", reason_or_nodes, no_wrap=False),
 )
 
@@ -156,6 +157,14 @@ NODE_COLUMNS = (
 )
 
 
+def runtime_words(job: Mapping[str, Any]) -> str:
+    """The runtime class, with the VM image: ``vm (image default)``."""
+    runtime = text(job.get("runtime"), "host")
+    if runtime == "vm":
+        return f"vm (image {job.get('vm_image') or 'default'})"
+    return runtime
+
+
 def job_sections(job: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
     """What ``corral show`` prints, as (section, [(label, value)]) in reading order."""
     state = str(job.get("state") or "")
@@ -191,6 +200,7 @@ def job_sections(job: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str]
         ("User", f"{text(job.get('user'))} ({text(job.get('uid'))})"),
         ("Account", text(job.get("account"), "-")), ("QOS", text(job.get("qos"), "-")),
         ("Partition", text(job.get("partition"), "-")),
+        ("Runtime", runtime_words(job)),
         ("Submitted by", text(job.get("dialect"), "native")),
     ]
     if job.get("array_job_id") is not None:

@@ -71,6 +71,7 @@ class JobRecord:
     warning: str = ""  # e.g. a multi-node job was suspended: MPI jobs often cannot resume
     # a container job on its first node: "pulling <ref>", then "<ref> (<digest>, cached)"
     container: str = ""
+    runtime: str = ""  # the runtime class it ran in (partition's included), set at launch
     suspended_by: int | None = None  # SUSPENDED: the preemptor it yields its cores to
     suspended_at: float | None = None  # SUSPENDED since (epoch seconds)
     suspended_s: float = 0.0  # total time spent suspended in this run (before suspended_at)
@@ -275,6 +276,8 @@ class JobRecord:
             "cancelled_by_uid": self.cancelled_by_uid,
             "warning": self.warning,
             "container": self.container,
+            "runtime": self.runtime or spec.runtime,
+            "vm_image": self.sub.extra.get("vm_image"),
             "suspended_s": self.suspended_s + (t - self.suspended_at
                                                if self.suspended_at is not None else 0.0),
         }

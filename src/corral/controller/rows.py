@@ -20,7 +20,7 @@ _DATA_FIELDS = (
     "reason_detail", "end_reason", "cpu_time_s", "max_rss_mb", "stdout", "stderr",
     "submit_host", "cancel_requested", "requeue_requested", "requeue_hold",
     "cancelled_by_uid", "warning", "suspended_by", "suspended_at", "suspended_s",
-    "container",
+    "container", "runtime",
 )
 
 

@@ -411,7 +411,8 @@ class SchedulerLoop:
         extra = {"pbs_nodefile": pbs_nodefile_text(env)} if sub.dialect == "pbs" else {}
         if "container" in sub.extra:  # the job runs in an image (corral.agent.container)
             extra["container"] = sub.extra["container"]
-        if self.runtime_of(rec) == "vm":  # the agent runs it in a VM (corral.agent.vm)
+        rec.runtime = self.runtime_of(rec)
+        if rec.runtime == "vm":  # the agent runs it in a VM (corral.agent.vm)
             from corral.agent.vm.qemu import VmJob
 
             extra["vm"] = VmJob(ctl.cfg.vm, sub.extra.get("vm_image", ""), na.mem_mb).to_text()

@@ -454,6 +454,7 @@ for _n, _w, _g in (
     ("ReqNodes", 8, lambda r: "" if r.is_step else str(int(r.rec.get("num_nodes") or 1))),
     ("ReqTRES", 10, lambda r: "" if r.is_step else _tres(r)),
     ("Reservation", 20, lambda r: ""),
+    ("Runtime", 9, _job_only("runtime")),  # Corral: host, container or vm (not in Slurm)
     ("ReservationId", 20, lambda r: ""),
     ("Reserved", 10, lambda r: "00:00:00"),
     ("Start", 19, _time("start_time")),

@@ -195,6 +195,7 @@ LONG_FIELDS: dict[str, tuple[str, Getter]] = {
     "prioritylong": JOB_FIELDS["Q"],
     "qos": JOB_FIELDS["q"],
     "reason": JOB_FIELDS["r"],
+    "runtime": ("RUNTIME", _str("runtime", "host")),  # Corral: host, container or vm
     "reasonlist": JOB_FIELDS["R"],
     "starttime": JOB_FIELDS["S"],
     "state": JOB_FIELDS["T"],

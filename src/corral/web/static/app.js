@@ -178,6 +178,7 @@ async function renderJob(id) {
     ["State", stateBadge(j.state)], ["Reason", j.state === "PENDING" ? j.reason : ""],
     ["User", `${j.user} (uid ${j.uid})`], ["Account", j.account], ["QOS", j.qos],
     ["Partition", j.partition], ["Priority", j.state === "PENDING" ? String(j.priority) : ""],
+    ["Runtime", j.runtime === "vm" ? `vm (image ${j.vm_image || "default"})` : (j.runtime || "host")],
     ["Place in queue", j.rank ? `${j.rank} of ${data.pending_total}` : ""],
     ["Estimated start", when(j.est_start)], ["Submitted", when(j.submit_time)],
     ["Eligible", when(j.eligible_time)], ["Started", when(j.start_time)],
