@@ -47,7 +47,7 @@ def pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
-def failover(pg: PgServer, root: Path, kills: int) -> dict[str, Any]:
+def failover(pg: PgServer, root: Path, kills: int, load_jobs: int) -> dict[str, Any]:
     from corral.controller.leadership import DEFAULT_LEASE_S
 
     lease_s = DEFAULT_LEASE_S
@@ -70,8 +70,13 @@ def failover(pg: PgServer, root: Path, kills: int) -> dict[str, Any]:
         t.start()
         with ha.client() as c:
             for k in range(kills):
-                wait_for(lambda: len(acked) > 5, 60)
+                at = load_jobs * (k + 1) // (kills + 1)  # kills spread over the load
+                wait_for(lambda at=at: len(acked) >= at, 600)
                 old = ha.leader()
+                for other in ha.ctls:
+                    if other is not old:
+                        wait_for(lambda o=other: ((o.ping() or {}).get("warm") or {})
+                                 .get("ready"), 60, what="a warm standby")
                 wall = time.time()
                 t0 = time.monotonic()
                 old.kill9()
@@ -81,6 +86,7 @@ def failover(pg: PgServer, root: Path, kills: int) -> dict[str, Any]:
                 times.append(time.monotonic() - t0)
                 print(f"  kill {k + 1}: {times[-1]:.2f} s", flush=True)
                 old.start()
+            wait_for(lambda: len(acked) >= load_jobs, 600, what="the rest of the load")
         stop.set()
         t.join(timeout=60)
         with ha.client() as c:
@@ -90,12 +96,80 @@ def failover(pg: PgServer, root: Path, kills: int) -> dict[str, Any]:
             hist = wait_for(done, 120, interval=0.5, what="all jobs to complete")
         ids = sorted(j["id"] for j in hist)
         ok = ids == sorted(acked) and all(j["restarts"] == 0 for j in hist)
-        return {"kills": kills, "lease_s": lease_s, "seconds": times,
+        return {"kills": kills, "lease_s": lease_s, "seconds": times, "load_jobs": load_jobs,
                 "p50_s": statistics.median(times), "max_s": max(times),
                 "jobs": len(acked), "all_completed_once": ok}
     finally:
         stop.set()
         ha.down()
+
+
+def _fill(url: str, n: int, base: int) -> None:
+    """``n`` held copies of job 1's row as active jobs ``base+1 .. base+n`` (SQL, fast)."""
+    import sqlalchemy as sa
+
+    eng = sa.create_engine(url)
+    with eng.begin() as conn:
+        conn.execute(sa.text(
+            'INSERT INTO jobs (id, array_job_id, array_task_id, name, "user", uid, account, '
+            "partition, state, submit_time, start_time, end_time, exit_code, restarts, "
+            "nodes, submission, data) SELECT :base + g, NULL, NULL, name, \"user\", uid, "
+            "account, partition, 'PENDING', submit_time, NULL, NULL, NULL, 0, '', "
+            "submission, data FROM jobs, generate_series(1, :n) AS g WHERE id = 1"),
+            {"base": base, "n": n})
+    eng.dispose()
+
+
+def large_takeover(pg: PgServer, root: Path, n_active: int, refresh_s: float,
+                   kills: int) -> dict[str, Any]:
+    """Takeover with ``n_active`` held pending jobs in the table, warm or cold standby:
+    kill -9 -> the new leader serves (its state loaded), and -> its first job started;
+    the new leader's own load time (``recovered ... (warm|cold, X s)`` in its log)."""
+    import re
+
+    from corral.controller.leadership import DEFAULT_LEASE_S
+
+    kind = "warm" if refresh_s > 0 else "cold"
+    url = pg.create_db(f"bench_large_{kind}")
+    ha = HaCluster(root / f"large-{kind}", url, n=2, lease_s=DEFAULT_LEASE_S,
+                   refresh_s=refresh_s)
+    serve: list[float] = []
+    first: list[float] = []
+    loads: list[float] = []
+    try:
+        ha.start()
+        ha.start_agent()
+        ha.wait_node_up()
+        with ha.client() as c:
+            held = c.submit_result(dict(sh("true", ha.work), hold=True))["job_ids"][0]
+            assert held == 1, held
+            _fill(url, n_active, 10_000_000)
+            for _k in range(kills):
+                old = ha.leader()
+                standby = next(x for x in ha.ctls if x is not old)
+                if refresh_s > 0:
+                    wait_for(lambda s=standby: (((s.ping() or {}).get("warm") or {})
+                                      .get("active_jobs") or 0) >= n_active, 600,
+                             interval=0.2, what="the standby's warm copy")
+                t0 = time.monotonic()
+                old.kill9()
+                wait_for(lambda s=standby: s.role() == "leader", 600, interval=0.02,
+                         what="the standby to lead")
+                serve.append(time.monotonic() - t0)
+                jid = c.submit(sh("true", ha.work))[0]
+                wait_for(lambda jid=jid: c.job(jid).get("start_time"), 600, interval=0.05,
+                         what="a job started by the new leader")
+                first.append(time.monotonic() - t0)
+                m = re.findall(r"recovered \d+ pending and \d+ running jobs \((\w+), "
+                               r"([\d.]+) s\)", standby.log())
+                loads.append(float(m[-1][1]) if m else float("nan"))
+                old.start()
+    finally:
+        ha.down()
+    return {"standby": kind, "active_jobs": n_active + 1, "kills": kills,
+            "serve_s": serve, "first_job_s": first, "load_s": loads,
+            "serve_p50_s": statistics.median(serve), "first_job_p50_s": statistics.median(first),
+            "load_p50_s": statistics.median(loads)}
 
 
 def store_run(url: str, root: Path, n: int) -> dict[str, Any]:
@@ -128,20 +202,49 @@ def store_run(url: str, root: Path, n: int) -> dict[str, Any]:
 def render(res: dict[str, Any]) -> str:
     fo, sq, pg = res["failover"], res["sqlite"], res["postgresql"]
     lines = [
-        "# High availability: failover time, PostgreSQL next to SQLite (same run)",
+        "# High availability: failover time, warm standby, Slurm's backup, PostgreSQL next "
+        "to SQLite (same run)",
         "",
         f"Run {res['when']} on {res['host']}. Command: `{res['command']}`.",
         "One machine (2 cores shared with other work; load average at start "
-        f"{res['load']}); the PostgreSQL server runs with fsync off (tests/pg.py).",
+        f"{res['load']}, at the end {res['load_end']}); the PostgreSQL server runs with "
+        "fsync off (tests/pg.py).",
         "",
         "| metric | value |",
         "|---|---|",
-        f"| failover, kill -9 of the leader -> first job started by the new leader, p50 "
-        f"({fo['kills']} kills, lease_s={fo['lease_s']}) | {fo['p50_s']:.2f} s |",
-        f"| failover, max | {fo['max_s']:.2f} s |",
+        f"| Corral failover, kill -9 of the leader -> first job started by the new leader, "
+        f"p50 ({fo['kills']} kills spread over a {fo['load_jobs']}-job submit load, "
+        f"lease_s={fo['lease_s']}) | {fo['p50_s']:.2f} s |",
+        f"| Corral failover, max | {fo['max_s']:.2f} s |",
         f"| jobs submitted during the kills / all completed exactly once | {fo['jobs']} / "
         f"{'yes' if fo['all_completed_once'] else 'NO'} |",
-        "| Slurm backup slurmctld takeover (documented default SlurmctldTimeout) | 120 s |",
+    ]
+    for sl in res.get("slurm", []):
+        if "error" in sl:
+            lines.append(f"| Slurm backup slurmctld takeover | not measured: {sl['error']} |")
+            continue
+        secs = sl["seconds"]
+        lines.append(
+            f"| Slurm 22.05 backup slurmctld, kill -9 of the primary -> first job started by "
+            f"the backup, SlurmctldTimeout={sl['slurmctld_timeout_s']} s"
+            f"{' (the default)' if sl['slurmctld_timeout_s'] == 120 else ''}, p50 of "
+            f"{len(secs)} | {statistics.median(secs):.2f} s "
+            f"(Slurm / Corral {statistics.median(secs) / fo['p50_s']:.1f}x) |")
+    lt = res.get("large", [])
+    if lt:
+        lines += ["", f"Takeover with a large table ({lt[0]['active_jobs']:,} active jobs: "
+                  "held pending copies of one job; lease_s = 3; p50 of "
+                  f"{lt[0]['kills']} kills each):", "",
+                  "| standby | kill -9 -> new leader serves | kill -> first job started | "
+                  "new leader's state load |", "|---|---|---|---|"]
+        for x in lt:
+            lines.append(f"| {x['standby']} | {x['serve_p50_s']:.2f} s | "
+                         f"{x['first_job_p50_s']:.2f} s | {x['load_p50_s']:.3f} s |")
+        if len(lt) == 2:
+            lines.append(f"| cold / warm | {lt[1]['serve_p50_s'] / lt[0]['serve_p50_s']:.2f}x"
+                         f" | {lt[1]['first_job_p50_s'] / lt[0]['first_job_p50_s']:.2f}x | "
+                         f"{lt[1]['load_p50_s'] / max(lt[0]['load_p50_s'], 1e-6):.1f}x |")
+    lines += [
         "",
         f"| store ({sq['n']} `true` jobs, one connection) | SQLite | PostgreSQL | PG / SQLite |",
         "|---|---|---|---|",
@@ -151,14 +254,31 @@ def render(res: dict[str, Any]) -> str:
                        ("submit_rate", "submit rate (jobs/s)"),
                        ("drain_rate", "drain rate (jobs/s)")):
         lines.append(f"| {label} | {sq[key]:.2f} | {pg[key]:.2f} | {pg[key] / sq[key]:.2f}× |")
-    lines += ["", "Failover seconds per kill: " + ", ".join(f"{s:.2f}" for s in fo["seconds"])]
+    lines += ["", "Corral failover seconds per kill: "
+              + ", ".join(f"{s:.2f}" for s in fo["seconds"])]
+    for sl in res.get("slurm", []):
+        if "seconds" in sl:
+            lines.append(f"Slurm takeover seconds (SlurmctldTimeout={sl['slurmctld_timeout_s']}"
+                         "): " + ", ".join(f"{s:.2f}" for s in sl["seconds"]))
+    lines += ["", "Slurm's backup: two `SlurmctldHost` lines on one `StateSaveLocation`; the "
+              "backup slurmctld in its own network and UTS namespace on this host "
+              "(`bench/slurm_ha.py`). SlurmctldTimeout is how long the backup waits for the "
+              "primary to answer before it takes control (slurm.conf(5)); Corral's standby "
+              "waits out the lease (lease_s)."]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--load", type=int, default=2000, help="jobs submitted over the kills")
     ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--large", type=int, default=50_000, help="active jobs (0: skip)")
+    ap.add_argument("--large-kills", type=int, default=3)
+    ap.add_argument("--slurm-kills", type=int, default=3)
+    ap.add_argument("--slurm-timeout", type=int, default=5)
+    ap.add_argument("--slurm-default", action=argparse.BooleanOptionalAction, default=True,
+                    help="also one kill with the default SlurmctldTimeout (120 s)")
     args = ap.parse_args()
     bindir = pg_bindir()
     if bindir is None:
@@ -173,11 +293,34 @@ def main() -> None:
             "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
             "command": "python bench/ha_bench.py " + " ".join(sys.argv[1:])}
         print("failover ...", flush=True)
-        res["failover"] = failover(pg, root, args.kills)
+        res["failover"] = failover(pg, root, args.kills, args.load)
+        if args.large:
+            res["large"] = []
+            for refresh_s in (2.0, 0.0):
+                print(f"large table, standby_refresh_s={refresh_s} ...", flush=True)
+                res["large"].append(large_takeover(pg, root, args.large, refresh_s,
+                                                   args.large_kills))
+        from bench.slurm_ha import available, measure
+
+        res["slurm"] = []
+        why = available()
+        plan = [(args.slurm_timeout, args.slurm_kills)] if args.slurm_kills else []
+        if args.slurm_default:
+            plan.append((0, 1))
+        for timeout_s, kills in plan:
+            print(f"slurm, SlurmctldTimeout={timeout_s or 'default'} ...", flush=True)
+            if why:
+                res["slurm"].append({"error": why})
+                break
+            try:
+                res["slurm"].append(measure(timeout_s or None, kills, 400))
+            except Exception as exc:  # noqa: BLE001 - reported in the results
+                res["slurm"].append({"error": f"{type(exc).__name__}: {exc}"})
         print("sqlite ...", flush=True)
         res["sqlite"] = store_run(f"sqlite:///{root / 'sq.db'}", root / "sq", args.n)
         print("postgresql ...", flush=True)
         res["postgresql"] = store_run(pg.create_db("bench_store"), root / "pgs", args.n)
+        res["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     finally:
         pg.stop()
         shutil.rmtree(root, ignore_errors=True)

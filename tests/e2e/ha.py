@@ -24,6 +24,7 @@ cluster_name = "ha"
 [controller]
 database_url = "{url}"
 lease_s = {lease_s}
+standby_refresh_s = {refresh_s}
 schedule_delay_ms = 2
 tick_s = 1
 node_down_after_s = 5
@@ -108,7 +109,7 @@ class Ctl:
 
 class HaCluster:
     def __init__(self, root: Path, db_url: str, n: int = 2, lease_s: float = 1.0,
-                 db_urls: dict[int, str] | None = None) -> None:
+                 db_urls: dict[int, str] | None = None, refresh_s: float = 2.0) -> None:
         """``db_urls``: another database URL for some controllers (through a proxy)."""
         self.root = root
         self.work = root / "work"
@@ -116,13 +117,15 @@ class HaCluster:
         os.chmod(root, 0o755)
         os.chmod(self.work, 0o1777)
         self.config = root / "corral.toml"
-        self.config.write_text(HA_CONFIG.format(url=db_url, lease_s=lease_s))
+        self.config.write_text(HA_CONFIG.format(url=db_url, lease_s=lease_s,
+                                                refresh_s=refresh_s))
         self.ctls = []
         for i in range(n):
             cfg = self.config
             if db_urls and i in db_urls:
                 cfg = root / f"corral{i}.toml"
-                cfg.write_text(HA_CONFIG.format(url=db_urls[i], lease_s=lease_s))
+                cfg.write_text(HA_CONFIG.format(url=db_urls[i], lease_s=lease_s,
+                                                refresh_s=refresh_s))
             self.ctls.append(Ctl(root, i, cfg))
         self.agent: subprocess.Popen[bytes] | None = None
         self._token: str | None = None

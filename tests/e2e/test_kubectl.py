@@ -340,3 +340,44 @@ def test_exported_jobs_validate_and_corral_submit_takes_a_manifest(kube: Kube) -
                    env=env)
     assert not list(validator.iter_errors(yaml.safe_load(again.stdout)))
     wait_for(lambda: "from-sbatch" in kube.run("get", "vcjob").stdout, 5)
+
+
+def test_sbatch_jobs_show_as_read_only_vcjobs_with_pods(kube: Kube) -> None:
+    """A job submitted with sbatch is listed by kubectl get vcjob and get pods (its
+    export's spec, phase from its state), its batch pod's log is its output file, and
+    kubectl cannot change or delete it."""
+    import sys
+
+    c = kube.c
+    script = c.work / "view.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -J Sbatch_View\necho out-of-sbatch\n")
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_URL"}
+    env["CORRAL_SOCKET"] = str(c.state_dir / "corral.sock")
+    r = subprocess.run([sys.executable, "-c",
+                        "from corral.shims.lean import main; main('sbatch')", "--parsable",
+                        str(script)], cwd=c.work, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    jid = int(r.stdout.strip())
+    c.wait_done(jid)
+    name = f"sbatch-view-{jid}"
+    wait_for(lambda: kube.get("vcjob", name)["status"]["state"]["phase"] == "Completed", 10,
+             what="the sbatch job's phase")
+    obj = kube.get("vcjob", name)
+    ann = obj["metadata"]["annotations"]
+    assert ann["corral.dev/submitted-with"] == "sbatch" and ann["corral.dev/read-only"] == "true"
+    assert ann["corral.dev/job-id"] == str(jid)
+    assert [t["name"] for t in obj["spec"]["tasks"]] == ["batch"]
+    assert obj["status"]["succeeded"] == 1
+    row = next(ln for ln in kube.run("get", "vcjob").stdout.splitlines()
+               if ln.startswith(name + " "))
+    assert row.split()[1] == "Completed"
+    pods = kube.get("pods", "-l", f"volcano.sh/job-name={name}")["items"]
+    assert [p["metadata"]["name"] for p in pods] == [f"{name}-batch-0"]
+    assert pods[0]["status"]["phase"] == "Succeeded" and pods[0]["spec"]["nodeName"] == \
+        "testnode"
+    assert kube.run("logs", f"{name}-batch-0").stdout == "out-of-sbatch\n"
+    for verb in (("delete", "vcjob", name), ("label", "vcjob", name, "a=b")):
+        r = kube.run(*verb, ok=False)
+        assert r.returncode == 1 and "kubectl only reads it" in r.stderr, (verb, r.stderr)
+    assert kube.get("vcjob", name)["metadata"]["name"] == name  # still there

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
+from corral.controller import kube_foreign as kf
 from corral.controller import kube_objects as ko
 from corral.controller.errors import ApiError
 from corral.controller.kube_http import (
@@ -79,7 +80,7 @@ class Kube:
     def vcjobs(self, who: Identity, ns: str | None, now: float) -> list[JobRecord]:
         out = []
         for rec in sorted(self.ctl.jobs.values(), key=lambda r: r.id):
-            if not ko.is_vcjob(rec) or ko.hidden(rec, now) or not self.visible(rec, who):
+            if ko.hidden(rec, now) or not self.visible(rec, who):
                 continue
             if ns is not None and ko.namespace_of(rec) != ns:
                 continue
@@ -87,7 +88,7 @@ class Kube:
         return out
 
     def find(self, who: Identity, ns: str, name: str, now: float) -> JobRecord:
-        found = [r for r in self.vcjobs(who, ns, now) if r.sub.spec.name == name]
+        found = [r for r in self.vcjobs(who, ns, now) if ko.job_name(r) == name]
         if not found:
             raise not_found("jobs", GROUP, name)
         return found[-1]
@@ -113,7 +114,7 @@ class Kube:
             raise invalid("Job", GROUP, exc.name or name, exc.causes) from None
         self.check_names(vj.name, vj.submission.spec)
         now = time.time()
-        if any(r.sub.spec.name == vj.name for r in self.vcjobs(who, ns, now)):
+        if any(ko.job_name(r) == vj.name for r in self.vcjobs(who, ns, now)):
             raise KubeError(409, f'jobs.{GROUP} "{vj.name}" already exists',
                             details={"name": vj.name, "group": GROUP, "kind": "jobs"})
         sub = vj.submission
@@ -158,8 +159,19 @@ class Kube:
         if causes:
             raise invalid("Job", GROUP, name, causes)
 
+    @staticmethod
+    def writable(rec: JobRecord, verb: str) -> None:
+        """A job submitted another way is only shown here: ``verb`` is refused."""
+        if not ko.is_vcjob(rec):
+            raise KubeError(405, f"jobs.{GROUP} \"{ko.job_name(rec)}\" is job {rec.id}, "
+                                 f"submitted with {kf.DIALECTS.get(rec.sub.dialect, 'Corral')}"
+                                 f": kubectl only reads it ({verb} it with Corral's or the "
+                                 "scheduler's own commands, e.g. scancel, scontrol)",
+                            reason="MethodNotAllowed")
+
     async def change(self, who: Identity, rec: JobRecord, new: dict[str, Any]) -> None:
         """Keep ``new``'s labels and annotations; its spec must be the job's."""
+        self.writable(rec, "change")
         cur = self.job_obj(rec, time.time())
         name = cur["metadata"]["name"]
         if new.get("spec") != cur["spec"]:
@@ -188,6 +200,7 @@ class Kube:
         await self.ctl.persist(with_submission=[rec])
 
     async def delete(self, who: Identity, rec: JobRecord) -> dict[str, Any]:
+        self.writable(rec, "cancel")
         obj = self.job_obj(rec, time.time())
         if not rec.state.is_finished:
             res = await self.ctl.act("cancel", [str(rec.id)], who, {})

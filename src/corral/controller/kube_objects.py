@@ -29,6 +29,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from corral.controller import kube_foreign as kf
 from corral.core.model.job import JobState
 from corral.frontends.volcano import (
     API_VERSION,
@@ -69,6 +70,11 @@ def namespace_of(rec: JobRecord) -> str:
 
 def is_vcjob(rec: JobRecord) -> bool:
     return rec.sub.dialect == "volcano"
+
+
+def job_name(rec: JobRecord) -> str:
+    """The Job's ``metadata.name``: a Volcano job's own, else ``<name>-<id>``."""
+    return str(rec.sub.spec.name) if is_vcjob(rec) else kf.name_of(rec)
 
 
 def k8s_meta(rec: JobRecord) -> dict[str, Any]:
@@ -139,11 +145,15 @@ def hidden(rec: JobRecord, now: float) -> bool:
 
 
 def plan(rec: JobRecord) -> dict[str, Any]:
+    if not is_vcjob(rec):
+        return kf.plan(rec)
     return plan_of_script(rec.sub.script or "") or {"tasks": [], "job": rec.sub.spec.name}
 
 
 def layout(rec: JobRecord) -> dict[str, list[str]]:
     """Each task's replica slots on the allocation (as ``CORRAL_VC_LAYOUT`` says)."""
+    if not is_vcjob(rec):
+        return kf.layout(rec)
     out: dict[str, list[str]] = {}
     if rec.allocation is not None:
         for na in rec.allocation.nodes:
@@ -178,6 +188,8 @@ def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> list[dict[s
 
 
 def _pod_phase(rec: JobRecord, st: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    if not is_vcjob(rec):
+        return kf.pod_phase(rec)
     if st is None:
         if rec.state.is_finished:
             return "Failed", {"terminated": {"exitCode": 0, "reason": "NotStarted"}}
@@ -214,13 +226,13 @@ def pod(rec: JobRecord, task: dict[str, Any], index: int, name: str, ns: str,
         "metadata": {"name": name, "namespace": ns, "uid": uid_of("pod", f"{rec.id}/{name}"),
                      "resourceVersion": str(version_of(rec)),
                      "creationTimestamp": ts(rec.start_time or rec.submit_time),
-                     "labels": {"volcano.sh/job-name": str(rec.sub.spec.name),
+                     "labels": {"volcano.sh/job-name": job_name(rec),
                                 "volcano.sh/task-spec": task["name"],
                                 "volcano.sh/task-index": str(index),
                                 "corral.dev/job-id": str(rec.id)},
                      "annotations": {"volcano.sh/task-index": str(index)},
                      "ownerReferences": [{"apiVersion": API_VERSION, "kind": "Job",
-                                          "name": rec.sub.spec.name, "controller": True,
+                                          "name": job_name(rec), "controller": True,
                                           "uid": uid_of("job", str(rec.id))}]},
         "spec": {"containers": [container], "nodeName": node, "restartPolicy": "Never",
                  "schedulerName": "corral"},
@@ -236,7 +248,8 @@ def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> dict[str, 
     meta = k8s_meta(rec)
     phase = phase_of(rec)
     try:
-        spec = json.loads(rec.sub.extra.get("vc_spec") or "{}")
+        spec = json.loads(rec.sub.extra.get("vc_spec") or "{}") if is_vcjob(rec) \
+            else kf.manifest(rec)["spec"]
     except ValueError:
         spec = {}
     counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
@@ -272,7 +285,9 @@ def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> dict[str, 
         status["runningDuration"] = f"{run:.0f}s"
     annotations = dict(meta.get("annotations") or {})
     annotations["corral.dev/job-id"] = str(rec.id)
-    md: dict[str, Any] = {"name": rec.sub.spec.name, "namespace": namespace_of(rec),
+    if not is_vcjob(rec):
+        annotations.update(kf.read_only_annotations(rec))
+    md: dict[str, Any] = {"name": job_name(rec), "namespace": namespace_of(rec),
                           "uid": uid_of("job", str(rec.id)),
                           "resourceVersion": str(version_of(rec)), "generation": 1,
                           "creationTimestamp": ts(rec.submit_time),
@@ -357,7 +372,7 @@ def namespace(name: str, now: float) -> dict[str, Any]:
 
 def events(rec: JobRecord, now: float) -> list[dict[str, Any]]:
     """The scheduling story of a Volcano job as Events of its Job object."""
-    name = str(rec.sub.spec.name)
+    name = job_name(rec)
     ns = namespace_of(rec)
     out: list[tuple[str, str, str, float]] = []
     if rec.state is JobState.PENDING:

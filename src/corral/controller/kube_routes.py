@@ -251,6 +251,8 @@ def add_routes(app: FastAPI, k: Kube) -> None:
         now = time.time()
         objs = []
         for rec in k.vcjobs(me, ns, now):
+            if not ko.is_vcjob(rec):
+                continue  # submitted with sbatch/qsub: kubectl only reads it
             obj = k.job_obj(rec, now)
             if k.filter(request, [obj]):
                 objs.append(await k.delete(me, rec))
@@ -282,7 +284,7 @@ def add_routes(app: FastAPI, k: Kube) -> None:
     def find_pod(me: Identity, ns: str, name: str) -> tuple[Any, dict[str, Any]]:
         now = time.time()
         for rec in k.vcjobs(me, ns, now):
-            if not name.startswith(str(rec.sub.spec.name) + "-"):
+            if not name.startswith(ko.job_name(rec) + "-"):
                 continue
             for p in ko.pods(rec, [s.to_api() for s in rec.steps], now):
                 if p["metadata"]["name"] == name:
@@ -307,7 +309,19 @@ def add_routes(app: FastAPI, k: Kube) -> None:
         rec, _p = find_pod(me, ns, name)
         from corral.frontends.volcano_run import log_dir
 
-        path = log_dir(rec.sub.workdir, str(rec.id)) / f"{name}.log"
+        if ko.is_vcjob(rec):
+            path = log_dir(rec.sub.workdir, str(rec.id)) / f"{name}.log"
+        else:  # sbatch/qsub job: its output file (the batch pod's; workers have none)
+            from corral.controller import kube_foreign as kf
+
+            got = kf.log_path(rec) if _p["metadata"]["labels"][
+                "volcano.sh/task-spec"] == "batch" else None
+            if got is None:
+                raise KubeError(400, f"pod {name} of job {rec.id} has no log Corral can "
+                                     "read here (a pattern in its output file name, or "
+                                     "no batch script on this pod): see scontrol show "
+                                     f"job {rec.id}")
+            path = got
         tail = request.query_params.get("tailLines")
         follow = request.query_params.get("follow") in ("1", "true")
 
