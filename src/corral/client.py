@@ -805,6 +805,29 @@ class Client:
 
         self.request("DELETE", f"/reservations/{quote(name)}")
 
+    # ---- run-time administration (operators; docs/lifecycle.md, sacctmgr) -------------
+
+    def admin_change(self, kind: str, name: str, fields: dict[str, Any] | None,
+                     mode: str) -> dict[str, Any] | None:
+        """Add (``mode="add"``), modify or delete an entry of ``kind`` (``accounts``,
+        ``users``, ``qos``); ``fields`` as ``corral.toml`` writes them."""
+        from urllib.parse import quote
+
+        if mode == "add":
+            out: dict[str, Any] | None = self.request("POST", f"/admin/{kind}",
+                                                      dict(fields or {}, name=name))
+        elif mode == "modify":
+            out = self.request("PATCH", f"/admin/{kind}/{quote(name)}", fields or {})
+        else:
+            self.request("DELETE", f"/admin/{kind}/{quote(name)}")
+            out = None
+        return out
+
+    def set_partition_state(self, name: str, state: str) -> None:
+        from urllib.parse import quote
+
+        self.request("PATCH", f"/partitions/{quote(name)}", {"state": state})
+
     def partitions(self) -> list[dict[str, Any]]:
         parts: list[dict[str, Any]] = self.request("GET", "/partitions")["partitions"]
         return parts

@@ -379,6 +379,9 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
     from corral.controller.reservation_routes import mount as mount_reservations
 
     mount_reservations(app, ctl, identity, _operator, _body, _json, PREFIX)
+    from corral.controller.admin_routes import mount as mount_admin
+
+    mount_admin(app, ctl, _operator, _body, _json, PREFIX)
 
     # Slurm/PBS shim endpoint POST /api/v1/shim/exec (owned by corral.shims; docs/shims.md)
     from corral.shims.inproc import mount as mount_shims

@@ -145,6 +145,10 @@ class NodeTable:
             {"boot_time": rec.boot_time, "address": rec.address, "hostname": rec.hostname,
              "health_drained": rec.health_drained}))
 
+    def config_changed(self) -> None:
+        """Partitions (their states) changed at run time (``livecfg``)."""
+        self._refresh_partitions()
+
     def _refresh_partitions(self) -> None:
         names = sorted(self.nodes)
         self.partitions = self.ctl.cfg.partition_models(names)

@@ -209,7 +209,7 @@ class AllocationRelease(Body):
     exit_code: Int64 | None = None
 
 
-ShimCommand = Literal["sbatch", "squeue", "scancel", "sacct", "sinfo", "scontrol",
+ShimCommand = Literal["sbatch", "squeue", "scancel", "sacct", "sinfo", "scontrol", "sacctmgr",
                       "qsub", "qstat", "qdel", "srun"]
 
 

@@ -185,6 +185,14 @@ class SchedulerLoop:
         if rej is not None:
             raise ApiError("rejected", rej.message, slurm=_slurm_reject(rej.reason))
 
+    def config_changed(self) -> None:
+        """The controller's configuration changed at run time (``livecfg``): QOS and
+        accounts for the next snapshots, a fresh feasibility memo."""
+        self._accounts = self.ctl.cfg.account_tree()
+        self._qos = self.ctl.cfg.qos_models()
+        self._feasible_key = None
+        self._feasible_memo.clear()
+
     # ---- one cycle --------------------------------------------------------------------
 
     async def cycle(self) -> None:

@@ -92,10 +92,12 @@ class Controller:
         self.hub = AgentHub(self)
         self.sched = SchedulerLoop(self, cycle_fn)
         from corral.controller.health import HealthChecks
+        from corral.controller.livecfg import LiveConfig
         from corral.controller.reservations import ReservationTable
 
         self.health = HealthChecks(self)
         self.reservations = ReservationTable(self)
+        self.livecfg = LiveConfig(self)
         self.started_at = time.time()
         # high availability: this controller's role and its peers, for ``/ping``
         # (``corral.controller.roles.Gate.role_json``)
@@ -118,6 +120,13 @@ class Controller:
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
         await loop.run_in_executor(None, self.store.open)
+        from corral.controller import livecfg
+
+        try:  # accounts, users, QOS, partition states changed at run time (sacctmgr)
+            self.livecfg.load_json(await loop.run_in_executor(
+                None, self.store.get_meta, livecfg.META_KEY))
+        except (ValueError, TypeError, KeyError, ApiError):
+            log.exception("ignoring an unreadable record of run-time configuration changes")
         self.nodes.load(await loop.run_in_executor(None, self.store.load_nodes))
         key_rows: list[Any] | None = None
         if warm is not None and warm.ready:

@@ -256,6 +256,18 @@ class InProcessClient:
     def delete_reservation(self, name: str) -> None:
         self._resv_op(lambda: self.ctl.reservations.delete(name, self.who))
 
+    # ---- run-time administration (``corral.controller.livecfg``) -------------------------
+    def admin_change(self, kind: str, name: str, fields: dict[str, Any] | None,
+                     mode: str) -> dict[str, Any] | None:
+        from corral.controller.admin_routes import admin_change
+
+        out: dict[str, Any] | None = self._resv_op(
+            lambda: admin_change(self.ctl, self.who, kind, name, fields, mode))
+        return out
+
+    def set_partition_state(self, name: str, state: str) -> None:
+        self._resv_op(lambda: self.ctl.livecfg.set_partition_state(name, state, self.who))
+
     def whoami(self) -> dict[str, Any]:
         out: dict[str, Any] = self.who.to_json()
         return out

@@ -28,7 +28,8 @@ from pathlib import Path
 from corral.shims.launcher_build import BuildError, build_launcher, command_binary
 
 MARKER = "# corral-shim"
-SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "sacct", "scontrol")
+SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "sacct", "scontrol",
+                  "sacctmgr")
 PBS_COMMANDS = ("qsub", "qstat", "qdel")
 COMMANDS = SLURM_COMMANDS + PBS_COMMANDS
 PYTHON_ONLY = frozenset({"salloc"})  # interactive: lean.py's local path

@@ -15,7 +15,7 @@ import time
 from corral.shims.context import Client, Context, NeedInput, ShimExit
 
 COMMANDS = (
-    "sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "sacct", "scontrol",
+    "sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "sacct", "scontrol", "sacctmgr",
     "qsub", "qstat", "qdel",
 )
 

@@ -325,6 +325,9 @@ def _update(ctx: Context, client: Client, words: list[str]) -> None:
     if "nodename" in keys:
         _update_node(ctx, client, keys)
         return
+    if "partitionname" in keys:
+        _update_partition(ctx, client, pairs)
+        return
     target = keys.get("jobid") or keys.get("job")
     if target is None:
         raise ctx.fail("scontrol: error: No job or node identification given\nRequest aborted")
@@ -380,6 +383,33 @@ def _job_value(ctx: Context, client: Client, target: str, api: str, value: str) 
         except DateError:
             raise ctx.fail(f"Invalid StartTime value: {value}\nRequest aborted") from None
     return value
+
+
+def _update_partition(ctx: Context, client: Any, pairs: list[tuple[str, str]]) -> None:
+    """``update PartitionName=P State=UP|DOWN|DRAIN|INACTIVE`` (kept across restarts)."""
+    from corral.client import CorralError
+
+    keys = dict(pairs)
+    others = [k for k, _ in pairs if k not in ("partitionname", "state")]
+    if others:
+        raise ctx.fail(f"Update of this parameter is not supported: {others[0]}\n"
+                       "Request aborted")
+    if "state" not in keys:
+        raise ctx.fail("scontrol: error: nothing to update (State= is what Corral's "
+                       "scontrol changes on a partition)")
+    state = keys["state"].upper()
+    if state not in ("UP", "DOWN", "DRAIN", "INACTIVE"):
+        raise ctx.fail(f"Invalid input: State={keys['state']}\nRequest aborted\n"
+                       "Valid states are UP, DOWN, DRAIN and INACTIVE")
+    change = getattr(client, "set_partition_state", None)
+    if change is None:
+        raise ctx.fail("scontrol: error: partitions cannot be changed through this "
+                       "connection to the controller")
+    try:
+        change(keys["partitionname"], state)
+    except CorralError as exc:
+        raise ctx.fail(f"{exc.slurm or exc.message}\nslurm_update error: "
+                       f"{exc.slurm or exc.message}") from None
 
 
 def _update_node(ctx: Context, client: Client, keys: dict[str, str]) -> None:
