@@ -55,4 +55,8 @@ def build_vm(
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(image_app, name="image")
+    """``corral image build-vm`` joins the one ``corral image`` group (``image pull`` is
+    ``corral.cli.images``'s): two groups of one name would hide each other."""
+    from corral.cli import images
+
+    images.image_app.registered_commands.extend(image_app.registered_commands)
