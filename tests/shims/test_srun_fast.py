@@ -54,6 +54,8 @@ def job_script(out: Path) -> str:
     lines += ["srun -N2 -n2 sleep 3 & pid=$!",
               "for i in $(seq 200); do [ -e /proc/$pid/exe ] && break; sleep 0.01; done",
               "readlink /proc/$pid/exe >exe.txt; wait $pid; echo $? >exe.rc",
+              # ... and the nodes run the compiled step process (corral.agent.stepbin)
+              "srun -N2 -n2 sh -c 'readlink /proc/$PPID/exe' >stepd.txt",
               # a signal reaches every task through the relay
               "rm -f ready.*",
               "srun -N2 -n2 sh -c 'trap \"echo usr1 $SLURM_PROCID; exit 7\" USR1; "
@@ -135,6 +137,12 @@ def test_the_compiled_srun_runs_without_python(ran: tuple[TwoNodes, Path, int]) 
     exe = (out / "exe.txt").read_text().strip()
     assert exe and "python" not in os.path.basename(exe), exe
     assert (out / "exe.rc").read_text().strip() == "0"
+
+
+def test_the_nodes_run_the_compiled_step_process(ran: tuple[TwoNodes, Path, int]) -> None:
+    _two, out, _job = ran
+    lines = (out / "stepd.txt").read_text().split()
+    assert len(lines) == 2 and all("corral-stepd-" in ln for ln in lines), lines
 
 
 def test_a_signal_reaches_every_task(ran: tuple[TwoNodes, Path, int]) -> None:

@@ -720,7 +720,10 @@ class Supervisor:
     def handle_commands(self) -> None:
         for cmd in spool.take_commands(self.jdir):
             kind = cmd.get("cmd")
-            self.log(f"command {cmd}")
+            if kind == "step":  # the launch (srun's whole environment) is not for the log
+                self.log(f"command step {(cmd.get('launch') or {}).get('step_id')}")
+            else:
+                self.log(f"command {cmd}")
             if kind == "cancel":
                 if not self.run.ending:
                     self.slurm_message(f"*** JOB {self.req.job_id} ON {self.cfg.node_name} "
@@ -762,10 +765,13 @@ class Supervisor:
         if self.run.ending or (not self.run.job_pid and not self.is_share):
             self.log(f"step refused: the job is {'ending' if self.run.ending else 'not running'}")
             return
-        from corral.agent import stepd
+        from corral.agent import stepbin, stepd
 
         node_env = job_environment(self.req, self.cfg.node_name)
         core_cpus = stepd.core_siblings()
+        path = stepbin.binary(self.log)
+        if path is not None and self._spawn_compiled(path, launch, node_env, core_cpus):
+            return
         gc_on = gc.isenabled()
         gc.disable()
         try:
@@ -781,6 +787,27 @@ class Supervisor:
                        jdir=self.jdir, containers=self.cfg.containers)
         if gc_on:
             gc.enable()
+
+    def _spawn_compiled(self, path: str, launch: dict[str, Any], node_env: dict[str, str],
+                        core_cpus: list[tuple[int, ...]] | None) -> bool:
+        """The step through the compiled step process (``corral.agent.stepbin``); False
+        when the Python one must run it."""
+        from corral.agent import stepbin
+
+        try:
+            plan = stepbin.plan_for(launch, self.req, self.cfg.node_name, node_env,
+                                    self.cfg.switch_user, self.cfg.groups, core_cpus)
+        except (ValueError, KeyError, TypeError):
+            return False  # the Python step process reports the bad launch
+        if plan is None:
+            return False
+        try:
+            stepbin.spawn(path, plan, self.iso.attach if self.iso is not None else None)
+        except OSError as exc:
+            self.log(f"compiled step process for step {launch.get('step_id')} failed to "
+                     f"start ({exc}); starting the Python one")
+            return False
+        return True
 
     def deadlines(self, now: float) -> float:
         """Act on due deadlines; return the next one (monotonic seconds)."""

@@ -60,6 +60,10 @@ def serve(fd: int, config: str) -> NoReturn:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps our children
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: finish the queue first
     c = json.loads(config)
+    from corral.agent import stepbin
+
+    # built (or found in the cache) once here, so no job's first step waits for cc
+    stepbin.binary(lambda msg: print(f"corral-forksrv: {msg}", file=sys.stderr, flush=True))
     cfg = SupervisorConfig(node_name=c["node_name"], cgroup_root=c["cgroup_root"],
                            isolation=c["isolation"],
                            notify_addr=bytes.fromhex(c["notify"]) if c.get("notify") else None,

@@ -179,7 +179,7 @@ static struct {
     char job[32];
     char step[16];
     size_t ntasks, nnodes, nconnected;
-    int label, kill_on_bad_exit, killed;
+    int label, kill_on_bad_exit, killed, kill_sig;
     long stdin_task; /* -1 none, -2 all, else a task */
     int width;
     step_node *nodes;
@@ -224,6 +224,9 @@ static void frame_send(step_node *nd, unsigned kind, uint32_t task, const char *
 }
 
 static void signal_all(int sig) {
+    /* a step being ended is ended on nodes that connect later too */
+    if ((sig == SIGKILL || sig == SIGTERM || sig == SIGHUP) && S.kill_sig != SIGKILL)
+        S.kill_sig = sig;
     char num[16];
     int n = snprintf(num, sizeof num, "%d", sig);
     for (size_t i = 0; i < S.nnodes; i++)
@@ -825,6 +828,11 @@ static void srun_relay(const char *pl, size_t pn) {
                     buf_add(&nd->in, pc->in.p + FR_HEADER + len, rest);
                 free(pc->in.p);
                 S.nconnected++;
+                if (S.kill_sig) {
+                    char num[16];
+                    int nn = snprintf(num, sizeof num, "%d", S.kill_sig);
+                    frame_send(nd, FR_SIGNAL, FR_ALL_TASKS, num, (size_t)nn);
+                }
                 if (node_frames(nd) < 0)
                     close_node(nd);
             }

@@ -108,6 +108,7 @@ class RemoteStep:
     task_env: dict[str, dict[str, str]] = field(default_factory=dict)
     step_id: int | None = None
     codes: dict[int, tuple[int, int]] = field(default_factory=dict)  # task -> (code, sig)
+    kill_sig: int = 0  # the signal that ends the step, once one was sent
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> DONE payload
 
     @property
@@ -283,6 +284,8 @@ class RemoteStep:
                         conn.settimeout(None)
                         nodes[node.name] = node
                         sel.register(conn, selectors.EVENT_READ, ("node", node))
+                        if self.kill_sig:  # the step was ended before this node came
+                            self._signal_all({node.name: node}, self.kill_sig)
                         early, node.early = node.early, []
                         killed = self._frames(node, early, nodes, lines, width, killed)
                         self._flush_stdin(nodes, stdin_buf, stdin_task)
@@ -427,6 +430,11 @@ class RemoteStep:
                 self.codes[t] = (0, signal.SIGKILL)
 
     def _signal_all(self, nodes: dict[str, _Node], sig: int) -> None:
+        """``sig`` to every connected node; a step being ended (SIGKILL, or a forwarded
+        SIGTERM/SIGHUP) is ended on a node that connects later too (``kill_sig``)."""
+        if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGHUP) \
+                and self.kill_sig != signal.SIGKILL:
+            self.kill_sig = int(sig)
         frame = sp.pack(sp.SIGNAL, sp.ALL_TASKS, str(int(sig)).encode())
         for node in nodes.values():
             if not node.done:

@@ -1,0 +1,206 @@
+"""The compiled step process (``stepd.c``): its build, and the plan the supervisor gives it.
+
+A step's share of a node is started either by forking the Python step process
+(``corral.agent.stepd``) or, for the common case, by spawning ``stepd.c``'s binary and
+writing it a *plan*: everything the Python step process would compute before its first
+fork — each task's environment (``stepd.task_environment`` plus the CPU binding's
+variables), CPUs (``cpubind.bind_task``), stdin mode and file names
+(``stepd.expand``) — so that the binary only connects, forks, execs and relays. Same
+frames, same messages, same exit status; no Python in the step process, no copy-on-write
+faults of a Python heap in every task before its exec.
+
+``plan_for`` returns None (the Python step process then runs the step) for what the binary
+does not do: pty steps, container steps, an I/O address that is not numeric IPv4.
+
+The binary is compiled once per source text with the system C compiler into a root-owned
+cache directory (``/var/cache/corral`` for root, else ``$XDG_CACHE_HOME/corral``), named by
+the source's hash, written under a temporary name and renamed; no compiler, or a build
+that fails, means the Python step process for every step (logged once).
+
+Plan format: netstrings (``<len>:<bytes>,``) in the order ``stepd.c``'s ``main`` reads them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from corral.agent import cpubind
+from corral.agent.launch import LaunchRequest
+from corral.protocol import step as sp
+
+SOURCE = Path(__file__).with_name("stepd.c")
+CFLAGS = ("-O2", "-std=gnu99", "-Wall", "-D_FORTIFY_SOURCE=2", "-fstack-protector-strong")
+_built: dict[str, str | None] = {}
+
+
+def cache_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/cache/corral")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "corral"
+
+
+def binary(log: Any = None) -> str | None:
+    """The compiled step process's path (built on first use), or None."""
+    if os.environ.get("CORRAL_PY_STEPD"):
+        return None  # forced: the Python step process (tests compare the two)
+    try:
+        text = SOURCE.read_bytes()
+    except OSError:
+        return None
+    digest = hashlib.sha256(text + " ".join(CFLAGS).encode()).hexdigest()[:16]
+    if digest in _built:
+        return _built[digest]
+    out = cache_dir() / f"corral-stepd-{digest}"
+    path: str | None = str(out)
+    if not _trusted(out):
+        try:
+            _build(text, out)
+        except (OSError, subprocess.SubprocessError, BuildFailed) as exc:
+            if log is not None:
+                log(f"compiled step process not available ({exc}); using the Python one")
+            path = None
+    _built[digest] = path
+    return path
+
+
+class BuildFailed(Exception):
+    pass
+
+
+def _trusted(path: Path) -> bool:
+    """An executable file owned by us (or root) that nobody else can write."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    import stat
+
+    return (stat.S_ISREG(st.st_mode) and st.st_uid in (0, os.geteuid())
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and bool(st.st_mode & 0o100))
+
+
+def _build(text: bytes, out: Path) -> None:
+    cc = os.environ.get("CC") or shutil.which("cc")
+    if not cc:
+        raise BuildFailed("no C compiler (cc) on PATH")
+    out.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    st = out.parent.stat()
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        raise BuildFailed(f"{out.parent} is writable by others")
+    with tempfile.TemporaryDirectory(prefix="corral-stepd-") as tmp:
+        src = Path(tmp, "stepd.c")
+        src.write_bytes(text)
+        exe = Path(tmp, "stepd")
+        r = subprocess.run([cc, *CFLAGS, "-o", str(exe), str(src)], capture_output=True,
+                           text=True, timeout=120)
+        if r.returncode != 0 or not exe.exists():
+            raise BuildFailed(f"{cc} failed: {(r.stderr or r.stdout).strip()[-400:]}")
+        staged = out.with_name(f".{out.name}.{os.getpid()}")
+        shutil.copyfile(exe, staged)
+        os.chmod(staged, 0o755)
+        os.replace(staged, out)
+
+
+def _net(value: str | bytes) -> bytes:
+    data = value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
+    return str(len(data)).encode() + b":" + data + b","
+
+
+def _ints(values: Iterable[int]) -> str:
+    return ",".join(str(int(v)) for v in values)
+
+
+def plan_for(launch_json: dict[str, Any], req: LaunchRequest, node_name: str,
+             node_env: dict[str, str], switch_user: bool, groups: tuple[int, ...],
+             core_cpus: list[tuple[int, ...]] | None) -> bytes | None:
+    """The plan of this node's tasks of one step, or None when the Python step process
+    must run it (see the module docstring). Raises ValueError for a bad launch."""
+    from corral.agent import stepd
+
+    launch = sp.StepLaunch.from_json(launch_json)
+    if launch.pty or getattr(launch, "container", None):
+        return None
+    host, _, port = launch.io_addr.rpartition(":")
+    try:
+        if ipaddress.ip_address(host).version != 4 or not port.isdigit():
+            return None
+    except ValueError:
+        return None
+    index = launch.nodes.index(node_name)
+    gids = launch.tasks[index]
+    cores = cpubind.cores_of(tuple(req.cpus), core_cpus)
+    hello = sp.encode_json({"key": launch.io_key, "node": node_name, "node_index": index,
+                            "tasks": gids})
+    out = [_net(launch.io_addr), _net(hello), _net(node_name), _net("1" if switch_user else "0"),
+           _net(str(req.uid)), _net(str(req.gid)), _net(_ints(groups)), _net(launch.cwd),
+           _net(str(len(launch.argv))), *(_net(a) for a in launch.argv),
+           _net(str(len(gids)))]
+    per_task = launch.output is not None and "%t" in launch.output
+    for local, gid in enumerate(gids):
+        env = stepd.task_environment(launch, node_env, index, gid, local, host)
+        try:
+            bind = cpubind.bind_task(launch.cpu_bind, cores, local, len(gids),
+                                     launch.cpus_per_task)
+        except cpubind.CpuBindError:
+            bind = cpubind.Binding((), {})
+        env.update(bind.env)
+        cpus = bind.cpus or tuple(req.cpus)
+        mode = launch.input
+        if mode in (None, "", "all"):
+            in_mode = "pipe"
+        elif mode == "none":
+            in_mode = "null"
+        elif mode.isdigit():
+            in_mode = "pipe" if int(mode) == gid else "null"
+        else:
+            in_mode = "file"
+        in_path = stepd.expand(launch.input, launch, gid, index, req.user) \
+            if in_mode == "file" and launch.input else ""
+        out_path = stepd.expand(launch.output, launch, gid, index, req.user) \
+            if launch.output else ""
+        if launch.error:
+            err_mode, err_path = "file", stepd.expand(launch.error, launch, gid, index,
+                                                       req.user)
+        else:
+            err_mode, err_path = ("pipe" if launch.output is None else "stdout"), ""
+        if any(not k or "=" in k or "\0" in k + v for k, v in env.items()):
+            return None  # the Python step process words execve's refusal
+        items = [f"{k}={v}" for k, v in env.items()]
+        out += [_net(str(gid)), _net(_ints(cpus)), _net(in_mode), _net(in_path),
+                _net(out_path), _net(err_mode), _net(err_path),
+                _net("1" if per_task and not launch.append else "0"), _net(str(len(items))),
+                *(_net(i) for i in items)]
+    return b"".join(out)
+
+
+def spawn(path: str, plan: bytes, attach: Any) -> int:
+    """Start the binary, ``attach(pid)`` it (the job's cgroup) before it reads its plan,
+    then hand the plan over; the binary's pid."""
+    r, w = os.pipe()
+    try:
+        pid = os.posix_spawn(path, [path], {}, file_actions=[
+            (os.POSIX_SPAWN_DUP2, r, 0), (os.POSIX_SPAWN_CLOSE, w)])
+    except OSError:
+        os.close(r)
+        os.close(w)
+        raise
+    os.close(r)
+    try:
+        if attach is not None:
+            attach(pid)
+        view = memoryview(plan)
+        while view:
+            n = os.write(w, view)
+            view = view[n:]
+    finally:
+        os.close(w)
+    return pid

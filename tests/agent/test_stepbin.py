@@ -1,0 +1,189 @@
+"""The compiled step process (``stepd.c`` via ``corral.agent.stepbin``) against the Python
+one (``corral.agent.stepd``): the same launch run by each, with this test as srun (a real
+listener, the real frames), gives the same frames — output, exits, failures — and both
+honour stdin, signals, files, the user switch, CPU binding and SLURM_TASK_PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.agent import stepbin, stepd
+from corral.agent.launch import LaunchRequest
+from corral.protocol import step as sp
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc)")
+KEY = "0123456789abcdef0123456789abcdef"
+
+
+def _req(**kw: Any) -> LaunchRequest:
+    base: dict[str, Any] = dict(name="t", job_id=7, uid=os.getuid(), gid=os.getgid(),
+                                user=pwd.getpwuid(os.getuid()).pw_name, cpus=(0,),
+                                script="", workdir="/tmp")
+    base.update(kw)
+    return LaunchRequest(**base)
+
+
+def _launch(port: int, argv: list[str], **kw: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"job_id": 7, "restarts": 0, "step_id": 3, "argv": argv,
+                           "cwd": "/tmp", "env": {"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+                           "ntasks": 2, "nodes": ["n1"], "tasks": [[0, 1]],
+                           "io_addr": f"127.0.0.1:{port}", "io_key": KEY}
+    out.update(kw)
+    return out
+
+
+def run_step(kind: str, argv: list[str], *, send: list[tuple[int, int, bytes]] | None = None,
+             after_output: list[tuple[int, int, bytes]] | None = None,
+             req: LaunchRequest | None = None, switch_user: bool = False,
+             groups: tuple[int, ...] = (), **kw: Any) -> list[tuple[int, int, bytes]]:
+    """Run one node's share of a step with ``kind`` ("c" or "py"); its frames in order.
+    ``send``: frames to send once connected; ``after_output``: once the first output came."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(2)
+    port = lsock.getsockname()[1]
+    launch = _launch(port, argv, **kw)
+    req = req or _req()
+    if kind == "c":
+        path = stepbin.binary()
+        assert path, "the compiled step process did not build"
+        plan = stepbin.plan_for(launch, req, "n1", {}, switch_user, groups, None)
+        assert plan is not None
+        pid = stepbin.spawn(path, plan, None)
+    else:
+        pid = os.fork()
+        if pid == 0:
+            lsock.close()
+            stepd.main(launch, req, "n1", {}, None, switch_user, groups, None,
+                       lambda msg: os.write(2, f"{msg}\n".encode()))
+    lsock.settimeout(20)
+    conn, _ = lsock.accept()
+    lsock.close()
+    conn.settimeout(20)
+    frames: list[tuple[int, int, bytes]] = []
+    reader = sp.FrameReader()
+    for f in send or []:
+        conn.sendall(sp.pack(*f))
+    pending = list(after_output or [])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        data = conn.recv(65536)
+        if not data:
+            break
+        for f in reader.feed(data):
+            frames.append(f)
+            if f[0] in (sp.STDOUT, sp.STDERR) and pending:
+                for g in pending:
+                    conn.sendall(sp.pack(*g))
+                pending = []
+    conn.close()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return frames
+
+
+def _norm(frames: list[tuple[int, int, bytes]]) -> list[tuple[int, int, Any]]:
+    """Frames comparable between the two: output joined per task and stream, exits as
+    JSON, usage reduced to its node and task count."""
+    out: dict[tuple[int, int], bytes] = {}
+    rest: list[tuple[int, int, Any]] = []
+    for kind, task, payload in frames:
+        if kind in (sp.STDOUT, sp.STDERR):
+            out[(kind, task)] = out.get((kind, task), b"") + payload
+        elif kind == sp.DONE:
+            d = json.loads(payload)
+            rest.append((kind, task, (d["node"], len(d["pids"]))))
+        elif kind == sp.HELLO:
+            rest.append((kind, task, json.loads(payload)))
+        elif kind == sp.EXIT:
+            rest.append((kind, task, json.loads(payload)))
+        else:
+            rest.append((kind, task, payload))
+    return sorted(rest, key=repr) + sorted(((k, t, v) for (k, t), v in out.items()), key=repr)
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "output-and-codes": dict(argv=["sh", "-c", "echo out $SLURM_PROCID; echo err >&2; "
+                                   "exit $((SLURM_PROCID + 1))"]),
+    "signal-exit": dict(argv=["sh", "-c", "kill -TERM $$"]),
+    "missing-command": dict(argv=["no-such-command-here"]),
+    "missing-cwd": dict(argv=["pwd"], cwd="/no/such/dir"),
+    "stdin-all": dict(argv=["cat"], send=[(sp.STDIN, sp.ALL_TASKS, b"hello\n"),
+                                          (sp.STDIN_EOF, sp.ALL_TASKS, b"")]),
+    "stdin-one": dict(argv=["sh", "-c", "cat; echo done $SLURM_PROCID"], input="1",
+                      send=[(sp.STDIN, 1, b"for one\n"), (sp.STDIN_EOF, 1, b"")]),
+    "signal-from-srun": dict(argv=["sh", "-c", "echo up; exec sleep 30"], ntasks=1,
+                             tasks=[[0]], after_output=[(sp.SIGNAL, sp.ALL_TASKS, b"9")]),
+    "task-env": dict(argv=["sh", "-c", "echo $SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID "
+                           "$SLURM_STEP_ID $SLURM_STEP_NUM_TASKS $SLURM_JOB_ID"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_compiled_and_python_step_processes_send_the_same(name: str) -> None:
+    case = dict(CASES[name])
+    got_c = _norm(run_step("c", **case))
+    got_py = _norm(run_step("py", **case))
+    assert got_c == got_py
+
+
+def test_what_the_frames_say() -> None:
+    frames = run_step("c", **CASES["output-and-codes"])
+    exits = {t: json.loads(p) for k, t, p in frames if k == sp.EXIT}
+    assert exits == {0: {"exit_code": 1, "signal": 0}, 1: {"exit_code": 2, "signal": 0}}
+    assert frames[0][0] == sp.HELLO and json.loads(frames[0][2])["key"] == KEY
+    assert frames[-1][0] == sp.DONE
+    frames = run_step("c", **CASES["missing-command"])
+    err = b"".join(p for k, _t, p in frames if k == sp.STDERR)
+    assert b"slurmstepd: error: execve(): no-such-command-here: No such file" in err
+    assert {json.loads(p)["exit_code"] for k, _t, p in frames if k == sp.EXIT} == {2}
+    frames = run_step("c", **CASES["missing-cwd"])
+    assert b"couldn't chdir to `/no/such/dir'" in b"".join(p for k, _t, p in frames)
+    assert b"/tmp\n" in b"".join(p for k, _t, p in frames if k == sp.STDOUT)
+    frames = run_step("c", **CASES["signal-from-srun"])
+    assert {json.loads(p)["signal"] for k, _t, p in frames if k == sp.EXIT} == {9}
+
+
+def test_task_pid_files_and_binding(tmp_path: Path) -> None:
+    out = str(tmp_path / "out-%t.txt")
+    frames = run_step("c", ["sh", "-c", "echo $SLURM_TASK_PID $$; grep Cpus_allowed_list "
+                            "/proc/self/status"], output=out, req=_req(cpus=(0,)))
+    assert not [f for f in frames if f[0] == sp.STDOUT]  # into the files, not to srun
+    for t in (0, 1):
+        text = (tmp_path / f"out-{t}.txt").read_text().split("\n")
+        pid, shell = text[0].split()
+        assert pid == shell  # SLURM_TASK_PID is the task's own pid
+        assert text[1].split()[-1] == "0"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the user switch needs root")
+def test_tasks_run_as_the_jobs_user(tmp_path: Path) -> None:
+    nobody = pwd.getpwnam("nobody")
+    req = _req(uid=nobody.pw_uid, gid=nobody.pw_gid, user="nobody")
+    frames = run_step("c", ["sh", "-c", "id -u; id -g"], req=req, switch_user=True,
+                      groups=(nobody.pw_gid,))
+    lines = b"".join(p for k, _t, p in frames if k == sp.STDOUT).decode().split()
+    assert lines == [str(nobody.pw_uid), str(nobody.pw_gid)] * 2
+
+
+def test_what_the_compiled_one_leaves_to_python() -> None:
+    req = _req()
+    assert stepbin.plan_for(_launch(1, ["true"], pty=True), req, "n1", {}, False, (),
+                            None) is None
+    assert stepbin.plan_for(_launch(1, ["true"], io_addr="localhost:5"), req, "n1", {},
+                            False, (), None) is None
+    assert stepbin.plan_for(_launch(1, ["true"], io_addr="[::1]:5"), req, "n1", {}, False,
+                            (), None) is None
+    bad_env = _launch(1, ["true"], env={"A=B": "x"})
+    assert stepbin.plan_for(bad_env, req, "n1", {}, False, (), None) is None
+    with pytest.raises(ValueError):
+        stepbin.plan_for({"job_id": 1}, req, "n1", {}, False, (), None)
