@@ -278,6 +278,7 @@ def test_prolog_epilog_and_health_check_keys_map(tmp_path: Path) -> None:
         "SchedulerParameters=nohold_on_prolog_fail\n"
         "HealthCheckProgram=/usr/sbin/nhc\nHealthCheckInterval=300\n"
         "HealthCheckNodeState=IDLE,CYCLE\nSrunProlog=/etc/slurm/srun-prolog\n"
+        "MailProg=/usr/bin/s-nail\nMailDomain=example.org\n"
         "NodeName=n1 CPUs=4 RealMemory=1000\nPartitionName=p Nodes=n1 Default=YES\n")
     out = tmp_path / "corral.toml"
     res = runner.invoke(app, ["config", "import-slurm", str(conf), "-o", str(out)])
@@ -290,6 +291,7 @@ def test_prolog_epilog_and_health_check_keys_map(tmp_path: Path) -> None:
     assert (s.prolog_slurmctld, s.epilog_slurmctld) == ("/etc/slurm/ctld-prolog",
                                                         "/etc/slurm/ctld-epilog")
     assert s.timeout_s == 120 and set(s.flags) == {"alloc", "contain", "nohold"}
+    assert (s.mail_prog, s.mail_domain) == ("/usr/bin/s-nail", "example.org")
     assert not s.hold_on_prolog_failure
     h = cfg.health_check
     assert (h.program, h.interval_s, h.node_state) == ("/usr/sbin/nhc", 300, ("idle", "cycle"))

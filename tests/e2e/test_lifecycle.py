@@ -237,3 +237,51 @@ def test_health_check_drains_and_returns_only_its_own_drain() -> None:
     finally:
         c.down()
         shutil.rmtree(root, ignore_errors=True)
+
+
+MAIL = """#!/bin/sh
+printf '%s|%s|%s|%s|%s\\n' "$1" "$2" "$3" "$SLURM_JOB_MAIL_TYPE" "$SLURM_JOB_STATE" \\
+    >> "{root}/mail.log"
+"""
+
+
+def test_mail_through_mail_prog() -> None:
+    from corral.client import CorralError
+
+    root = Path(tempfile.mkdtemp(prefix="corral-mail-"))
+    out = root / "out"
+    out.mkdir()
+    prog = _script(root / "mail", MAIL, out)
+    c = Cluster(root, config=TEST_CONFIG + f'\n[scripts]\nmail_prog = "{prog}"\n'
+                'mail_domain = "example.org"\n')
+    c.up()
+    try:
+        ok = c.submit("true", name="mailme", extra={"mail_type": "ALL", "mail_user": "ann"})
+        assert c.wait_done(ok)["state"] == "COMPLETED"
+        bad = c.submit("exit 3", name="boom", extra={"mail_type": "FAIL"})
+        assert c.wait_done(bad)["state"] == "FAILED"
+        quiet = c.submit("true", extra={"mail_type": "BEGIN,END", "mail_user": "x@y.z"},
+                         hold=True)
+        c.client.cancel([quiet])
+        lines = wait_for(lambda: (lambda t: t if len(t) >= 4 else None)(
+            (out / "mail.log").read_text().splitlines()
+            if (out / "mail.log").exists() else []), 15, what="four mails")
+        mails = sorted(lines)
+        began = [m for m in mails if f"Job_id={ok} " in m and "|Began|" in m]
+        ended = [m for m in mails if f"Job_id={ok} " in m and "|Ended|" in m]
+        assert len(began) == 1 and began[0].startswith(
+            f"-s|Slurm Job_id={ok} Name=mailme Began, Queued time 00:00:")
+        assert began[0].endswith("|ann@example.org|Began|RUNNING"), began
+        assert len(ended) == 1 and ", COMPLETED, ExitCode 0|ann@example.org|Ended|" in ended[0]
+        failed = [m for m in mails if f"Job_id={bad} " in m]
+        assert len(failed) == 1 and ", FAILED, ExitCode 3|root@example.org|Failed|FAILED" \
+            in failed[0], failed
+        cancelled = [m for m in mails if f"Job_id={quiet} " in m]
+        assert len(cancelled) == 1 and "Ended, Run time 00:00:00, CANCELLED" in cancelled[0] \
+            and "|x@y.z|" in cancelled[0], cancelled
+        with pytest.raises(CorralError) as err:
+            c.submit("true", extra={"mail_type": "END", "mail_user": "-oProxyCommand=x"})
+        assert err.value.slurm == "Invalid --mail-user specification"
+    finally:
+        c.down()
+        shutil.rmtree(root, ignore_errors=True)

@@ -34,6 +34,10 @@ class ScriptsConfig:
     epilog_slurmctld: str = ""  # on the controller's host when the job ended
     timeout_s: int = 0  # PrologEpilogTimeout: a program running longer is killed (0: none)
     flags: tuple[str, ...] = ()  # PrologFlags (alloc, contain, nohold)
+    # MailProg: run on the controller's host as `PROG -s SUBJECT USER` for --mail-type
+    # events ("": no mail is sent); MailDomain: appended to a --mail-user without "@"
+    mail_prog: str = ""
+    mail_domain: str = ""
 
     def launch_fields(self) -> dict[str, object]:
         """The ``LaunchRequest`` fields these settings give every launch."""
@@ -63,7 +67,7 @@ def check_lifecycle(scripts: ScriptsConfig, health: HealthCheckConfig) -> list[t
     """Problems as (key, message): relative paths, unknown flags and states."""
     out: list[tuple[str, str]] = []
     for name in ("prolog", "epilog", "task_prolog", "task_epilog", "prolog_slurmctld",
-                 "epilog_slurmctld"):
+                 "epilog_slurmctld", "mail_prog"):
         path = getattr(scripts, name)
         if path and not path.startswith("/"):
             out.append((f"scripts.{name}", f"must be an absolute path, not {path!r}"))

@@ -71,11 +71,12 @@ def script_environment(rec: JobRecord, cluster_name: str) -> dict[str, str]:
     return env
 
 
-async def run_program(path: str, env: dict[str, str], timeout_s: float) -> tuple[bool, str]:
+async def run_program(path: str, env: dict[str, str], timeout_s: float,
+                      args: tuple[str, ...] = ()) -> tuple[bool, str]:
     """Run a controller-side program; (exit 0, what happened) with its output logged."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            path, env=env, stdin=asyncio.subprocess.DEVNULL,
+            path, *args, env=env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             start_new_session=True, cwd="/")
     except OSError as exc:
@@ -122,6 +123,13 @@ def launch_after_prolog(ctl: Controller, rec: JobRecord, req: LaunchRequest,
 
 
 _tasks: set[asyncio.Task[Any]] = set()  # running controller-side programs
+
+
+def spawn(coro: Any, name: str) -> None:
+    """Run ``coro`` in the background, kept referenced until it is done."""
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
 
 
 async def _prolog_then_launch(ctl: Controller, rec: JobRecord, restarts: int,

@@ -366,6 +366,10 @@ class SchedulerLoop:
                     unlaunchable.append(rec)
                     continue
                 launch_after_prolog(ctl, rec, req, shares)
+                if ctl.cfg.scripts.mail_prog and rec.sub.extra.get("mail_type"):
+                    from corral.controller.mail import job_event
+
+                    job_event(ctl, rec, "BEGIN")
         if unlaunchable:
             await ctl.persist(updates=unlaunchable)
         for rec in preempted:

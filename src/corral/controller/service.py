@@ -348,6 +348,10 @@ class Controller:
                 from corral.controller.jobscripts import epilog_slurmctld
 
                 epilog_slurmctld(self, rec)
+        if self.cfg.scripts.mail_prog and rec.sub.extra.get("mail_type"):
+            from corral.controller.mail import job_event
+
+            job_event(self, rec, "END")
         if rec.steps:
             close_open_steps(rec, rec.state, now)
         self._place(rec)
@@ -402,6 +406,10 @@ class Controller:
         elif hold:
             rec.hold = HoldKind.USER
         rec.reason = "JobHeldAdmin" if admin_hold else "JobHeldUser" if hold else "None"
+        if self.cfg.scripts.mail_prog and rec.sub.extra.get("mail_type"):
+            from corral.controller.mail import job_event
+
+            job_event(self, rec, "REQUEUE")
         rec.touch()
         self.finished.pop(rec.id, None)
         self._place(rec)
@@ -478,6 +486,10 @@ class Controller:
         sub = intake.apply_identity(sub, who, self.cfg, self.single_uid)
         intake.check_names(sub, self.cfg)
         self.reservations.check_submit(sub)
+        if sub.extra.get("mail_user"):
+            from corral.controller.mail import check_submit as check_mail
+
+            check_mail(sub)
         indices, max_running = intake.array_indices(sub, self.cfg)
         if sub.spec.dependency is not None:
             unknown = [t for t in self._dependency_targets([_Probe(sub)])

@@ -580,6 +580,8 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
                        "globs); name one program that runs the others")
             else:
                 data.setdefault("scripts", {})[_SCRIPT_KEYS[low]] = value
+        elif low == "maildomain":
+            data.setdefault("scripts", {})["mail_domain"] = value
         elif low == "prologepilogtimeout":
             data.setdefault("scripts", {})["timeout_s"] = int(value)
         elif low == "prologflags":
@@ -615,7 +617,7 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
 #: slurm.conf program keys -> ``[scripts]`` keys.
 _SCRIPT_KEYS = {"prolog": "prolog", "epilog": "epilog", "taskprolog": "task_prolog",
                 "taskepilog": "task_epilog", "prologslurmctld": "prolog_slurmctld",
-                "epilogslurmctld": "epilog_slurmctld"}
+                "epilogslurmctld": "epilog_slurmctld", "mailprog": "mail_prog"}
 
 
 #: cgroup.conf keys -> (``[cgroup]`` key, kind).

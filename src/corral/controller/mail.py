@@ -1,0 +1,128 @@
+"""Mail about jobs (``--mail-type``, ``--mail-user``) through ``[scripts] mail_prog``.
+
+As Slurm 22.05's slurmctld: the program runs on the controller's host as ``PROG -s
+SUBJECT USER`` (stdin empty, the job's facts in the environment), for
+
+- ``BEGIN``: the job started (``Slurm Job_id=12 Name=x Began, Queued time 00:00:03``);
+- its end: a job that failed (FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED,
+  DEADLINE, BOOT_FAIL) mails ``Failed`` with ``FAIL``, else ``Ended`` with ``END``; a job
+  that completed or was cancelled mails ``Ended`` with ``END`` (``Slurm Job_id=12 Name=x
+  Ended, Run time 00:01:40, COMPLETED, ExitCode 0``);
+- ``REQUEUE``: the job was requeued (``Requeued``).
+
+``ALL`` is BEGIN, END, FAIL, REQUEUE (and INVALID_DEPEND, STAGE_OUT: never sent here);
+``NONE`` none. ``USER`` is ``--mail-user`` (default the job's user), with ``[scripts]
+mail_domain`` appended when it has no ``@``; one that is not a plain address is refused at
+submit (it becomes an argument of the program). An array task mails only with
+``ARRAY_TASKS`` (Slurm mails once for the whole array; Corral does not, yet);
+``TIME_LIMIT*`` are accepted and not sent. Environment: ``SLURM_JOB_ID``,
+``SLURM_JOB_NAME``, ``SLURM_JOB_USER``, ``SLURM_JOB_MAIL_TYPE``, ``SLURM_JOB_STATE``,
+``SLURM_JOB_EXIT_CODE_MAX``, ``SLURM_JOB_QUEUED_TIME``, ``SLURM_JOB_RUN_TIME``,
+``SLURM_JOB_WORK_DIR``, ``SLURM_JOB_STD_OUT``, ``SLURM_JOB_STD_ERR``, ``SLURM_CLUSTER_NAME``,
+``SLURM_ARRAY_JOB_ID``/``SLURM_ARRAY_TASK_ID``. A program that fails is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import TYPE_CHECKING
+
+from corral.controller.errors import ApiError
+from corral.controller.records import JobRecord
+from corral.core.model.job import JobState
+from corral.core.parse.timefmt import format_time_s
+
+if TYPE_CHECKING:
+    from corral.controller.service import Controller
+    from corral.submission import JobSubmission
+
+log = logging.getLogger("corral.mail")
+
+_ADDRESS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._%+=-]*(@[A-Za-z0-9.-]+)?$")
+_ALL = {"BEGIN", "END", "FAIL", "REQUEUE"}
+_FAILED = {JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY,
+           JobState.PREEMPTED, JobState.DEADLINE, JobState.BOOT_FAIL}
+
+
+def check_submit(sub: JobSubmission) -> None:
+    """A ``--mail-user`` must be a plain address (user or user@host), at most 256 chars."""
+    for addr in (sub.extra.get("mail_user") or "").split(","):
+        if addr and (len(addr) > 256 or not _ADDRESS.match(addr)):
+            raise ApiError("invalid", f"invalid --mail-user {addr!r}",
+                           slurm="Invalid --mail-user specification")
+
+
+def _types(rec: JobRecord) -> set[str]:
+    kinds = {k for k in (rec.sub.extra.get("mail_type") or "").split(",") if k}
+    if "ALL" in kinds:
+        kinds |= _ALL
+    return kinds
+
+
+def job_event(ctl: Controller, rec: JobRecord, event: str) -> None:
+    """``event``: ``BEGIN``, ``END`` (any end; FAIL decided here) or ``REQUEUE``."""
+    prog = ctl.cfg.scripts.mail_prog
+    if not prog:
+        return
+    kinds = _types(rec)
+    if not kinds or "NONE" in kinds:
+        return
+    if rec.array_task_id is not None and "ARRAY_TASKS" not in kinds:
+        return
+    if event == "END":
+        failed = rec.state in _FAILED
+        if failed and "FAIL" in kinds:
+            event, word = "FAIL", "Failed"
+        elif "END" in kinds:
+            word = "Ended"
+        else:
+            return
+    elif event in kinds:
+        word = {"BEGIN": "Began", "REQUEUE": "Requeued"}[event]
+    else:
+        return
+    now = time.time()
+    queued = (rec.start_time or now) - float(rec.submit_time or now)
+    run = ((rec.end_time or now) - rec.start_time) if rec.start_time else 0.0
+    if event == "BEGIN":
+        when = f"Queued time {format_time_s(max(0.0, queued))}"
+    else:
+        when = f"Run time {format_time_s(max(0.0, run))}"
+    subject = f"Slurm Job_id={rec.display_id} Name={rec.sub.spec.name} {word}, {when}"
+    if rec.array_task_id is not None:
+        subject = (f"Slurm Array Task Job_id={rec.array_job_id}_{rec.array_task_id} "
+                   f"({rec.id}) Name={rec.sub.spec.name} {word}, {when}")
+    if event in ("END", "FAIL"):
+        subject += f", {rec.state.value}, ExitCode {rec.exit_code or 0}"
+    users = [u for u in (rec.sub.extra.get("mail_user") or rec.sub.spec.user).split(",")
+             if u]
+    domain = ctl.cfg.scripts.mail_domain
+    env = {
+        "SLURM_JOB_ID": str(rec.id), "SLURM_JOB_NAME": rec.sub.spec.name,
+        "SLURM_JOB_USER": rec.sub.spec.user, "SLURM_JOB_MAIL_TYPE": word,
+        "SLURM_JOB_STATE": rec.state.value, "SLURM_JOB_EXIT_CODE_MAX": str(rec.exit_code or 0),
+        "SLURM_JOB_QUEUED_TIME": format_time_s(max(0.0, queued)),
+        "SLURM_JOB_RUN_TIME": format_time_s(max(0.0, run)),
+        "SLURM_JOB_WORK_DIR": rec.sub.workdir, "SLURM_JOB_STD_OUT": rec.stdout or "",
+        "SLURM_JOB_STD_ERR": rec.stderr or "", "SLURM_CLUSTER_NAME": ctl.cfg.cluster_name,
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+    }
+    if rec.array_job_id is not None and rec.array_task_id is not None:
+        env["SLURM_ARRAY_JOB_ID"] = str(rec.array_job_id)
+        env["SLURM_ARRAY_TASK_ID"] = str(rec.array_task_id)
+    from corral.controller.jobscripts import run_program, spawn
+
+    for user in users:
+        if not _ADDRESS.match(user):
+            log.warning("job %d: not mailing %r (not a plain address)", rec.id, user)
+            continue
+        to = user if "@" in user or not domain else f"{user}@{domain}"
+
+        async def send(to: str = to) -> None:
+            ok, what = await run_program(prog, env, 60, ("-s", subject, to))
+            if not ok:
+                log.warning("job %d: %s -s ... %s failed: %s", rec.id, prog, to, what)
+
+        spawn(send(), f"mail-{rec.id}")
