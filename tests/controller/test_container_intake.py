@@ -44,3 +44,45 @@ def test_refusals_carry_the_reason_for_every_dialect(settings: dict[str, object]
     with pytest.raises(ApiError) as exc:
         check_container(sub(text), cfg)
     assert why in exc.value.message and why in (exc.value.slurm or "")
+
+
+def test_pending_container_jobs_prefer_the_nodes_holding_their_image() -> None:
+    from types import SimpleNamespace
+
+    from corral.controller.images import refresh_preferences
+    from corral.controller.records import JobRecord
+
+    ref = "docker://127.0.0.1:5000/a:1"
+    nodes = {"n1": SimpleNamespace(images=[{"refs": [ref]}]),
+             "n2": SimpleNamespace(images=[{"refs": ["docker://x/y:2"]}]),
+             "n3": SimpleNamespace(images=[{"refs": [ref]}])}
+    rec = JobRecord(id=1, sub=sub(spec("127.0.0.1:5000/a:1")), submit_time=0.0)
+    plain = JobRecord(id=2, sub=JobSubmission(spec=JobSpec(), workdir="/"), submit_time=0.0)
+    assert refresh_preferences([rec, plain], nodes) == 1
+    assert rec.prefer == ("n1", "n3") and plain.prefer == ()
+    assert rec.to_core().spec.prefer_nodes == ("n1", "n3")
+    assert rec.sub.spec.prefer_nodes == ()  # the stored submission is unchanged
+    assert refresh_preferences([rec], nodes) == 0  # nothing new: no change, no touch
+
+
+def test_image_pull_request_is_checked() -> None:
+    from corral.controller.auth import Identity
+    from corral.controller.images import pull_images
+
+    sent: list[dict[str, object]] = []
+
+    class Conn:
+        def send(self, msg: dict[str, object]) -> None:
+            sent.append(msg)
+
+    cfg = parse_config({"containers": {"allowed_registries": ["r.io"]}})
+    who = Identity(user="alice", uid=1000, gid=1000)
+    out = pull_images({"n1": Conn()}, {"n1", "n2"}, cfg, who, "r.io/a", ["n1", "n2"])
+    assert out == {"ref": "docker://r.io/a:latest", "nodes": ["n1"], "not_connected": ["n2"]}
+    assert sent == [{"t": "image_pull", "ref": "docker://r.io/a:latest"}]
+    for ref, nodes, why in (("other.io/a", None, "not allowed"), ("/srv/dir", None,
+                            "not a registry image"), ("r.io/a", ["n9"], "unknown node"),
+                            ("Bad", None, "invalid image reference")):
+        with pytest.raises(ApiError) as exc:
+            pull_images({"n1": Conn()}, {"n1"}, cfg, who, ref, nodes)
+        assert why in exc.value.message

@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from corral.agent.launch import JobExit, LaunchRequest
+from corral.controller.images import refresh_preferences
 from corral.controller.records import JobRecord, images_from_agent
 from corral.core.model.job import JobState
 from corral.protocol.messages import ProtocolError, decode_frame, encode_frame, node_spec_from_json
@@ -205,6 +206,7 @@ class AgentHub:
         name = node.name
         if isinstance(hello.get("images"), list):
             node.images = images_from_agent(hello["images"])
+            refresh_preferences(ctl.pending.values(), ctl.nodes.nodes)
         if isinstance(hello.get("container_tools"), dict):
             node.container_tools = {str(k): str(v) for k, v in hello["container_tools"].items()}
         old = self.conns.pop(name, None)
@@ -280,6 +282,8 @@ class AgentHub:
                     node.agent_stats = m["stats"]
                 if node is not None and isinstance(m.get("images"), list):
                     node.images = images_from_agent(m["images"])
+                    if refresh_preferences(self.ctl.pending.values(), self.ctl.nodes.nodes):
+                        self.ctl.sched.trigger()
             else:
                 log.debug("agent %s: unknown message %r", conn.node, t)
         if exits:

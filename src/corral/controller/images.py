@@ -1,5 +1,7 @@
-"""``POST /images/pull`` (``corral image pull REF [--nodes ...]``): ask node agents to put a
-registry image into their image cache before jobs need it.
+"""Node image caches seen from the controller: ``POST /images/pull`` (``corral image pull
+REF [--nodes ...]``) asks node agents to put a registry image into their cache before jobs
+need it; ``refresh_preferences`` makes the nodes that hold a pending job's image the ones
+its placement tries first.
 
 The reference is checked as at submit (a registry image, an allowed registry); each named
 node must be known and connected; the agent pulls in a child process and reports the
@@ -9,7 +11,8 @@ shared and bounded by ``[containers] cache_max_mb`` (LRU).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from corral.config.schema import ClusterConfig
@@ -51,3 +54,45 @@ def pull_images(conns: Mapping[str, _Conn], known: set[str], cfg: ClusterConfig,
         conn.send({"t": "image_pull", "ref": ref.canonical})
         sent.append(name)
     return {"ref": ref.canonical, "nodes": sent, "not_connected": missing}
+
+
+def image_of(rec: Any) -> str:
+    """The canonical registry reference a job runs in, "" for none (or not a registry's)."""
+    text = rec.sub.extra.get("container")
+    if not text:
+        return ""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return ""
+    return str(data.get("image") or "") if data.get("kind") == "docker" else ""
+
+
+def holders(nodes: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Image reference -> the nodes whose cache holds it (from the agents' reports)."""
+    out: dict[str, list[str]] = {}
+    for name, node in sorted(nodes.items()):
+        for img in getattr(node, "images", None) or ():
+            for ref in img.get("refs") or ():
+                out.setdefault(str(ref), []).append(name)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def refresh_preferences(pending: Iterable[Any], nodes: Mapping[str, Any]) -> int:
+    """Set each pending container job's preferred nodes (those holding its image); the
+    core tries them first and falls back to any other (a preference, never a wait).
+    Returns how many jobs changed."""
+    have: dict[str, tuple[str, ...]] | None = None
+    changed = 0
+    for rec in pending:
+        ref = image_of(rec)
+        if not ref:
+            continue
+        if have is None:
+            have = holders(nodes)
+        prefer = have.get(ref, ())
+        if prefer != rec.prefer:
+            rec.prefer = prefer
+            rec.touch()
+            changed += 1
+    return changed

@@ -9,6 +9,7 @@ little. ``to_api()`` gives the record shape documented in ``corral.client``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,9 @@ class JobRecord:
     steps: list[StepRecord] = field(default_factory=list)  # srun steps of this run
     steps_unsaved: list[StepRecord] = field(default_factory=list)  # closed, not yet persisted
     dispatched: bool = False  # the agent confirmed the launch (not persisted)
+    # nodes whose image cache holds this pending container job's image: tried first
+    # (JobSpec.prefer_nodes of the core view; corral.controller.images; not persisted)
+    prefer: tuple[str, ...] = ()
     event_state: str = ""  # the state the last job event announced ("": none yet)
     _core: Job | None = None
     _api: dict[str, Any] | None = None  # cached summary record (not while running)
@@ -128,7 +132,8 @@ class JobRecord:
         if self._core is None:
             self._core = Job(
                 id=self.id,
-                spec=self.sub.spec,
+                spec=(self.sub.spec if not self.prefer
+                      else dataclasses.replace(self.sub.spec, prefer_nodes=self.prefer)),
                 submit_time=self.submit_time,
                 # a job being killed (cancel, preemption grace) is COMPLETING to the core:
                 # it still holds its resources but is never offered as a victim again

@@ -519,6 +519,10 @@ class Controller:
         if sub.hold:
             for rec in recs:
                 rec.reason = "JobHeldUser"
+        if "container" in sub.extra:  # nodes holding its image are tried first
+            from corral.controller.images import refresh_preferences
+
+            refresh_preferences(recs, self.nodes.nodes)
         answer = {"job_ids": [r.id for r in recs], "array_job_id": first if indices else None,
                   "display_id": str(first)}
         if key is None:

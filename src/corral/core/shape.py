@@ -95,6 +95,7 @@ class Shape:
     gpus_min: int
     nodes_min: int  # fewest nodes the job can start on (1 for task groups)
     grouped: bool  # built from task groups
+    prefer: tuple[str, ...] = ()  # nodes tried first (JobSpec.prefer_nodes)
 
     @property
     def single(self) -> TaskSet:
@@ -198,7 +199,7 @@ def build_shape(spec: JobSpec, partition: Partition | None, config: SchedulerCon
         nodelist=spec.nodelist,
         exclude=spec.exclude, switches=spec.switches, switches_wait_s=spec.switches_wait_s,
         min_available=min_tasks, spread=spec.spread, cpus_min=cpus_min, gpus_min=gpus_min,
-        nodes_min=nmin, grouped=False,
+        nodes_min=nmin, grouped=False, prefer=spec.prefer_nodes,
     )
 
 
@@ -255,7 +256,7 @@ def _grouped(spec: JobSpec, exclusive: bool, mem_default: int | None) -> Shape:
         sets=tuple(sets), exclusive=exclusive, constraint=spec.constraint,
         nodelist=spec.nodelist, exclude=spec.exclude, switches=spec.switches,
         switches_wait_s=spec.switches_wait_s, min_available=need, spread=spec.spread,
-        cpus_min=cpus_min, gpus_min=0, nodes_min=1, grouped=True,
+        cpus_min=cpus_min, gpus_min=0, nodes_min=1, grouped=True, prefer=spec.prefer_nodes,
     )
 
 

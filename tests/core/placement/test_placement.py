@@ -174,3 +174,23 @@ def test_memory_limits_sharing() -> None:
     r = run_cycle(c.snapshot(pending=[job(2).mem(15000).build(), job(3).mem(1).build()],
                              running=running), cfg(), 0.0)
     assert [s.job_id for s in r.starts] == [2]
+
+
+def test_preferred_nodes_first_and_never_a_reason_to_wait() -> None:
+    """``prefer_nodes`` (the nodes whose image cache holds a container job's image) win
+    over best fit; when none of them fits, the job starts elsewhere at once."""
+    c = cluster(nodes=3, sockets=1, cores_per_socket=8)
+    running = [job(1).running_on(("n001", 6)).build()]
+    plain = start_of(c.snapshot(pending=[job(3).cpus(2).build()], running=running))
+    assert plain.node_names == ("n001",)  # best fit without a preference
+    pref = start_of(c.snapshot(pending=[job(4).cpus(2).spec(prefer_nodes=("n003",)).build()],
+                               running=running))
+    assert pref.node_names == ("n003",)
+    busy = [job(1).running_on(("n001", 6)).build(), job(2).running_on(("n003", 8)).build()]
+    fallback = start_of(c.snapshot(
+        pending=[job(5).cpus(2).spec(prefer_nodes=("n003",)).build()], running=busy))
+    assert fallback.node_names == ("n001",)  # the preferred node is full: best fit elsewhere
+    two = start_of(c.snapshot(
+        pending=[job(6).nodes(2).cpus(1).spec(prefer_nodes=("n002", "n003")).build()],
+        running=running))
+    assert set(two.node_names) == {"n002", "n003"}

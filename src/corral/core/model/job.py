@@ -161,6 +161,9 @@ class JobSpec:
     spread: bool = False  # --spread-job: prefer more nodes, fewer tasks each
     comment: str = ""
     runtime: str = "host"  # host | container | vm (``corral.core.runtime``)
+    # nodes to try first, a placement preference only (never a reason to wait); the
+    # controller sets it for a container job: the nodes whose image cache holds its image
+    prefer_nodes: tuple[str, ...] = ()
 
     @property
     def max_nodes(self) -> int:

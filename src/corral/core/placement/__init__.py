@@ -119,7 +119,7 @@ class Placer:
         return got[1]
 
     def _unit_static_of(self, shape: Shape, partition: str) -> tuple[int, int, int, int] | None:
-        if len(shape.sets) != 1 or shape.grouped or shape.switches is not None:
+        if len(shape.sets) != 1 or shape.grouped or shape.switches is not None or shape.prefer:
             return None
         ts = shape.sets[0]
         if (ts.uniform or ts.cpus_per_task != 1 or ts.tasks <= 0
@@ -143,6 +143,10 @@ class Placer:
         avoid = self.gpu_nodes if not (ts.gpus_per_node or ts.gpus_per_task
                                        or ts.gpus_total) else 0
         cand &= view.up
+        if shape.prefer:  # preferred nodes first: every other candidate goes to the back
+            prefer = self.table.names_mask(shape.prefer)[0]
+            if prefer & cand:
+                avoid |= cand & ~prefer
         if required & ~cand:
             return None
         if self.mode == PlacementMode.TOPOLOGY and ts.nodes_max > 1:
