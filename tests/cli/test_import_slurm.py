@@ -320,3 +320,30 @@ def test_bad_lifecycle_settings_are_config_errors() -> None:
         with pytest.raises(ConfigError) as err:
             parse_config(tomllib.loads(text))
         assert err.value.key == key, (text, err.value)
+
+
+def test_oci_conf_next_to_slurm_conf_gives_the_container_runtime(tmp_path: Path) -> None:
+    """Slurm 22.05's oci.conf (the runc example of its documentation): the runtime maps,
+    the command templates' parts Corral does itself are reported with the reason."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("NodeName=n1 CPUs=4 RealMemory=1000\nPartitionName=p Nodes=ALL\n")
+    (tmp_path / "oci.conf").write_text(
+        'EnvExclude="^(SLURM_CONF|SLURM_CONF_SERVER)="\n'
+        'RunTimeQuery="runc --rootless=true --root=/run/user/%U/ state %n.%u.%j.%s.%t"\n'
+        'RunTimeKill="runc --rootless=true --root=/run/user/%U/ kill -a %n.%u.%j.%s.%t"\n'
+        'RunTimeDelete="runc --rootless=true --root=/run/user/%U/ delete --force '
+        '%n.%u.%j.%s.%t"\n'
+        'RunTimeRun="runc --rootless=true --root=/run/user/%U/ run %n.%u.%j.%s.%t -b %b"\n')
+    res = import_slurm_conf(str(conf))
+    assert res.data["containers"] == {"runtime": "runc"}
+    why = {u.key: u.reason for u in res.unmapped}
+    assert "signals the container's processes" in why["RunTimeKill"]
+    assert set(why) >= {"EnvExclude", "RunTimeQuery", "RunTimeKill", "RunTimeDelete"}
+    assert any("only the program (runc)" in n for n in res.notes)
+    cfg = parse_config(tomllib.loads(dumps(res.data)))
+    assert cfg.containers.runtime == "runc"
+    (tmp_path / "oci.conf").write_text('RunTimeRun="singularity exec --userns %r %@"\n')
+    res = import_slurm_conf(str(conf))
+    assert "containers" not in res.data
+    assert [u.reason for u in res.unmapped if u.key == "RunTimeRun"] == [
+        "only runc and crun run container jobs here"]

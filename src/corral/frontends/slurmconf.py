@@ -23,7 +23,8 @@ default_queue_depth, ``SelectTypeParameters``), preemption (``PreemptType``,
 check (``HealthCheckProgram``, ``HealthCheckInterval``, ``HealthCheckNodeState``:
 ``[health_check]``). A ``cgroup.conf`` next to slurm.conf gives the ``[cgroup]`` memory
 knobs (``ConstrainRAMSpace``, ``MinRAMSpace``, ``AllowedRAMSpace``, ``ConstrainSwapSpace``,
-``AllowedSwapSpace``: ``translate_cgroup_conf``). Every other line, key or sub-option is
+``AllowedSwapSpace``: ``translate_cgroup_conf``); an ``oci.conf`` gives ``[containers]
+runtime`` (``corral.frontends.ociconf``). Every other line, key or sub-option is
 reported in ``unmapped`` with its file, line and the reason, so nothing is silently dropped.
 """
 
@@ -696,7 +697,8 @@ def import_slurm_conf(path: str, read_text: Callable[[str], str] | None = None,
 
     The switch tree comes from ``topology`` (a topology.conf) or, when slurm.conf sets
     ``TopologyPlugin=topology/tree``, from the ``topology.conf`` next to it, as Slurm does.
-    The ``cgroup.conf`` next to ``path``, if there is one, gives ``[cgroup]``.
+    The ``cgroup.conf`` next to ``path``, if there is one, gives ``[cgroup]``; the
+    ``oci.conf`` there gives ``[containers] runtime``.
     """
     import os
 
@@ -717,4 +719,15 @@ def import_slurm_conf(path: str, read_text: Callable[[str], str] | None = None,
                 raise
         else:
             translate_cgroup_conf(cg_lines, result)
+    oci_conf = os.path.join(os.path.dirname(path), "oci.conf")
+    if read_text is not None or os.path.exists(oci_conf):
+        try:
+            oci_lines = read_conf(oci_conf, read_text)
+        except SlurmConfError:
+            if read_text is None:
+                raise
+        else:
+            from corral.frontends.ociconf import translate_oci_conf
+
+            translate_oci_conf(oci_lines, result.data, result.unmapped, result.notes)
     return result
