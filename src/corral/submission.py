@@ -46,7 +46,7 @@ class JobSubmission:
 
 def spec_from_json(data: dict[str, Any]) -> JobSpec:
     d = dict(data)
-    for key in ("partitions", "nodelist", "exclude"):
+    for key in ("partitions", "nodelist", "exclude", "prefer_nodes"):
         d[key] = tuple(d.get(key) or ())
     for key in ("gres", "licenses"):
         d[key] = tuple((str(k), int(v)) for k, v in (d.get(key) or ()))

@@ -92,6 +92,18 @@ def pull(
             if out.get("not_connected") else "") + " (see corral images)")
 
 
+def merge_group(app: typer.Typer, name: str, sub: typer.Typer) -> None:
+    """Add ``sub``'s commands to ``app``'s group ``name``, creating the group with
+    ``sub`` when it is not there yet: several modules share ``corral image`` (pull here,
+    build-vm in ``corral.cli.vmimage``); two groups of one name would hide each other."""
+    for group in app.registered_groups:
+        if group.name == name and group.typer_instance is not None:
+            if group.typer_instance is not sub:
+                group.typer_instance.registered_commands.extend(sub.registered_commands)
+            return
+    app.add_typer(sub, name=name, help="Container images in the node caches, VM images.")
+
+
 def register(app: typer.Typer) -> None:
     app.command("images")(images)
-    app.add_typer(image_app, name="image")
+    merge_group(app, "image", image_app)

@@ -256,7 +256,7 @@ class WebSubmit(Body):
 
 MODELS: tuple[type[Body], ...] = (
     JobQuery, HistoryQuery, JobAction, TokenRequest, NodeReason, JobUpdate, StepStart,
-    StepEnd, AllocationRelease, ShimExec, WebSubmit,
+    StepEnd, AllocationRelease, ShimExec, WebSubmit, ImagePull,
 )
 
 
