@@ -65,7 +65,8 @@ def test_build_the_default_guest(tmp_path: Path) -> None:
     man = read_manifest(str(target))
     assert man.kernel_version == os.path.basename(kernel)[len("vmlinuz-"):]
     assert (target / man.kernel).read_bytes()[:4] == b"\x7fELF"  # PVH-bootable ELF
-    assert man.modules[-1] == "9p.ko" and "virtio_console.ko" in man.modules
+    assert man.modules[-1] == "ext4.ko" and "virtio_console.ko" in man.modules
+    assert man.modules.index("9pnet.ko") < man.modules.index("9p.ko")
     listing = subprocess.run(["cpio", "-it"], input=(target / "initrd.cpio").read_bytes(),
                              capture_output=True, check=True).stdout.decode().split()
     assert {"init", "bin/busybox", "bin/sh", "bin/su", "etc/corral/modules"} <= set(listing)

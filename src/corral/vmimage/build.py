@@ -36,7 +36,8 @@ from corral.vmimage.guestinit import init_script
 from corral.vmimage.manifest import Manifest, write_manifest
 
 # what the guest loads: virtio over MMIO (microvm), serial ports, 9p over virtio
-GUEST_MODULES = ("virtio_mmio", "virtio_pci", "virtio_console", "9pnet_virtio", "9p")
+GUEST_MODULES = ("virtio_mmio", "virtio_pci", "virtio_console", "9pnet_virtio", "9p",
+                 "virtio_blk", "crc32c_generic", "ext4")  # the last two: an image's disk
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 _DIRS = ("bin", "sbin", "dev", "etc", "etc/corral", "lib", "lib/modules", "proc", "root",
          "sys", "tmp", "usr", "usr/bin", "usr/sbin", "var", "run", "home")

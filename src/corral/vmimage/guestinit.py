@@ -53,8 +53,12 @@ done < /etc/corral/modules
 mkdir -p /corral
 mount -t 9p -o @MOUNT@ @SHARE@ /corral || fail "cannot mount the control share"
 host=localhost
+root=
 for word in $(cat /proc/cmdline); do
-    case "$word" in corral.hostname=*) host="${word#corral.hostname=}";; esac
+    case "$word" in
+        corral.hostname=*) host="${word#corral.hostname=}";;
+        corral.root=*) root="${word#corral.root=}";;
+    esac
 done
 hostname "$host"
 port() {
@@ -72,10 +76,35 @@ for g in $gid $groups; do
     grep -q ":x:$g:" /etc/group || echo "g$g:x:$g:$name" >> /etc/group
 done
 . /corral/run
-mkdir -p "$WORKDIR"
-mount -t 9p -o @MOUNT@ @WORK@ "$WORKDIR" || fail "cannot mount the working directory"
-chown "$uid:$gid" /tmp /dev/shm 2>/dev/null; chmod 1777 /tmp /dev/shm
-setsid su -p -s /bin/sh "$name" -c '. /corral/env; cd "$0" || exit 1; exec "$@"' \
+chroot=
+if [ -n "$root" ]; then  # an image's disk is the job's root file system
+    mkdir -p /newroot
+    mount "$root" /newroot || fail "cannot mount the image's root file system $root"
+    for d in proc sys dev tmp corral .corral-bb; do mkdir -p "/newroot/$d"; done
+    mount --bind /proc /newroot/proc; mount --bind /sys /newroot/sys
+    mount --bind /dev /newroot/dev; mount -t tmpfs -o mode=1777 tmp /newroot/tmp
+    mount --bind /corral /newroot/corral
+    mount -t tmpfs bb /newroot/.corral-bb
+    cp /bin/busybox /newroot/.corral-bb/busybox && ln -s busybox /newroot/.corral-bb/sh
+    grep -q "^[^:]*:[^:]*:$uid:" /newroot/etc/passwd 2>/dev/null \
+        || echo "$name:x:$uid:$gid::$home:/bin/sh" >> /newroot/etc/passwd
+    grep -q "^$name:" /newroot/etc/passwd \
+        || name=$(awk -F: -v u="$uid" '$3 == u {print $1; exit}' /newroot/etc/passwd)
+    for g in $gid $groups; do
+        grep -q "^[^:]*:[^:]*:$g:" /newroot/etc/group 2>/dev/null \
+            || echo "g$g:x:$g:$name" >> /newroot/etc/group
+    done
+    chroot="chroot /newroot /.corral-bb/busybox"
+    mkdir -p "/newroot$WORKDIR"
+    mount -t 9p -o @MOUNT@ @WORK@ "/newroot$WORKDIR" || fail "cannot mount the working directory"
+    sh=/.corral-bb/sh
+else
+    mkdir -p "$WORKDIR"
+    mount -t 9p -o @MOUNT@ @WORK@ "$WORKDIR" || fail "cannot mount the working directory"
+    chown "$uid:$gid" /tmp /dev/shm 2>/dev/null; chmod 1777 /tmp /dev/shm
+    sh=/bin/sh
+fi
+setsid $chroot su -p -s $sh "$name" -c '. /corral/env; cd "$0" || exit 1; exec "$@"' \
     "$WORKDIR" "$@" < /dev/null > "$OUT" 2> "$ERR" &
 job=$!
 if [ -e "$CTL" ]; then

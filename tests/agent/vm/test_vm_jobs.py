@@ -11,9 +11,11 @@ bench/vm_bench.py's business, not these tests'.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,6 +28,7 @@ from corral.agent.runner import JobRunner
 from corral.agent.vm.discover import kvm_problem
 from corral.agent.vm.qemu import VmJob
 from corral.vmimage.build import BuildError, build_vm_image
+from corral.vmimage.manifest import Manifest, write_manifest
 from corral.vmimage.settings import VmConfig
 from tests.agent.conftest import make_request, wait_exits, wait_for
 
@@ -161,3 +164,42 @@ def test_time_limit_kills_a_guest_that_ignores_sigterm(runner: JobRunner,
     assert ex.state == "TIMEOUT", ex
     assert "DUE TO TIME LIMIT" in (work / "slurm-73.out").read_text()
     assert not is_alive(pin["qemu_pid"])  # SIGKILL after the grace took qemu too
+
+
+def test_image_with_a_disk_runs_the_job_in_its_root(runner: JobRunner, vm_settings: VmConfig,
+                                                   work: Path) -> None:
+    """An image whose manifest names a disk: the init mounts it and runs the job there
+    (its own /etc, its own files), the working directory still shared."""
+    if shutil.which("mke2fs") is None:
+        pytest.skip("mke2fs is not installed (e2fsprogs)")
+    base = Path(vm_settings.image_dir)
+    img = base / "disky"
+    rootfs = work / "rootfs"
+    for d in ("bin", "etc", "proc", "sys", "dev", "tmp"):
+        (rootfs / d).mkdir(parents=True)
+    shutil.copy2("/bin/busybox", rootfs / "bin" / "busybox")
+    for applet in ("sh", "cat", "id", "echo"):
+        (rootfs / "bin" / applet).symlink_to("busybox")
+    (rootfs / "etc" / "os-release").write_text("ID=corral-disk-test\n")
+    (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    img.mkdir()
+    try:
+        subprocess.run(["mke2fs", "-q", "-F", "-t", "ext4", "-d", str(rootfs),
+                        str(img / "root.img"), "32M"], check=True)
+        for name in ("vmlinux", "initrd.cpio"):
+            os.link(base / "default" / name, img / name)
+        write_manifest(str(img), Manifest(name="disky", kernel="vmlinux",
+                                          initrd="initrd.cpio", disk="root.img"))
+        os.chmod(img / "root.img", 0o644)
+        req = vm_request(vm_settings, 74, work,
+                         "#!/bin/sh\ncat /etc/os-release\necho uid=$(id -u)\n"
+                         "echo from-disk > disk-job.txt\n", cpus=(0,))
+        extra = {"vm": VmJob(vm_settings, "disky", 320).to_text()}
+        runner.launch(dataclasses.replace(req, extra=extra))
+        ex = wait_exits(runner, timeout_s=BOOT_S)[74]
+        out = (work / "slurm-74.out").read_text()
+        assert ex.state == "COMPLETED", (ex.reason, out)
+        assert out.splitlines() == ["ID=corral-disk-test", f"uid={os.geteuid()}"]
+        assert (work / "disk-job.txt").read_text() == "from-disk\n"
+    finally:
+        shutil.rmtree(img, ignore_errors=True)
