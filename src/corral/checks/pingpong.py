@@ -7,6 +7,14 @@ that each size takes about ``budget`` seconds (at least one, at most 100,000), w
 slow link from stretching the check. It prints one line read by ``parse.parse_pingpong``:
 ``pingpong latency_us=X bandwidth_mb_s=Y bytes=N reps=R,S host0=A host1=B``.
 
+``MPI_Finalize`` runs under a watchdog (``FINALIZE_S``: ``alarm``, then ``_exit(0)``): MPICH
+4.0 with UCX (Debian 12's) can deadlock there, one rank blocked in the PMI barrier of its
+finalize while the other still waits for it to acknowledge the UCX endpoint disconnect
+(fixed upstream by pmodels/mpich#6596, "ch4/ucx: remove MPIR_pmi_barrier in finalize").
+Seen on a loaded machine with a shaped link: the step never ended, the check job held its
+nodes until the run's timeout. The result is printed and flushed before finalize, so a
+rank cut short there loses nothing.
+
 The binary is cached per compiler and source under ``<state dir>/checks/bin``.
 """
 
@@ -20,9 +28,14 @@ from pathlib import Path
 
 SOURCE = r"""
 #include <mpi.h>
+#define FINALIZE_S 5
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <unistd.h>
+
+static void finalize_stuck(int sig) { (void)sig; _exit(0); }
 
 static double roundtrip(char *buf, int n, int rank, int reps) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -73,7 +86,12 @@ int main(int argc, char **argv) {
     if (rank == 0)
         printf("pingpong latency_us=%.3f bandwidth_mb_s=%.3f bytes=%d reps=%d,%d host0=%s "
                "host1=%s\n", lat / 2 * 1e6, big / (bw / 2) / 1e6, big, r1, r2, host, peer);
+    fflush(stdout);
+    fflush(stderr);
     free(buf);
+    MPI_Barrier(MPI_COMM_WORLD);
+    signal(SIGALRM, finalize_stuck);
+    alarm(FINALIZE_S);
     MPI_Finalize();
     return 0;
 }
