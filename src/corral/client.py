@@ -150,6 +150,7 @@ class CorralError(Exception):
         self.message = message
         self.status = status
         self.slurm = slurm  # Slurm's wording of the same error, when there is one
+        self.retry_after_s = 0.0  # rate_limited: when to ask again
 
     def __str__(self) -> str:
         return self.message
@@ -430,6 +431,29 @@ class Client:
 
     def request(self, method: str, path: str, body: Any = None, *,
                 idempotency_key: str | None = None) -> Any:
+        """``call``, waiting out the controller's per-user rate limit (429
+        ``rate_limited``: it says when to ask again) for up to ``CORRAL_RATE_LIMIT_WAIT_S``
+        seconds (default 300), as Slurm's commands wait when slurmctld tells them to back
+        off; past that the ``rate_limited`` error is raised."""
+        import time
+
+        deadline = 0.0
+        while True:
+            try:
+                return self.call(method, path, body, idempotency_key=idempotency_key)
+            except CorralError as exc:
+                if exc.code != "rate_limited":
+                    raise
+                now = time.monotonic()
+                if not deadline:
+                    deadline = now + float(os.environ.get("CORRAL_RATE_LIMIT_WAIT_S")
+                                           or 300.0)
+                if now + exc.retry_after_s > deadline:
+                    raise
+                time.sleep(max(exc.retry_after_s, 0.01))
+
+    def call(self, method: str, path: str, body: Any = None, *,
+             idempotency_key: str | None = None) -> Any:
         """One API call; returns the decoded JSON answer or raises ``CorralError``.
 
         With several controllers (``CORRAL_URL`` a comma list) a call that reached no
@@ -494,7 +518,13 @@ class Client:
                     code = {401: "unauthorized", 403: "forbidden", 404: "not_found",
                             422: "invalid"}.get(status, "invalid")
                     message = str(data["detail"])
-            raise CorralError(code, message, status, slurm=slurm)
+            error = CorralError(code, message, status, slurm=slurm)
+            if status == 429 and isinstance(data, dict):
+                try:
+                    error.retry_after_s = float(data["error"].get("retry_after_s") or 1.0)
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    error.retry_after_s = 1.0
+            raise error
         return data
 
     # ---- jobs ------------------------------------------------------------------------

@@ -347,3 +347,19 @@ def test_oci_conf_next_to_slurm_conf_gives_the_container_runtime(tmp_path: Path)
     assert "containers" not in res.data
     assert [u.reason for u in res.unmapped if u.key == "RunTimeRun"] == [
         "only runc and crun run container jobs here"]
+
+
+def test_rate_limit_and_max_array_size(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=rl\nMaxArraySize=100001\n"
+                    "SlurmctldParameters=rl_enable,rl_bucket_size=50,rl_refill_rate=5,"
+                    "rl_refill_period=2,enable_configless\n"
+                    "NodeName=n1 CPUs=2 RealMemory=1000\nPartitionName=p Nodes=n1 Default=YES\n")
+    res = import_slurm_conf(str(conf))
+    assert res.data["rate_limit"] == {"enabled": True, "bucket_size": 50, "refill_rate": 5,
+                                      "refill_period_s": 2}
+    assert res.data["scheduler"]["max_array_size"] == 100001
+    assert any(u.value == "enable_configless" for u in res.unmapped)
+    cfg = parse_config(tomllib.loads(dumps(res.data)))
+    assert (cfg.rate_limit.bucket_size, cfg.rate_limit.refill_period_s) == (50, 2)
+    assert cfg.scheduler.max_array_size == 100001

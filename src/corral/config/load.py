@@ -272,6 +272,8 @@ def validate(cfg: ClusterConfig) -> None:
         raise ConfigError("controller.event_retention_s", "must be at least 60 seconds")
     if not 1 <= c.max_event_streams_per_user <= 10_000:
         raise ConfigError("controller.max_event_streams_per_user", "must be 1 to 10000")
+    if not 2 <= c.array_window <= 1_000_000:
+        raise ConfigError("controller.array_window", "must be 2 to 1000000")
     if not 0.5 <= c.lease_s <= 600:
         raise ConfigError("controller.lease_s", "must be between 0.5 and 600 seconds")
     if not (c.standby_refresh_s == 0 or 0.1 <= c.standby_refresh_s <= 3600):
@@ -291,6 +293,15 @@ def validate(cfg: ClusterConfig) -> None:
             cfg.controller.node_down_after_s < 2 * cfg.agent.heartbeat_s):
         raise ConfigError("controller.node_down_after_s",
                           "must be at least twice agent.heartbeat_s, or live nodes go DOWN")
+    rl = cfg.rate_limit
+    if not 1 <= rl.bucket_size <= 10_000_000:
+        raise ConfigError("rate_limit.bucket_size", "must be 1 to 10000000")
+    if not 1 <= rl.refill_rate <= 10_000_000:
+        raise ConfigError("rate_limit.refill_rate", "must be 1 to 10000000")
+    if not 0.001 <= rl.refill_period_s <= 3600:
+        raise ConfigError("rate_limit.refill_period_s", "must be 0.001 to 3600 seconds")
+    if not 1 <= rl.table_size <= 1_000_000:
+        raise ConfigError("rate_limit.table_size", "must be 1 to 1000000")
     if cfg.scheduler.max_array_size < 1:
         raise ConfigError("scheduler.max_array_size", "must be at least 1")
     from corral.containers.config import check as check_containers

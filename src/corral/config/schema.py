@@ -66,6 +66,9 @@ class ControllerConfig:
     # and how many streams (SSE or long polls) one user may hold open at once
     event_retention_s: float = 7 * 86400.0
     max_event_streams_per_user: int = 16
+    # large arrays (corral.controller.arraytail): pending task records per array at most;
+    # the tasks beyond stay one compact record until the scheduler needs them
+    array_window: int = 1000
     log_level: str = "info"
     # Volcano Jobs (kubectl): a task with a container image runs its command on the host
     # (no container runtime yet); false refuses images (docs/kubernetes.md)
@@ -293,6 +296,19 @@ class LicenseConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RateLimitConfig:
+    """Per-user token buckets on API requests (Slurm 23.02's ``rl_*`` SlurmctldParameters;
+    ``corral.controller.ratelimit``): each user may burst ``bucket_size`` requests and
+    then ``refill_rate`` per ``refill_period_s`` seconds; root is not limited."""
+
+    enabled: bool = True  # rl_enable
+    bucket_size: int = 500  # rl_bucket_size (Slurm: 30)
+    refill_rate: int = 200  # rl_refill_rate: tokens added per period (Slurm: 2)
+    refill_period_s: float = 1.0  # rl_refill_period (Slurm: 1)
+    table_size: int = 8192  # rl_table_size: users tracked at once
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterConfig:
     cluster_name: str = "corral"
     state_dir: str | None = None  # None: --state-dir / CORRAL_STATE_DIR / per-user default
@@ -316,6 +332,7 @@ class ClusterConfig:
     health_check: HealthCheckConfig = field(default_factory=HealthCheckConfig)
     containers: ContainersConfig = field(default_factory=ContainersConfig)  # container jobs
     vm: VmConfig = field(default_factory=VmConfig)  # VM jobs (docs/vms.md)
+    rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
 
     # ---- views for the scheduling core -----------------------------------------------
 

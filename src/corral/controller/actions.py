@@ -39,16 +39,25 @@ async def act(ctl: Controller, action: str, refs: list[str], who: Identity,
     for ref in refs:
         recs: list[JobRecord] = []
         try:
-            recs = await ctl.resolve(ref)
+            recs = await ctl.resolve(ref, split=True)
             if not recs:
                 raise ApiError("not_found", f"Invalid job id specified: {ref}",
                                slurm="Invalid job id specified")
             for rec in recs:
                 ctl._check_owner(rec, who)
             done = 0
+            tail_views = [r for r in recs if r.tail_text]  # a large array's remainder
+            recs = [r for r in recs if not r.tail_text]
             for rec in recs:
                 if _act_one(ctl, action, rec, who, opts, now, changed, after, len(recs) > 1):
                     done += 1
+            if tail_views and action in ("cancel", "hold", "release") \
+                    and opts.get("signal") in (None, "", "KILL", 9):
+                from corral.controller.arraytail import act_whole
+
+                assert tail_views[0].array_job_id is not None
+                done += await act_whole(ctl, action, tail_views[0].array_job_id, who.uid,
+                                        bool(opts.get("admin")) and who.is_admin, now)
             results.append({"id": ref, "ok": True, "code": "ok", "message": "",
                             "jobs": done})
             _audit(ctl, who, action, ref, recs, opts, None)
@@ -176,7 +185,16 @@ async def update_job(ctl: Controller, ref: str, fields: dict[str, Any],
     try:
         for rec in recs:
             ctl._check_owner(rec, who)
+            old_name = rec.sub.spec.name
             spec_touched = apply_update(ctl, rec, fields, who, after)
+            if rec.tail_text:  # a large array's remainder: its tasks-to-be change
+                tail = ctl.tails.get(rec.array_job_id or 0)
+                if tail is not None:
+                    tail.sub = rec.sub
+                    ctl.store.submit(ctl.store.op_save_tail(tail.row()))
+                continue
+            if rec.id in ctl.jobs:
+                ctl.index.rename(rec, old_name)
             changed.append(rec)
             if spec_touched:
                 spec_changed.append(rec)
@@ -190,7 +208,7 @@ async def update_job(ctl: Controller, ref: str, fields: dict[str, Any],
     for fn in after:
         fn()
     ctl.sched.trigger()
-    return recs[0].to_api(time.time(), detail=True, private=True)
+    return recs[0].to_api(time.time(), detail=True, private=True)  # (a view if tail only)
 
 
 _AUDIT_OPTS = ("signal", "scope", "admin", "batch_only", "hold", "fields")

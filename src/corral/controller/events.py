@@ -144,6 +144,9 @@ class EventLog:
         if array_submit:
             display = f"{rec.array_job_id}_[{rec.sub.array}]"
             job_id = rec.array_job_id
+        elif rec.tail_text:  # a large array's remainder (cancelled as one)
+            display = f"{rec.array_job_id}_[{rec.tail_text}]"
+            job_id = rec.array_job_id
         else:
             display = rec.display_id
             job_id = rec.id
@@ -151,7 +154,7 @@ class EventLog:
         data: dict[str, Any] = {
             "id": eid, "time": now, "job_id": job_id, "display_id": display,
             "array_job_id": rec.array_job_id,
-            "array_task_id": None if array_submit else rec.array_task_id,
+            "array_task_id": None if array_submit or rec.tail_text else rec.array_task_id,
             "user": spec.user, "name": spec.name, "old_state": old,
             "state": rec.state.value, "reason": reason,
             "exit_code": rec.exit_code if finished else None,

@@ -189,13 +189,16 @@ def array_indices(sub: JobSubmission, cfg: ClusterConfig) -> tuple[tuple[int, ..
 
 
 def build_records(sub: JobSubmission, first_id: int, now: float, submit_host: str,
-                  indices: tuple[int, ...], max_running: int | None) -> list[JobRecord]:
+                  indices: tuple[int, ...], max_running: int | None,
+                  limit: int | None = None) -> list[JobRecord]:
+    """The job records of a submission: one, or one per array task (the first ``limit``
+    tasks only, when given: the rest stays compact, ``corral.controller.arraytail``)."""
     hold = HoldKind.USER if sub.hold else HoldKind.NONE
     if not indices:
         return [JobRecord(id=first_id, sub=sub, submit_time=now, hold=hold,
                           submit_host=submit_host, time_limit_s=sub.spec.time_limit_s)]
     out = []
-    for k, idx in enumerate(indices):
+    for k, idx in enumerate(indices if limit is None else indices[:limit]):
         out.append(JobRecord(
             id=first_id + k, sub=sub, submit_time=now, hold=hold, submit_host=submit_host,
             time_limit_s=sub.spec.time_limit_s,

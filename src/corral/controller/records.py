@@ -84,6 +84,7 @@ class JobRecord:
     # (JobSpec.prefer_nodes of the core view; corral.controller.images; not persisted)
     prefer: tuple[str, ...] = ()
     event_state: str = ""  # the state the last job event announced ("": none yet)
+    tail_text: str = ""  # a large array's compact remainder (``arraytail.ArrayTail.view``)
     _core: Job | None = None
     _api: dict[str, Any] | None = None  # cached summary record (not while running)
     _api_json: bytes | None = None
@@ -102,6 +103,8 @@ class JobRecord:
 
     @property
     def display_id(self) -> str:
+        if self.tail_text:  # a large array's compact remainder
+            return f"{self.array_job_id}_[{self.tail_text}]"
         if self.array_job_id is not None and self.array_task_id is not None:
             return f"{self.array_job_id}_{self.array_task_id}"
         return str(self.id)
@@ -222,6 +225,7 @@ class JobRecord:
             "array_job_id": self.array_job_id,
             "array_task_id": self.array_task_id,
             "array_task_str": self.sub.array,
+            "array_tail_indices": self.tail_text or None,
             "array_max_running": self.array_max_running,
             "name": spec.name,
             "user": spec.user,

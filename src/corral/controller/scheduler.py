@@ -203,6 +203,10 @@ class SchedulerLoop:
                 await ctl.persist(updates=resumed)
                 for rec in resumed:
                     ctl.hub.resume(rec)
+        if ctl.tails:  # large arrays: split the next tasks off their compact remainders
+            from corral.controller.arraytail import refill
+
+            await refill(ctl)
         if not ctl.pending and not any(r.cancel_requested for r in ctl.running.values()):
             self.last_cycle_end = time.time()
             return

@@ -300,9 +300,12 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
         from corral.controller.kube import mount as mount_kube  # kubectl under /k8s (issue 14)
 
         mount_kube(app, ctl, app.state.identity)
+        from corral.controller.ratelimit import RateLimiter, with_rate_limit
         from corral.shims.fastpath import with_shim_fast_path
 
-        return ctl, with_shim_fast_path(with_fast_paths(app, ctl, auth), ctl, auth)
+        ctl.limiter = RateLimiter(cfg.rate_limit)
+        return ctl, with_rate_limit(with_shim_fast_path(with_fast_paths(app, ctl, auth),
+                                                        ctl, auth), ctl.limiter, auth)
 
     seat_factory = None
     if ha:

@@ -67,8 +67,16 @@ class Controller:
         # not root: jobs run only as this user (intake refuses others at submit)
         self.single_uid: int | None = os.geteuid() if os.geteuid() != 0 else None
         self.recent: deque[int] = deque()  # finished ids in end order
-        self.arrays: dict[int, list[int]] = {}  # array id -> task ids held in self.jobs
+        # array id -> task ids held in self.jobs (an ordered set: O(1) removal as tasks of a
+        # large array are pruned)
+        self.arrays: dict[int, dict[int, None]] = {}
         self.finished: dict[int, FinishedJob] = {}  # end states other jobs may depend on
+        from corral.controller.jobindex import JobIndex
+
+        self.index = JobIndex()  # self.jobs by user and by name (status queries)
+        from corral.controller.arraytail import ArrayTail
+
+        self.tails: dict[int, ArrayTail] = {}  # large arrays' compact remainders
         from corral.controller.usage import UsageLedger
 
         self.ledger = UsageLedger(cfg.account_tree(), cfg.scheduler.decay_half_life_s)
@@ -105,6 +113,8 @@ class Controller:
         self._tasks: list[asyncio.Task[Any]] = []
         self.load_s = 0.0  # how long start() took to load the state
         self.term_over = asyncio.Event()  # set by stop(): requests of this term end
+        # the per-user request limiter (``corral.controller.ratelimit``; set by the server)
+        self.limiter: Any = None
 
     @property
     def usage(self) -> dict[tuple[str, str], float]:
@@ -145,6 +155,14 @@ class Controller:
                 self.nodes.allocate(rec)
                 if rec.state is JobState.SUSPENDED:
                     self.nodes.suspend(rec)
+        from corral.controller.arraytail import tail_from_row
+
+        tails_top = 0  # the last id reserved by a large array (pending or cancelled)
+        for row in await loop.run_in_executor(None, self.store.load_tails):
+            tail = tail_from_row(row)
+            tails_top = max(tails_top, tail.array_job_id + len(tail.indices) - 1)
+            if tail.state is JobState.PENDING:
+                self.tails[tail.array_job_id] = tail
         started = [jid for jid, r in self.jobs.items() if r.start_time is not None]
         from corral.controller.steps import attach_loaded
 
@@ -153,7 +171,7 @@ class Controller:
         # the counter restarts after the highest stored id (this controller is the only
         # writer now: SQLite's state-directory lock, or PostgreSQL's fencing epoch)
         self.ids.reset(await asyncio.wrap_future(self.store.submit(
-            self.store.op_reset_ids(self.cfg.controller.first_job_id))))
+            self.store.op_reset_ids(max(self.cfg.controller.first_job_id, tails_top + 1)))))
         from corral.controller.submitkeys import TTL_S
 
         since = time.time() - TTL_S
@@ -237,8 +255,9 @@ class Controller:
     def _index(self, rec: JobRecord) -> None:
         rec.default_partition = self.default_partition
         self.jobs[rec.id] = rec
+        self.index.add(rec)
         if rec.array_job_id is not None:
-            self.arrays.setdefault(rec.array_job_id, []).append(rec.id)
+            self.arrays.setdefault(rec.array_job_id, {})[rec.id] = None
         self._place(rec)
 
     def _place(self, rec: JobRecord) -> None:
@@ -267,13 +286,11 @@ class Controller:
             if rec is None or not rec.state.is_finished:
                 continue
             del self.jobs[jid]
+            self.index.remove(rec)
             if rec.array_job_id is not None:
                 tasks = self.arrays.get(rec.array_job_id)
                 if tasks is not None:
-                    try:
-                        tasks.remove(jid)
-                    except ValueError:
-                        pass
+                    tasks.pop(jid, None)
                     if not tasks:
                         del self.arrays[rec.array_job_id]
         if len(self.finished) > 4 * max(len(self.pending), 1000):
@@ -284,11 +301,18 @@ class Controller:
 
     def persist(self, inserts: Iterable[JobRecord] = (), updates: Iterable[JobRecord] = (),
                 with_submission: Iterable[JobRecord] = (),
-                keys: list[dict[str, Any]] | None = None) -> asyncio.Future[Any]:
+                keys: list[dict[str, Any]] | None = None,
+                tails: Iterable[Any] = (), announce: bool = True) -> asyncio.Future[Any]:
+        """Queue the rows of these records (and array tails: saved, or deleted once
+        empty) for one commit; ``announce``: new records get their submit event (not
+        tasks split off a tail: the array's submit announced them)."""
         new_recs = list(inserts)
         updates = changed = list(updates)
         ins = [insert_row(r) for r in new_recs]
-        evs = self.events.capture(new_recs, changed, time.time())
+        evs = self.events.capture(new_recs if announce else (), changed, time.time())
+        if not announce:
+            for r in new_recs:
+                r.event_state = r.state.value
         ups = []
         step_ups: list[dict[str, Any]] = []
         for r in updates:
@@ -311,6 +335,10 @@ class Controller:
             ops.append(self.store.op_insert_keys(keys))
         if evs:
             ops.append(self.events.op(evs))
+        for tail in tails:
+            ops.append(self.store.op_save_tail(tail.row()) if tail.remaining
+                       or tail.state is not JobState.PENDING
+                       else self.store.op_delete_tail(tail.array_job_id))
 
         def run(conn: Any) -> None:
             for op in ops:
@@ -514,8 +542,14 @@ class Controller:
         self.sched.check_feasible(sub.spec)
         first = await self.ids.take(max(len(indices), 1))
         now = time.time()
+        from corral.controller.arraytail import ArrayTail
+
+        window = self.cfg.controller.array_window
+        big = len(indices) > window  # the rest stays one compact record (a tail)
         recs = intake.build_records(sub, first, now, submit_host or self.host, indices,
-                                    max_running)
+                                    max_running, window if big else None)
+        tails = [ArrayTail(first, recs[0].sub, now, submit_host or self.host, indices,
+                           window, max_running, recs[0].hold)] if big else []
         if sub.hold:
             for rec in recs:
                 rec.reason = "JobHeldUser"
@@ -525,15 +559,20 @@ class Controller:
             refresh_preferences(recs, self.nodes.nodes)
         answer = {"job_ids": [r.id for r in recs], "array_job_id": first if indices else None,
                   "display_id": str(first)}
+        if big:
+            answer["job_ids"] = list(range(first, first + len(indices)))
         if key is None:
-            await self.persist(inserts=recs)
+            await self.persist(inserts=recs, tails=tails)
         else:
             from corral.controller.submitkeys import SubmitKeys
 
-            await self.persist(inserts=recs, keys=[SubmitKeys.row(key, answer, now)])
+            await self.persist(inserts=recs, keys=[SubmitKeys.row(key, answer, now)],
+                               tails=tails)
             self.keys.recorded(key, answer, now)
         for rec in recs:
             self._index(rec)
+        for tail in tails:
+            self.tails[tail.array_job_id] = tail
         self.metrics.submitted(len(recs), time.perf_counter() - t0)
         self.metrics.set_jobs(len(self.pending), len(self.running))
         if not sub.hold:  # a held job cannot start: no cycle needed
@@ -548,20 +587,42 @@ class Controller:
         ``None`` when the reference is well formed but not in memory."""
         base, sep, task = ref.partition("_")
         jid = job_number(base, ref)
+        tail = self.tails.get(jid)
+        extra: list[JobRecord] = []
+        if tail is not None and tail.remaining and tail.state is JobState.PENDING:
+            from corral.controller.arraytail import view_of
+
+            extra = [view_of(self, tail)]
         if not sep:
             if jid in self.arrays:
-                return [self.jobs[t] for t in self.arrays[jid] if t in self.jobs]
+                return [self.jobs[t] for t in self.arrays[jid] if t in self.jobs] + extra
             rec = self.jobs.get(jid)
-            return [rec] if rec is not None else None
+            return [rec] if rec is not None else (extra or None)
         wanted = _task_set(ref, task, self.cfg.scheduler.max_array_size)
         tasks = [self.jobs[t] for t in self.arrays.get(jid, ()) if t in self.jobs]
         if wanted is None:
-            return tasks or None
+            return (tasks + extra) or None
         found = [t for t in tasks if t.array_task_id in wanted]
+        if tail is not None and extra:  # tasks still in the tail: each as its own view
+            for idx in sorted(wanted):
+                if tail.contains(idx):
+                    pos = tail.indices.index(idx, tail.next_pos)
+                    one = tail.record(pos)
+                    one.default_partition = self.default_partition
+                    found.append(one)
         return found or None
 
-    async def resolve(self, ref: str) -> list[JobRecord]:
-        """Records for an id reference, from memory or the store (finished long ago)."""
+    async def resolve(self, ref: str, *, split: bool = False) -> list[JobRecord]:
+        """Records for an id reference, from memory or the store (finished long ago).
+        ``split``: tasks named one by one that are still in a large array's tail become
+        job records first (an action is about to change them)."""
+        base, sep, task = ref.partition("_")
+        if split and sep and is_number(base) and int(base) in self.tails:
+            from corral.controller.arraytail import split as split_tail
+
+            wanted = _task_set(ref, task, self.cfg.scheduler.max_array_size)
+            if wanted is not None:
+                await split_tail(self, int(base), wanted)
         found = self.resolve_memory(ref)
         if found is not None:
             return found
@@ -599,6 +660,8 @@ class Controller:
         states = set(flt.get("states") or ())
         include_finished = bool(flt.get("include_finished")) or bool(
             states & {s.value for s in JobState if s.is_finished})
+        indexed = None if flt.get("ids") else self.index.ids(flt.get("user"),
+                                                             flt.get("name"))
         if flt.get("ids"):
             recs: list[JobRecord] = []
             seen: set[int] = set()
@@ -608,11 +671,21 @@ class Controller:
                         seen.add(r.id)
                         recs.append(r)
             recs.sort(key=lambda r: r.id)
+        elif indexed is not None:  # one user's or one name's jobs: the index, no scan
+            recs = [self.jobs[j] for j in sorted(indexed)]
+            if not include_finished:
+                recs = [r for r in recs if not r.state.is_finished]
         elif include_finished:
             recs = sorted(self.jobs.values(), key=lambda r: r.id)
         else:
             recs = list(self.pending.values()) + list(self.running.values())
             recs.sort(key=lambda r: r.id)
+        if self.tails and not flt.get("ids"):  # large arrays' remainders, one view each
+            from corral.controller.arraytail import views
+
+            more = views(self, flt.get("user"), flt.get("name"))
+            if more:
+                recs = sorted(recs + more, key=lambda r: r.id)
         user = flt.get("user")
         part = flt.get("partition")
         account = flt.get("account")
@@ -662,6 +735,8 @@ class Controller:
                 mem = record_from_row(row)
                 mem.default_partition = self.default_partition
             recs.append(mem)
+        if flt.get("limit") is None or len(rows) < int(flt["limit"]):  # the last page
+            recs.extend(await self._tail_history(flt, user, ids))
         from corral.controller.steps import steps_api
 
         steps = await steps_api(self, recs)
@@ -670,6 +745,30 @@ class Controller:
             api = dict(rec.to_api(now))  # a copy: the summary view may be cached
             api["steps"] = steps[rec.id]
             out.append(api)
+        return out
+
+    async def _tail_history(self, flt: dict[str, Any], user: str | None,
+                            ids: list[int] | None) -> list[JobRecord]:
+        """Accounting views of large arrays' remainders (pending, or cancelled as one)."""
+        from corral.controller.arraytail import tail_from_row
+
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(None, lambda: self.store.load_tails(
+            user=user, ids=ids))
+        states = set(flt.get("states") or ())
+        out = []
+        for row in rows:
+            tail = self.tails.get(int(row.array_job_id)) or tail_from_row(row)
+            if tail.state is JobState.PENDING and not tail.remaining:
+                continue
+            if states and tail.state.value not in states:
+                continue
+            since, until = flt.get("since"), flt.get("until")
+            if until is not None and tail.submit_time > until:
+                continue
+            if since is not None and tail.end_time is not None and tail.end_time < since:
+                continue
+            out.append(tail.view(self.default_partition))
         return out
 
     # ---- job actions --------------------------------------------------------------------

@@ -166,6 +166,17 @@ events = sa.Table(
     sa.Index("ix_events_time", "time"),
 )
 
+# large arrays' remainders not yet split into jobs (``corral.controller.arraytail``)
+array_tails = sa.Table(
+    "array_tails", metadata,
+    sa.Column("array_job_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("user", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("submission", sa.Text, nullable=False),
+    sa.Column("data", sa.Text, nullable=False),  # next_pos, taken, hold, times
+    sa.Index("ix_array_tails_user", "user"),
+)
+
 Op = Callable[[Connection], Any]
 
 
@@ -491,6 +502,24 @@ class Store:
         return run
 
     @staticmethod
+    def op_save_tail(row: dict[str, Any]) -> Op:
+        """Insert or update one array tail row (``arraytail.ArrayTail.row``)."""
+        def run(conn: Connection) -> None:
+            key = row["array_job_id"]
+            values = {k: v for k, v in row.items() if k != "array_job_id"}
+            done = conn.execute(array_tails.update()
+                                .where(array_tails.c.array_job_id == key).values(**values))
+            if done.rowcount == 0:
+                conn.execute(array_tails.insert().values(**row))
+        return run
+
+    @staticmethod
+    def op_delete_tail(array_job_id: int) -> Op:
+        def run(conn: Connection) -> None:
+            conn.execute(array_tails.delete().where(array_tails.c.array_job_id == array_job_id))
+        return run
+
+    @staticmethod
     def op_prune_events(before: float, keep_after_id: int) -> Op:
         """Forget events older than ``before`` (never the newest one: its id is where the
         next controller continues counting)."""
@@ -571,6 +600,19 @@ class Store:
             return list(conn.execute(sa.select(submit_keys).where(submit_keys.c.time >= since)
                                      .order_by(submit_keys.c.time)))
 
+    def load_tails(self, *, states: Sequence[str] | None = None, user: str | None = None,
+                   ids: Sequence[int] | None = None) -> list[sa.Row[Any]]:
+        """Array tail rows (all, or by state, user, array ids)."""
+        q = sa.select(array_tails)
+        if states is not None:
+            q = q.where(array_tails.c.state.in_(list(states)))
+        if user is not None:
+            q = q.where(array_tails.c.user == user)
+        if ids is not None:
+            q = q.where(array_tails.c.array_job_id.in_(list(ids)[:1000]))
+        with self.engine.connect() as conn:
+            return list(conn.execute(q.order_by(array_tails.c.array_job_id)))
+
     def max_event_id(self) -> int:
         with self.engine.connect() as conn:
             v = conn.execute(sa.select(sa.func.max(events.c.id))).scalar()
@@ -618,9 +660,22 @@ class Store:
         q = sa.select(jobs)
         if after is not None:  # paging: the rows after the last id of the previous page
             q = q.where(jobs.c.id > after)
-        if user is not None:
+        windowed = since is not None and ids is None and array_ids is None
+        if user is not None and not windowed:
             q = q.where(jobs.c.user == user)
-        if since is not None:  # lifetime overlaps [since, until]: not ended before since
+        if windowed:
+            # lifetime overlaps [since, until]: not ended before since. Written as two
+            # index ranges (still running, ended since), so no plan scans the table
+            # (``end_time IS NULL OR end_time >= :since`` made SQLite scan it)
+            def alive(*conds: Any) -> sa.Select[Any]:
+                sel = sa.select(jobs.c.id)
+                if user is not None:
+                    sel = sel.where(jobs.c.user == user)
+                return sel.where(*conds)
+            window = sa.union_all(alive(jobs.c.end_time.is_(None)),
+                                  alive(jobs.c.end_time >= since)).subquery()
+            q = q.where(jobs.c.id.in_(sa.select(window.c.id)))
+        elif since is not None:
             q = q.where(sa.or_(jobs.c.end_time.is_(None), jobs.c.end_time >= since))
         if until is not None:
             q = q.where(jobs.c.submit_time <= until)

@@ -607,6 +607,19 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
             good = [x for x in states if x in HEALTH_NODE_STATES]
             if good:
                 data.setdefault("health_check", {})["node_state"] = good
+        elif low == "slurmctldparameters":  # the rl_* rate limit -> [rate_limit]
+            rl = data.setdefault("rate_limit", {})
+            for item in (x.strip() for x in value.split(",") if x.strip()):
+                name, _, v = item.partition("=")
+                name = name.strip().lower()
+                if name == "rl_enable":
+                    rl["enabled"] = True
+                elif name in _RL_KEYS:
+                    rl[_RL_KEYS[name]] = int(v)
+                else:
+                    c.skip(line, key, item, "no Corral equivalent")
+            if not rl:
+                data.pop("rate_limit")
         elif low == "defmempernode":
             c.skip(line, key, value, "use default_mem_per_cpu_mb (memory per CPU)")
         else:
@@ -619,6 +632,11 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
 _SCRIPT_KEYS = {"prolog": "prolog", "epilog": "epilog", "taskprolog": "task_prolog",
                 "taskepilog": "task_epilog", "prologslurmctld": "prolog_slurmctld",
                 "epilogslurmctld": "epilog_slurmctld", "mailprog": "mail_prog"}
+
+
+#: SlurmctldParameters rl_* items -> ``[rate_limit]`` keys (whole numbers in Slurm).
+_RL_KEYS = {"rl_bucket_size": "bucket_size", "rl_refill_rate": "refill_rate",
+            "rl_refill_period": "refill_period_s", "rl_table_size": "table_size"}
 
 
 #: cgroup.conf keys -> (``[cgroup]`` key, kind).

@@ -851,6 +851,10 @@ int main(int argc, char **argv) {
         for (int i = 1; i < argc; i++)
             if (!strcmp(argv[i], "--wait") || !strcmp(argv[i], "-W"))
                 exec_python();
+    if (!strcmp(g_cmd, "squeue")) /* squeue -i N / --iterate: a loop, run by the Python shim */
+        for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+            if (!strncmp(argv[i], "--iter", 6) || (argv[i][0] == '-' && argv[i][1] == 'i'))
+                exec_python();
     if (!strcmp(g_cmd, "scontrol") || !strcmp(g_cmd, "scancel") || !strcmp(g_cmd, "qdel"))
         signal(SIGTERM, SIG_IGN); /* finish the call when the caller's job gets signalled */
 
@@ -873,6 +877,7 @@ int main(int argc, char **argv) {
     }
 
     buf body = {0}, reply = {0};
+    int limited = 0;
     for (int round = 0; round < MAX_ROUNDS; round++) {
         body.n = 0;
         build_body(&body);
@@ -885,6 +890,12 @@ int main(int argc, char **argv) {
             exec_python(); /* an older controller: the Python shim runs it locally */
         if (status == 503)
             exec_python(); /* a standby (nothing done): the Python shim finds the leader */
+        if (status == 429) { /* the user's rate limit: wait and ask again, as Slurm's client */
+            limited++;
+            sleep(limited < 10 ? limited : 10);
+            round--;
+            continue;
+        }
         if (status != 200)
             die_http(status, pl, pn);
         if (g_step_io && pn >= 6 && !memcmp(pl, "CRSR1 ", 6)) {

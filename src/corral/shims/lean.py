@@ -357,7 +357,10 @@ def exec_remote(cmd: str, argv: list[str]) -> tuple[int, bytes, bytes]:
     key = os.urandom(16).hex() if cmd in ("sbatch", "qsub") \
         and "," in os.environ.get("CORRAL_URL", "") else ""
     hold = waits(cmd, argv)
-    for _ in range(4):
+    limited = 0
+    rounds = 0
+    while rounds < 4:
+        rounds += 1
         body = encode_json(
             {"v": 1, "cmd": cmd, "argv": argv, "cwd": cwd, "env": env, "files": files,
              "stdin": stdin}
@@ -366,6 +369,13 @@ def exec_remote(cmd: str, argv: list[str]) -> tuple[int, bytes, bytes]:
                                        hold=hold)
         if status == 404:
             raise NoShimEndpoint()
+        if status == 429:  # the user's rate limit: wait and ask again, as Slurm's client
+            import time  # (C module)
+
+            limited += 1
+            rounds -= 1
+            time.sleep(min(limited, 10))
+            continue
         if status != 200:
             text = payload.decode("utf-8", "replace").strip()
             raise LeanError(f"the Corral controller answered HTTP {status}: {text[:500]}")
@@ -380,10 +390,22 @@ def exec_remote(cmd: str, argv: list[str]) -> tuple[int, bytes, bytes]:
     raise LeanError("the Corral controller kept asking for input files")
 
 
+def _iterates(args: list[str]) -> bool:
+    """``squeue -i N``/``--iterate``: a loop that prints as it goes, run in this process
+    (the compiled launcher checks the same words)."""
+    for a in args:
+        if a == "--":
+            return False
+        if a.startswith(("--iter", "-i")):
+            return True
+    return False
+
+
 def main(cmd: str, argv: list[str] | None = None) -> None:
     """Entry point of an installed launcher."""
     args = sys.argv[1:] if argv is None else argv
-    if cmd not in LOCAL_COMMANDS and not os.environ.get("CORRAL_SHIM_LOCAL"):
+    if cmd not in LOCAL_COMMANDS and not os.environ.get("CORRAL_SHIM_LOCAL") \
+            and not (cmd == "squeue" and _iterates(args)):
         if cmd in SELF_SIGNALLING:
             # `scontrol requeue $SLURM_JOB_ID` / `scancel $SLURM_JOB_ID` from inside the job:
             # the job's processes get SIGTERM while the answer is on its way; like Slurm's

@@ -193,8 +193,16 @@ def run(ctx: Context, client: Client) -> None:
     api_ids: list[str] = []
     for ref in refs:
         api_ids.extend(ref_api_ids(ref))
+    one_user = None  # one user's jobs: the database's (user, end_time) index
+    if users is not None and len(users) == 1 and not api_ids:
+        import pwd
+
+        try:
+            one_user = pwd.getpwuid(next(iter(users))).pw_name
+        except KeyError:
+            pass
     records = client.history(
-        since=since, until=until, ids=api_ids or None, all_users=True,
+        user=one_user, since=since, until=until, ids=api_ids or None, all_users=True,
     )
     names = set(_split(values("name")))
     accounts = set(_split(values("accounts")))

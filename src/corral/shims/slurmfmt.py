@@ -212,11 +212,18 @@ def collapse_pending_arrays(records: Iterable[Record]) -> list[Record]:
             result.append(item)
             continue
         members = groups[item]
-        if len(members) == 1:
+        if len(members) == 1 and not members[0].get("array_tail_indices"):
             result.append(members[0])
             continue
         first = dict(members[0])
-        indices = [int(m["array_task_id"]) for m in members]
+        indices = [int(m["array_task_id"]) for m in members
+                   if not m.get("array_tail_indices")]
+        for m in members:  # a large array's compact remainder (all its indices)
+            if m.get("array_tail_indices"):
+                from corral.core.parse.arrayspec import parse_array
+
+                indices.extend(parse_array(str(m["array_tail_indices"]),
+                                           max_array_size=2 ** 31).indices)
         text = format_array(indices, first.get("array_max_running"))
         first["display"] = f"{item[0]}_[{text}]"
         first["members"] = members

@@ -162,9 +162,43 @@ def run(ctx: Context, client: Client) -> None:
         ctx.print(VERSION)
         return
     if "iterate" in opts:
-        raise ctx.fail("squeue: error: --iterate is not supported by Corral's squeue; "
-                       "run it in a loop (watch -n N squeue)")
+        word = [v for v in opts["iterate"] if v is not None][-1:]
+        secs = int(word[0]) if word and word[0].isascii() and word[0].isdigit() \
+            and len(word[0]) < 7 else 0
+        if secs < 1:
+            raise ctx.fail(f"squeue: error: --iterate={word[0] if word else ''} "
+                           "must be a positive number of seconds")
+        if not ctx.local:  # the launchers run `squeue -i` in the caller's process
+            raise ctx.fail("squeue: error: --iterate must run in the calling process "
+                           "(a Corral launcher does so); run it in a loop instead")
+        _iterate(ctx, client, opts, positional, secs)
+        return
+    _report(ctx, client, opts, positional)
 
+
+def _iterate(ctx: Context, client: Client, opts: dict[str, list[str | None]],
+             positional: list[str], secs: int) -> None:
+    """``squeue -i N`` as Slurm: the report every N seconds, each after the date line
+    (unless ``--noheader``) and followed by an empty line, until interrupted."""
+    import sys
+
+    while True:
+        ctx.now = time.time()
+        if "noheader" not in opts:
+            ctx.print(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(ctx.now)))
+        _report(ctx, client, opts, list(positional), dated=True)
+        ctx.print()
+        sys.stdout.write(ctx.stdout_text)
+        sys.stdout.flush()
+        ctx.out.clear()
+        try:
+            time.sleep(secs)
+        except KeyboardInterrupt:
+            return
+
+
+def _report(ctx: Context, client: Client, opts: dict[str, list[str | None]],
+            positional: list[str], *, dated: bool = False) -> None:
     def values(key: str) -> list[str]:
         return [v for v in opts.get(key, []) if v is not None]
 
@@ -196,7 +230,12 @@ def run(ctx: Context, client: Client) -> None:
         api_ids = [i for ref in refs for i in ref_api_ids(ref)]
         rows = client.jobs(ids=api_ids, include_finished=True)
     else:
-        rows = client.jobs(include_finished=states is None or not states <= ACTIVE_STATES)
+        # one user or one name: the controller answers from its index (no scan)
+        one_user = _user_name(next(iter(users))) if users is not None and len(users) == 1 \
+            else None
+        one_name = next(iter(names)) if len(names) == 1 else None
+        rows = client.jobs(user=one_user, name=one_name,
+                           include_finished=states is None or not states <= ACTIVE_STATES)
     if len(refs) == 1 and not any(ref_matches(refs[0], r) for r in rows):
         raise ctx.fail("slurm_load_jobs error: Invalid job id specified")
 
@@ -250,7 +289,7 @@ def run(ctx: Context, client: Client) -> None:
     if "json" in opts or "yaml" in opts:
         raise ctx.fail("squeue: error: --json/--yaml are not supported by Corral's squeue; "
                        "use `corral queue --json`")
-    if "long" in opts and "noheader" not in opts:
+    if "long" in opts and "noheader" not in opts and not dated:
         ctx.print(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
     for line in qf.render(items, rows, now, header="noheader" not in opts):
         ctx.print(line)
@@ -284,3 +323,13 @@ def _expand_nodes(words: list[str]) -> set[str]:
     for w in words:
         out.update(expand(w))
     return out
+
+
+def _user_name(uid: int) -> str | None:
+    """The login name of ``uid`` (the controller indexes jobs by it), None if unknown."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None

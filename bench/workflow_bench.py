@@ -1,0 +1,396 @@
+"""Workflow tools' load on the scheduler: pollers while jobs drain, Corral beside Slurm 22.05.
+
+Sections (issue 20):
+
+a) drain under pollers: N trivial jobs submitted by a shell loop of ``sbatch`` calls, first
+   submit -> queue empty (jobs/s), once without pollers and once with 8 polling processes
+   running the real commands in loops, a fresh process per call as tools run them:
+   3 x ``squeue -u $USER``, 3 x ``squeue -j <100 ids>``, 2 x ``sacct -j <100 ids>`` (the
+   ids: 100 finished jobs of an earlier "workflow step"). Reported: the drain rate with and
+   without, its drop, and each poll kind's p50/p99 latency.
+b) status queries through the API: T client processes with one keep-alive connection
+   each send ``POST /jobs/query {"ids": [10 ids]}`` as fast as they can for S seconds:
+   queries/s and latency p50/p99 (Corral only: Slurm has no comparable API here).
+c) event delivery: a follower of ``GET /api/v1/events`` during drain (a): receive time -
+   the event's commit-side timestamp, p50/p99 (Corral only: Slurm has no event stream).
+d) a 100,000-task array (``--array=0-99999%10``) accepted as one request: the submit's
+   time and the controller's memory before and after; Slurm's reference config has
+   ``MaxArraySize=4001``, so its figure is for a 4,000-task array.
+
+Slurm runs from ``shared/bench/slurm`` (profile ``acct``: slurmctld + slurmd + slurmdbd on
+MariaDB, so ``sacct`` works) only when no other slurmctld runs on the machine (those
+scripts use fixed paths and ports); otherwise its figures are marked skipped. Both see a
+node of 64 CPUs. Run: ``.venv/bin/python bench/workflow_bench.py [--no-slurm] [--n 2000]``.
+Results: ``bench/results/workflow_bench.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SLURM_DIR = next((d for d in (ROOT.parent / "shared" / "bench" / "slurm",
+                              ROOT.parent.parent / "shared" / "bench" / "slurm")
+                  if d.is_dir()), ROOT.parent / "shared" / "bench" / "slurm")
+RESULTS = ROOT / "bench" / "results"
+ENTRY = "from corral.cli.main import main; main()"
+CONFIG = """
+[controller]
+schedule_delay_ms = 3
+[[nodes]]
+name = "bench"
+discover = true
+cpus = 64
+mem_mb = 16000
+[scheduler]
+default_mem_per_cpu_mb = 100
+max_array_size = 100001
+"""
+SHELL_LOOP = ('i=0; while [ "$i" -lt "$1" ]; do sbatch --wrap=true -n1 -t 1 -o /dev/null '
+              '--parsable >/dev/null || exit 1; i=$((i+1)); done')
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * p / 100.0
+    f = int(k)
+    c = min(f + 1, len(s) - 1)
+    return s[f] + (s[c] - s[f]) * (k - f)
+
+
+def summary_ms(xs: list[float]) -> dict[str, float]:
+    return {"n": len(xs), "p50_ms": round(1000 * pct(xs, 50), 2),
+            "p99_ms": round(1000 * pct(xs, 99), 2),
+            "mean_ms": round(1000 * statistics.mean(xs), 2) if xs else float("nan")}
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# ---- pollers (processes running the real commands in loops) ---------------------------------
+
+def poller(argv: list[str], env: dict[str, str], stop_at: mp.Value, out: Any,
+           pause_s: float) -> None:  # type: ignore[type-arg]
+    times: list[float] = []
+    fails = 0
+    while time.time() < stop_at.value:
+        t0 = time.perf_counter()
+        r = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        dt = time.perf_counter() - t0
+        if r.returncode == 0:
+            times.append(dt)
+        else:
+            fails += 1
+        if pause_s:
+            time.sleep(pause_s)
+    out.put((argv[0] + (" -u" if "-u" in argv else " -j"), times, fails))
+
+
+def poll_commands(ids: list[str], user: str) -> list[list[str]]:
+    idl = ",".join(ids)
+    sq_u = ["squeue", "-h", "-u", user, "-o", "%i %t"]
+    sq_j = ["squeue", "-h", "-j", idl, "-t", "all", "-o", "%i %t"]
+    sa_j = ["sacct", "-X", "-n", "-P", "-j", idl, "-o", "JobIDRaw,State,ExitCode"]
+    return [sq_u, sq_u, sq_u, sq_j, sq_j, sq_j, sa_j, sa_j]
+
+
+def drain(env: dict[str, str], n: int, empty: Any, pollers: list[list[str]] | None,
+          pause_s: float) -> dict[str, Any]:
+    """The shell loop of ``n`` sbatch calls then the drain; with ``pollers`` running."""
+    procs: list[mp.Process] = []
+    q: Any = mp.Queue()
+    stop_at = mp.Value("d", time.time() + 3600)
+    for argv in pollers or []:
+        p = mp.Process(target=poller, args=(argv, env, stop_at, q, pause_s), daemon=True)
+        p.start()
+        procs.append(p)
+    load = loadavg()
+    t0 = time.perf_counter()
+    r = subprocess.run(["/bin/sh", "-c", SHELL_LOOP, "sh", str(n)], env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"the sbatch loop failed: {r.stderr.strip()[-500:]}")
+    submit_s = time.perf_counter() - t0
+    while not empty():
+        time.sleep(0.05)
+    drain_s = time.perf_counter() - t0
+    stop_at.value = 0.0
+    polls: dict[str, list[float]] = {}
+    fails = 0
+    for _ in procs:
+        kind, times, f = q.get(timeout=120)
+        polls.setdefault(kind, []).extend(times)
+        fails += f
+    for p in procs:
+        p.join(30)
+    return {"n": n, "submit_s": round(submit_s, 3), "drain_s": round(drain_s, 3),
+            "drain_jobs_per_s": round(n / drain_s, 2), "loadavg": load,
+            "polls": {k: summary_ms(v) for k, v in polls.items()}, "poll_failures": fails}
+
+
+# ---- Corral ----------------------------------------------------------------------------------
+
+class Corral:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sd = root / "state"
+        (root / "corral.toml").write_text(CONFIG)
+        self.env = {**os.environ, "CORRAL_STATE_DIR": str(self.sd)}
+
+    def up(self) -> None:
+        r = subprocess.run([sys.executable, "-c", ENTRY, "up", "--detach", "--state-dir",
+                            str(self.sd), "--config", str(self.root / "corral.toml"),
+                            "--node-name", "bench"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"corral up failed: {r.stderr}")
+        bindir = self.root / "bin"
+        subprocess.run([sys.executable, "-c", ENTRY, "shims", "install", str(bindir),
+                        "--force"], env=self.env, check=True, capture_output=True)
+        self.env["PATH"] = f"{bindir}:{self.env.get('PATH', '')}"
+
+    def down(self) -> None:
+        subprocess.run([sys.executable, "-c", ENTRY, "down", "--state-dir", str(self.sd)],
+                       capture_output=True, text=True)
+
+    def client(self) -> Any:
+        from corral.client import Client
+
+        return Client(socket_path=str(self.sd / "corral.sock"))
+
+    def controller_pid(self) -> int:
+        return int(json.loads((self.sd / "controller.json").read_text())["pid"])
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def api_queries(sock: str, ids: list[int], seconds: float, out: Any) -> None:
+    from corral.client import Client
+
+    c = Client(socket_path=sock)
+    times: list[float] = []
+    end = time.perf_counter() + seconds
+    k = 0
+    while time.perf_counter() < end:
+        batch = [ids[(k + i) % len(ids)] for i in range(10)]
+        k += 10
+        t0 = time.perf_counter()
+        c.call("POST", "/jobs/query", {"ids": [str(i) for i in batch],
+                                       "include_finished": True})
+        times.append(time.perf_counter() - t0)
+    out.put(times)
+
+
+def follow_events(sock: str, stop: threading.Event, lags: list[float]) -> None:
+    from corral.client import Client
+
+    c = Client(socket_path=sock)
+    cursor = int(c.events_page()["next"])
+    while not stop.is_set():
+        page = c.events_page(cursor, wait_s=1.0)
+        now = time.time()
+        lags.extend(now - float(e["time"]) for e in page["events"])
+        cursor = int(page["next"])
+
+
+def corral_run(n: int, work: Path, pause_s: float, api_s: float,
+               api_procs: int) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="corral-wf-", dir=work))
+    cl = Corral(root)
+    cl.up()
+    res: dict[str, Any] = {}
+    try:
+        c = cl.client()
+        user = os.environ.get("USER") or "root"
+        # the workflow's earlier step: 100 finished jobs the pollers ask about
+        first = [c.submit({"spec": {"name": "step1", "time_limit_s": 60}, "argv": ["true"],
+                           "workdir": str(root)})[0] for _ in range(100)]
+        while c.ping()["jobs_active"]:
+            time.sleep(0.05)
+        ids = [str(i) for i in first]
+
+        def empty() -> bool:
+            return not c.ping()["jobs_active"]
+
+        res["drain_alone"] = drain(cl.env, n, empty, None, pause_s)
+        lags: list[float] = []
+        stop = threading.Event()
+        follower = threading.Thread(target=follow_events, args=(str(cl.sd / "corral.sock"),
+                                                                stop, lags), daemon=True)
+        follower.start()
+        res["drain_polled"] = drain(cl.env, n, empty, poll_commands(ids, user), pause_s)
+        stop.set()
+        follower.join(10)
+        res["event_delivery"] = summary_ms(lags)
+        # b) API status queries
+        q: Any = mp.Queue()
+        procs = [mp.Process(target=api_queries, args=(str(cl.sd / "corral.sock"), first,
+                                                      api_s, q)) for _ in range(api_procs)]
+        for p in procs:
+            p.start()
+        times: list[float] = []
+        for _ in procs:
+            times.extend(q.get(timeout=120))
+        for p in procs:
+            p.join(30)
+        res["api_queries"] = {"processes": api_procs, "seconds": api_s,
+                              "queries_per_s": round(len(times) / api_s, 1),
+                              **summary_ms(times)}
+        # d) the 100,000-task array
+        pid = cl.controller_pid()
+        before = rss_mb(pid)
+        t0 = time.perf_counter()
+        aid = c.submit({"spec": {"name": "big", "time_limit_s": 60}, "argv": ["true"],
+                        "workdir": str(root), "array": "0-99999%10", "hold": True})[0]
+        res["array_100k"] = {"submit_s": round(time.perf_counter() - t0, 3),
+                             "controller_rss_mb_before": round(before, 1),
+                             "controller_rss_mb_after": round(rss_mb(pid), 1),
+                             "pending_records": c.ping()["pending"]}
+        c.cancel([aid])
+        c.close()
+    finally:
+        cl.down()
+        shutil.rmtree(root, ignore_errors=True)
+    res["drain_drop_pct"] = round(100 * (1 - res["drain_polled"]["drain_jobs_per_s"]
+                                         / res["drain_alone"]["drain_jobs_per_s"]), 1)
+    return res
+
+
+# ---- Slurm -----------------------------------------------------------------------------------
+
+def slurm_run(n: int, pause_s: float) -> dict[str, Any]:
+    if subprocess.run(["pgrep", "-x", "slurmctld"], capture_output=True).returncode == 0:
+        return {"skipped": "another slurmctld runs on this machine (the shared scripts use "
+                           "fixed paths and ports)"}
+    r = subprocess.run([str(SLURM_DIR / "setup.sh"), "acct"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"skipped": f"setup failed: {r.stderr[-500:]}"}
+    env = {**os.environ, "SLURM_CONF": "/var/tmp/slurm-anchor/slurm.conf",
+           "PATH": f"/usr/bin:{os.environ.get('PATH', '')}"}
+    res: dict[str, Any] = {}
+    try:
+        out = subprocess.run(["/bin/sh", "-c", "for i in $(seq 100); do sbatch --parsable "
+                              "--wrap=true -o /dev/null; done"], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        ids = out.split()
+
+        def empty() -> bool:
+            return not subprocess.run(["squeue", "-h", "-o", "%i"], env=env,
+                                      capture_output=True, text=True).stdout.strip()
+        while not empty():
+            time.sleep(0.2)
+        user = os.environ.get("USER") or "root"
+        res["drain_alone"] = drain(env, n, empty, None, pause_s)
+        res["drain_polled"] = drain(env, n, empty, poll_commands(ids, user), pause_s)
+        t0 = time.perf_counter()
+        aid = subprocess.run(["sbatch", "--parsable", "--hold", "--array=0-3999%10",
+                              "--wrap=true", "-o", "/dev/null"], env=env, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        res["array_4000_submit_s"] = round(time.perf_counter() - t0, 3)
+        subprocess.run(["scancel", aid], env=env, capture_output=True)
+    finally:
+        subprocess.run([str(SLURM_DIR / "stop.sh")], capture_output=True, text=True)
+    res["drain_drop_pct"] = round(100 * (1 - res["drain_polled"]["drain_jobs_per_s"]
+                                         / res["drain_alone"]["drain_jobs_per_s"]), 1)
+    return res
+
+
+# ---- report ----------------------------------------------------------------------------------
+
+def render_md(res: dict[str, Any]) -> str:
+    co, sl = res["corral"], res.get("slurm") or {}
+    lines = [f"# Workflow-tool load (issue 20), {res['date']}", "",
+             f"Command: `{res['command']}`. Machine: {res['machine']}; load average at "
+             f"start {res['loadavg']}. N = {res['n']} jobs per drain; pollers pause "
+             f"{res['pause_s']} s between calls.", ""]
+    if "skipped" in sl:
+        lines += [f"Slurm: skipped ({sl['skipped']}).", ""]
+    lines += ["| figure | Corral | Slurm 22.05 |", "|---|---|---|"]
+
+    def g(d: dict[str, Any], *keys: str) -> str:
+        for k in keys:
+            if not isinstance(d, dict) or k not in d:
+                return "-"
+            d = d[k]
+        return str(d)
+    lines.append(f"| drain alone (jobs/s) | {g(co, 'drain_alone', 'drain_jobs_per_s')} | "
+                 f"{g(sl, 'drain_alone', 'drain_jobs_per_s')} |")
+    lines.append(f"| drain with 8 pollers (jobs/s) | "
+                 f"{g(co, 'drain_polled', 'drain_jobs_per_s')} | "
+                 f"{g(sl, 'drain_polled', 'drain_jobs_per_s')} |")
+    lines.append(f"| drain drop | {g(co, 'drain_drop_pct')} % | {g(sl, 'drain_drop_pct')} % |")
+    for kind in ("squeue -u", "squeue -j", "sacct -j"):
+        lines.append(f"| `{kind}` poll p50 / p99 (ms) | "
+                     f"{g(co, 'drain_polled', 'polls', kind, 'p50_ms')} / "
+                     f"{g(co, 'drain_polled', 'polls', kind, 'p99_ms')} | "
+                     f"{g(sl, 'drain_polled', 'polls', kind, 'p50_ms')} / "
+                     f"{g(sl, 'drain_polled', 'polls', kind, 'p99_ms')} |")
+        lines.append(f"| `{kind}` polls made | {g(co, 'drain_polled', 'polls', kind, 'n')} | "
+                     f"{g(sl, 'drain_polled', 'polls', kind, 'n')} |")
+    a = co.get("api_queries", {})
+    lines.append(f"| API status queries/s ({a.get('processes')} clients), p50 / p99 (ms) | "
+                 f"{a.get('queries_per_s')}, {a.get('p50_ms')} / {a.get('p99_ms')} | - |")
+    e = co.get("event_delivery", {})
+    lines.append(f"| event delivery p50 / p99 (ms), {e.get('n')} events | "
+                 f"{e.get('p50_ms')} / {e.get('p99_ms')} | - (no event stream) |")
+    b = co.get("array_100k", {})
+    lines.append(f"| 100,000-task array submit (s) | {b.get('submit_s')} | "
+                 f"{g(sl, 'array_4000_submit_s')} (4,000 tasks: MaxArraySize=4001) |")
+    lines.append(f"| controller RSS before / after the array (MB) | "
+                 f"{b.get('controller_rss_mb_before')} / {b.get('controller_rss_mb_after')} "
+                 f"({b.get('pending_records')} pending records) | - |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--pause-s", type=float, default=0.0, help="pollers' pause per call")
+    ap.add_argument("--api-s", type=float, default=5.0)
+    ap.add_argument("--api-procs", type=int, default=4)
+    ap.add_argument("--no-slurm", action="store_true")
+    ap.add_argument("--out", default=str(RESULTS / "workflow_bench"))
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="wfbench-"))
+    os.chmod(work, 0o755)
+    res: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "python " + " ".join(["bench/workflow_bench.py", *sys.argv[1:]]),
+        "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.python_version()}",
+        "loadavg": loadavg(), "n": args.n, "pause_s": args.pause_s}
+    try:
+        res["corral"] = corral_run(args.n, work, args.pause_s, args.api_s, args.api_procs)
+        res["slurm"] = {"skipped": "--no-slurm"} if args.no_slurm else \
+            slurm_run(args.n, args.pause_s)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    res["bench_rusage_maxrss_mb"] = round(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    Path(args.out + ".json").write_text(json.dumps(res, indent=2) + "\n")
+    Path(args.out + ".md").write_text(render_md(res))
+    print(render_md(res))
+
+
+if __name__ == "__main__":
+    main()
