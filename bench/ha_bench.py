@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 
 from tests.e2e.cluster import wait_for  # noqa: E402
-from tests.e2e.ha import HaCluster, sh  # noqa: E402
+from tests.e2e.ha import HaCluster, fill_held, sh  # noqa: E402
 from tests.pg import PgServer, pg_bindir  # noqa: E402
 
 
@@ -104,22 +104,6 @@ def failover(pg: PgServer, root: Path, kills: int, load_jobs: int) -> dict[str, 
         ha.down()
 
 
-def _fill(url: str, n: int, base: int) -> None:
-    """``n`` held copies of job 1's row as active jobs ``base+1 .. base+n`` (SQL, fast)."""
-    import sqlalchemy as sa
-
-    eng = sa.create_engine(url)
-    with eng.begin() as conn:
-        conn.execute(sa.text(
-            'INSERT INTO jobs (id, array_job_id, array_task_id, name, "user", uid, account, '
-            "partition, state, submit_time, start_time, end_time, exit_code, restarts, "
-            "nodes, submission, data) SELECT :base + g, NULL, NULL, name, \"user\", uid, "
-            "account, partition, 'PENDING', submit_time, NULL, NULL, NULL, 0, '', "
-            "submission, data FROM jobs, generate_series(1, :n) AS g WHERE id = 1"),
-            {"base": base, "n": n})
-    eng.dispose()
-
-
 def large_takeover(pg: PgServer, root: Path, n_active: int, refresh_s: float,
                    kills: int) -> dict[str, Any]:
     """Takeover with ``n_active`` held pending jobs in the table, warm or cold standby:
@@ -143,7 +127,7 @@ def large_takeover(pg: PgServer, root: Path, n_active: int, refresh_s: float,
         with ha.client() as c:
             held = c.submit_result(dict(sh("true", ha.work), hold=True))["job_ids"][0]
             assert held == 1, held
-            _fill(url, n_active, 10_000_000)
+            fill_held(url, n_active, 10_000_000)
             for _k in range(kills):
                 old = ha.leader()
                 standby = next(x for x in ha.ctls if x is not old)

@@ -34,10 +34,11 @@ def test_one_leader_fencing_and_takeover(pg_url: str) -> None:
         info = await b.refresh()
         assert info is not None and info.holder == "a" and info.alive
         # a's session dies (as with kill -9 of its process): b leads after the lease
+        # (its renewals stop with it: the lease thread quits with hold, then the session)
         t0 = time.monotonic()
-        a._pool.submit(a._drop_session).result()
         stop.set()
         await holding
+        await a._call(a._drop_session)
         epoch_b = await asyncio.wait_for(b_wins, timeout=10)
         waited = time.monotonic() - t0
         assert epoch_b == epoch_a + 1

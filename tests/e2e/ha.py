@@ -295,3 +295,20 @@ class TcpProxy:
     def close(self) -> None:
         self.cut()
         self.listener.close()
+
+
+def fill_held(url: str, n: int, base: int) -> None:
+    """``n`` copies of job 1's row as held pending jobs ``base+1 .. base+n``, written
+    straight to the database (a large table in a second, not n submits)."""
+    import sqlalchemy as sa
+
+    eng = sa.create_engine(url)
+    with eng.begin() as conn:
+        conn.execute(sa.text(
+            'INSERT INTO jobs (id, array_job_id, array_task_id, name, "user", uid, account, '
+            "partition, state, submit_time, start_time, end_time, exit_code, restarts, "
+            'nodes, submission, data) SELECT :base + g, NULL, NULL, name, "user", uid, '
+            "account, partition, 'PENDING', submit_time, NULL, NULL, NULL, 0, '', "
+            "submission, data FROM jobs, generate_series(1, :n) AS g WHERE id = 1"),
+            {"base": base, "n": n})
+    eng.dispose()

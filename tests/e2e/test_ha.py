@@ -282,3 +282,39 @@ def test_sbatch_wait_across_a_failover_makes_one_job(pg_url: str, ha_root: Path)
         raise
     finally:
         ha.down()
+
+
+@pytest.mark.slow
+def test_a_takeover_that_loads_longer_than_the_lease_keeps_the_lead(
+        pg_url: str, ha_root: Path) -> None:
+    """A cold standby (no warm copy) takes over a table of 8,000 active jobs with a 1 s
+    lease: the lease is renewed while the state loads, so no other controller takes
+    over meanwhile and the new leader leads on and starts jobs."""
+    from tests.e2e.ha import fill_held
+
+    ha = HaCluster(ha_root, pg_url, n=2, refresh_s=0)
+    try:
+        ha.start()
+        ha.start_agent()
+        ha.wait_node_up()
+        with ha.client() as c:
+            assert c.submit_result(dict(sh("true", ha.work), hold=True))["job_ids"] == [1]
+            fill_held(pg_url, 8000, 1_000_000)
+            old = ha.leader()
+            new = next(x for x in ha.ctls if x is not old)
+            old.kill9()
+            wait_for(lambda: new.role() == "leader", 120, interval=0.1,
+                     what="the standby to lead")
+            old.start()
+            jid = c.submit(sh("true", ha.work))[0]
+            wait_for(lambda: c.job(jid)["state"] == "COMPLETED", 60, what="a new job")
+        m = re.search(r"recovered (\d+) pending .*\(cold, ([\d.]+) s\)", new.log())
+        assert m is not None and int(m.group(1)) == 8001, new.log()
+        assert "leadership lost" not in new.log()
+        assert old.role() == "standby" and new.role() == "leader"
+        print("cold load of 8,001 jobs:", m.group(2), "s")
+    except BaseException:
+        print(ha.logs())
+        raise
+    finally:
+        ha.down()

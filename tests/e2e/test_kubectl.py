@@ -381,3 +381,25 @@ def test_sbatch_jobs_show_as_read_only_vcjobs_with_pods(kube: Kube) -> None:
         r = kube.run(*verb, ok=False)
         assert r.returncode == 1 and "kubectl only reads it" in r.stderr, (verb, r.stderr)
     assert kube.get("vcjob", name)["metadata"]["name"] == name  # still there
+
+
+def test_ssh_plugin_runs_commands_on_the_jobs_hosts(kube: Kube) -> None:
+    """The ssh plugin: ssh to a host of the svc host file, or to a replica's pod name,
+    runs the command there as a job step (what mpirun's ssh launcher does)."""
+    master = task("master", 1, "ssh -o StrictHostKeyChecking=no "
+                               "$(head -1 $VC_HOSTFILE_DIR/worker.host) echo via-ssh; "
+                               "ssh -p 22 sshjob-worker-0.sshjob 'echo by-pod-name'")
+    master["policies"] = [{"event": "TaskCompleted", "action": "CompleteJob"}]
+    kube.apply(vcjob("sshjob", master, task("worker", 1, "sleep 30"),
+                     plugins={"ssh": ["--no-root"], "svc": ["--disable-network-policy"]},
+                     minAvailable=2))
+    kube.wait_phase("sshjob", "Completed", timeout=60)
+    assert kube.run("logs", "sshjob-master-0").stdout.split() == ["via-ssh", "by-pod-name"]
+
+
+def test_task_failed_event(kube: Kube) -> None:
+    """TaskFailed: the task can no longer reach its minimum (here: every replica)."""
+    w = task("w", 2, "if [ $VC_TASK_INDEX = 1 ]; then exit 4; fi; sleep 60")
+    w["policies"] = [{"event": "TaskFailed", "action": "AbortJob"}]
+    kube.apply(vcjob("tfail", w, plugins={"env": []}))
+    kube.wait_phase("tfail", "Aborted", timeout=60)

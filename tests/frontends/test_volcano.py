@@ -143,7 +143,17 @@ def test_minavailable_defaults_to_the_tasks_minimums() -> None:
     (lambda m: m["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["resources"][
         "requests"].update({"example.com/fpga": "500m"}),
      "spec.tasks[1].template.spec.containers[0].resources.requests.example.com/fpga"),
-    (lambda m: m["spec"].update(plugins={"ssh": []}), "spec.plugins.ssh"),
+    (lambda m: m["spec"].update(plugins={"ssh": ["--ssh-key-file-path=/k"]}),
+     "spec.plugins.ssh[0]"),
+    (lambda m: m["spec"].update(plugins={"tensorflow": []}), "spec.plugins.tensorflow"),
+    (lambda m: m["spec"].update(networkTopology={"mode": "hard", "highestTierAllowed": 2}),
+     "spec.networkTopology.highestTierAllowed"),
+    (lambda m: m["spec"].update(networkTopology={"mode": "soft", "highestTierAllowed": 1}),
+     "spec.networkTopology.mode"),
+    (lambda m: m["spec"]["tasks"][0].update(topologyPolicy="single-numa-node"),
+     "spec.tasks[0].topologyPolicy"),
+    (lambda m: m["spec"].update(policies=[{"event": "Unknown", "action": "AbortJob"}]),
+     "spec.policies[0].events"),
     (lambda m: m["spec"]["tasks"][0]["template"]["spec"]["containers"][0].pop("command"),
      "spec.tasks[0].template.spec.containers[0].command"),
     (lambda m: m["spec"].update(minAvailable=9), "spec.minAvailable"),
@@ -260,3 +270,19 @@ def test_any_malformed_manifest_is_a_manifest_error() -> None:
             pass
 
     check()
+
+
+def test_fields_real_volcano_accepts_are_honoured() -> None:
+    """The ssh plugin (and the plugin flags that hold on hosts), networkTopology hard
+    under one leaf switch, topologyPolicy none, the TaskFailed event."""
+    m = copy.deepcopy(CFD_AI)
+    m["spec"]["plugins"] = {"ssh": ["--no-root"], "svc": ["--publish-not-ready-addresses",
+                                                          "--disable-network-policy=true"],
+                            "env": []}
+    m["spec"]["networkTopology"] = {"mode": "hard", "highestTierAllowed": 1}
+    m["spec"]["tasks"][0]["topologyPolicy"] = "none"
+    m["spec"]["policies"] = [{"event": "TaskFailed", "action": "AbortJob"}]
+    vj = parse_job(m)
+    assert vj.plan["plugins"] == ["env", "ssh", "svc"]
+    assert vj.submission.spec.switches == 1
+    assert vj.plan["policies"][0]["events"] == ["TaskFailed"]

@@ -17,7 +17,10 @@ Algorithm (PostgreSQL; a SQLite store has one controller, which always leads):
    not at all: a deposed leader can commit nothing.
 4. **Stepping down.** The leader stops acting (drops its agents, refuses requests) when a
    renewal fails, when a write is fenced, or when ``lease_s - margin_s`` passed since the
-   start of its last successful renewal (a link that hangs instead of failing). Its lease
+   start of its last successful renewal (a link that hangs instead of failing). Renewals
+   run on the lease thread, from the takeover on (while the state loads too), so a busy
+   event loop does not lose the lease; the thread stops renewing when the loop has not
+   turned for ``max(10 s, 3 lease_s)`` (a wedged process). Its lease
    ran until at least ``renewal start + lease_s`` by the database's clock, so a standby
    takes over only after the old leader stopped (clocks may differ in offset, not rate).
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -107,6 +111,10 @@ class Leadership:
         self.epoch: int | None = None
         self.info: LeaderInfo | None = None  # the last lease row read
         self.renewed_at = 0.0  # monotonic start of the last successful renewal
+        # the event loop's last turn in ``hold``: the lease thread renews only while the
+        # loop ran within ``wedged_s`` (a long cycle is fine, a wedged process is not)
+        self.loop_beat = 0.0
+        self.wedged_s = max(10.0, 3 * lease_s)
         self.takeovers = 0
         # every controller of the cluster seen in the last PEER_TTL_S (``meta`` rows
         # ``ctl:<name>``, written by each one about once a second): for ``scontrol ping``
@@ -231,32 +239,51 @@ class Leadership:
                 logged = True
             await asyncio.sleep(wait_s)
 
+    def _keep(self, epoch: int, quit_: threading.Event, out: list[str]) -> None:
+        """The lease thread while leading: renew every ``renew_s`` until ``quit_`` or a
+        renewal fails (``out`` gets why). Renewals do not wait for the event loop, so a
+        loop busy for a while (a long first scheduling cycle, a large takeover) does not
+        cost the lease; the loop's side still steps down when no renewal succeeded for
+        ``lease_s - margin_s`` (a hanging database link)."""
+        while not quit_.is_set():
+            if time.monotonic() - self.loop_beat > self.wedged_s:
+                out.append(f"the event loop has not run for {self.wedged_s:.0f} s")
+                return  # a wedged leader must not keep the lease for ever
+            try:
+                ok = self._renew(epoch)
+            except Exception as exc:  # noqa: BLE001 - the link or the server failed
+                out.append(f"lease renewal failed: {exc}")
+                return
+            if not ok:
+                out.append("another controller took the lease")
+                return
+            quit_.wait(self.renew_s)
+
     async def hold(self, epoch: int, stop: asyncio.Event) -> str:
         """Renew the lease until it is lost or ``stop`` is set; returns why it ended."""
-        renewal: asyncio.Future[Any] | None = None
-        next_at = time.monotonic() + self.renew_s
-        while True:
-            now = time.monotonic()
-            if stop.is_set():
-                return "stopped"
-            if now > self.renewed_at + self.lease_s - self.margin_s:
-                return (f"no lease renewal for {now - self.renewed_at:.1f} s (the database "
-                        "is unreachable)")
-            if renewal is not None and renewal.done():
-                try:
-                    ok = renewal.result()
-                except Exception as exc:  # noqa: BLE001 - the link or the server failed
-                    return f"lease renewal failed: {exc}"
-                if not ok:
-                    return "another controller took the lease"
-                renewal = None
-            if renewal is None and now >= next_at:
-                renewal = asyncio.ensure_future(self._call(self._renew, epoch))
-                next_at = now + self.renew_s
-            try:  # wake for the next renewal, the deadline, or stop (short steps)
-                await asyncio.wait_for(stop.wait(), timeout=min(0.05, self.renew_s))
-            except TimeoutError:
-                pass
+        quit_ = threading.Event()
+        why: list[str] = []
+        self.loop_beat = time.monotonic()
+        keeper = asyncio.ensure_future(self._call(self._keep, epoch, quit_, why))
+        try:
+            while True:
+                self.loop_beat = time.monotonic()
+                if stop.is_set():
+                    return "stopped"
+                if why:
+                    return why[0]
+                if keeper.done():
+                    return "the lease thread ended"
+                now = time.monotonic()
+                if now > self.renewed_at + self.lease_s - self.margin_s:
+                    return (f"no lease renewal for {now - self.renewed_at:.1f} s (the "
+                            "database is unreachable)")
+                try:  # wake for the deadline or stop (short steps)
+                    await asyncio.wait_for(stop.wait(), timeout=min(0.05, self.renew_s))
+                except TimeoutError:
+                    pass
+        finally:
+            quit_.set()
 
     async def refresh(self) -> LeaderInfo | None:
         """Read the lease row (for a standby's answers)."""

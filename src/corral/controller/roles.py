@@ -186,12 +186,40 @@ async def serve_seats(gate: Gate, make: Callable[[], tuple[Controller, Any]],
             epoch = epoch_or_none
             ctl.store.fence = fence_op(epoch)
             ctl.store.on_fenced = _notifier(loop, lost)
-        try:
-            await ctl.start(warm)
-        except Exception:
-            if seat is None:  # one controller (SQLite): a start that fails is fatal
-                raise
-            log.exception("taking over failed; standing by again")
+        # the lease is renewed from the takeover on, while the state loads too (a load
+        # longer than the lease must not let a standby take over meanwhile)
+        either = asyncio.Event()
+
+        async def watch(ev: asyncio.Event, done: asyncio.Event = either) -> None:
+            await ev.wait()
+            done.set()
+
+        watchers = [asyncio.create_task(watch(stop)), asyncio.create_task(watch(lost))]
+        holding = asyncio.create_task(seat.hold(epoch, either)) if seat is not None else None
+        starting = asyncio.create_task(ctl.start(warm))
+        await asyncio.wait({starting} | ({holding} if holding else set()),
+                           return_when=asyncio.FIRST_COMPLETED)
+        failed = not starting.done() or starting.cancelled() or \
+            starting.exception() is not None
+        if failed:
+            if not starting.done():  # the lease was lost while loading
+                starting.cancel()
+                try:
+                    await starting
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                    pass
+                log.error("leadership lost while taking over (%s); standing by again",
+                          holding.result() if holding and holding.done() else "?")
+            else:
+                if seat is None:  # one controller (SQLite): a start that fails is fatal
+                    for w in watchers:
+                        w.cancel()
+                    starting.result()
+                log.error("taking over failed; standing by again",
+                          exc_info=starting.exception())
+            either.set()
+            for t in [*watchers, *([holding] if holding else [])]:
+                t.cancel()
             await _step_down(ctl, seat, release=True)
             await asyncio.sleep(1.0)  # not a tight loop on a database that keeps failing
             continue
@@ -207,22 +235,15 @@ async def serve_seats(gate: Gate, make: Callable[[], tuple[Controller, Any]],
         gate.role = "leader"
         gate.leading = True
         on_lead()
-        if seat is None:
+        if holding is None:
             await stop.wait()
             why = "stopped"
         else:
-            either = asyncio.Event()
-
-            async def watch(ev: asyncio.Event, done: asyncio.Event = either) -> None:
-                await ev.wait()
-                done.set()
-
-            watchers = [asyncio.create_task(watch(stop)), asyncio.create_task(watch(lost))]
-            why = await seat.hold(epoch, either)
-            for w in watchers:
-                w.cancel()
+            why = await holding
             if lost.is_set() and not stop.is_set():
                 why = "a write was fenced: another controller leads"
+        for w in watchers:
+            w.cancel()
         gate.leading = False
         ctl.metrics.leader.set(0)
         if why != "stopped":

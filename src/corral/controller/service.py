@@ -141,15 +141,11 @@ class Controller:
         key_rows: list[Any] | None = None
         if warm is not None and warm.ready:
             recs, key_rows = await loop.run_in_executor(None, warm.catch_up)
-        else:
-            recs = []
-            for row in await loop.run_in_executor(None, self.store.load_active):
-                try:
-                    recs.append(record_from_row(row))
-                except Exception:  # one unreadable row must not keep the controller down
-                    log.exception("job %s: its stored record cannot be read; left out",
-                                  row.id)
-        for rec in recs:
+        else:  # read and parse off the loop (it renews the lease meanwhile)
+            recs = await loop.run_in_executor(None, self._load_active_records)
+        for k, rec in enumerate(recs):
+            if k % 2000 == 1999:
+                await asyncio.sleep(0)  # a long table: let the lease renewals run
             self._index(rec)
             if rec.state.is_active:
                 self.nodes.allocate(rec)
@@ -204,6 +200,15 @@ class Controller:
         self._tasks.append(asyncio.create_task(self.sched.run(), name="scheduler"))
         self._tasks.append(asyncio.create_task(self._ticker(), name="ticker"))
         self.sched.trigger()
+
+    def _load_active_records(self) -> list[JobRecord]:
+        recs = []
+        for row in self.store.load_active():
+            try:
+                recs.append(record_from_row(row))
+            except Exception:  # one unreadable row must not keep the controller down
+                log.exception("job %s: its stored record cannot be read; left out", row.id)
+        return recs
 
     async def stop(self) -> None:
         self.term_over.set()

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.core.model.job import JobSpec, TaskGroup
+from corral.frontends import volcano_spec
 from corral.submission import JobSubmission
 
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -43,8 +44,7 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 ACTIONS = ("RestartJob", "RestartTask", "RestartPod", "AbortJob", "TerminateJob",
            "CompleteJob")
-EVENTS = ("PodFailed", "PodEvicted", "TaskCompleted", "*")
-PLUGINS = ("env", "svc")
+EVENTS = ("PodFailed", "PodEvicted", "TaskCompleted", "TaskFailed", "*")
 # launcher exit statuses (the job's exit code tells the phase apart)
 EXIT_FAILED, EXIT_ABORTED, EXIT_TERMINATED = 1, 2, 3
 _SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields",
@@ -275,9 +275,9 @@ _POD_OK = ("containers", "restartPolicy", "nodeSelector", "affinity", "toleratio
 def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
           hostpaths: dict[str, str]) -> dict[str, Any]:
     c.only(t, path, ("name", "replicas", "minAvailable", "template", "policies", "maxRetry",
-                     "dependsOn"),
-           {"topologyPolicy": "CPU binding follows the node's cores",
-            "partitionPolicy": "no network-topology partitions"})
+                     "dependsOn", "topologyPolicy"),
+           {"partitionPolicy": "no network-topology partitions"})
+    volcano_spec.topology_policy(c, t.get("topologyPolicy"), path)
     name = t.get("name")
     if not isinstance(name, str) or not _NAME.match(name) or len(name) > 63:
         c.bad(f"{path}.name", f"Invalid value: {name!r}: a task name is a DNS-1123 label")
@@ -423,19 +423,14 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
     spec = c.obj(m.get("spec"), "spec")
     c.only(spec, "spec", ("minAvailable", "tasks", "queue", "priorityClassName", "maxRetry",
                           "policies", "plugins", "ttlSecondsAfterFinished", "schedulerName",
-                          "minSuccess"),
+                          "minSuccess", "networkTopology"),
            {"volumes": "no persistent volume claims",
-            "networkTopology": "use node features or --switches through sbatch",
             "runningEstimate": "give activeDeadlineSeconds for a time limit"})
+    switches = volcano_spec.network_topology(c, spec.get("networkTopology"))
     sched = spec.get("schedulerName")
     if sched not in (None, "volcano", "corral"):
         c.unsupported("spec.schedulerName", f"{sched!r}: Corral is the scheduler")
-    plugins = c.obj(spec.get("plugins"), "spec.plugins")
-    for pname, pargs in plugins.items():
-        if pname not in PLUGINS:
-            c.unsupported(f"spec.plugins.{pname}", "Corral has the env and svc plugins")
-        elif c.strings(pargs, f"spec.plugins.{pname}"):
-            c.unsupported(f"spec.plugins.{pname}", "plugin arguments")
+    plugins = volcano_spec.plugins(c, spec.get("plugins"))
     raw_tasks = spec.get("tasks")
     if not isinstance(raw_tasks, list) or not raw_tasks:
         c.bad("spec.tasks", "Required value: at least one task")
@@ -481,7 +476,7 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
                  partitions=() if queue == "default" else (queue,),
                  qos=spec.get("priorityClassName") or None, task_groups=groups,
                  min_available=min_av, time_limit_s=max(deadlines) if deadlines else None,
-                 requeue=False)
+                 requeue=False, switches=switches)
     workdir = next((t["workdir"] for t in tasks if t["workdir"]), None)
     extra = {"k8s_meta": json.dumps({"labels": labels, "annotations": annotations}),
              "vc_spec": json.dumps(spec, separators=(",", ":"))}

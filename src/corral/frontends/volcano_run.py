@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -38,6 +39,26 @@ from pathlib import Path
 from typing import Any
 
 from corral.frontends.volcano import EXIT_ABORTED, EXIT_FAILED, EXIT_TERMINATED
+
+SSH_SHIM = r"""#!/bin/sh
+# ssh for the replicas of a Volcano job (the ssh plugin): ssh [options] HOST COMMAND...
+# runs COMMAND on HOST (a node of this job, or a replica's pod name) as a job step
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -[BbcDEeFIiJLlmOoPpQRSWw]) shift 2 ;;
+    --) shift; break ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+[ $# -gt 0 ] || { echo "ssh: usage: ssh [options] host command" >&2; exit 255; }
+host=${1#*@}
+shift
+[ $# -gt 0 ] || { echo "ssh: Corral's ssh plugin runs commands only (no login shell)" >&2
+                  exit 255; }
+node=$(awk -v h="$host" '$1 == h { print $2; exit }' @PODS@)
+exec @SRUN@ --overlap -N1 -n1 -w "${node:-$host}" /bin/sh -c "$*"
+"""
 
 
 def parse_layout(text: str) -> dict[str, list[str]]:
@@ -113,7 +134,29 @@ class Launcher:
                 base[f"VC_{env_name(t['name'])}_HOSTS"] = ",".join(hosts)
                 base[f"VC_{env_name(t['name'])}_NUM"] = str(len(hosts))
             base["VC_HOSTFILE_DIR"] = str(hdir)
+        if "ssh" in plugins:
+            base["PATH"] = f"{self._ssh_shim()}:{base.get('PATH', '/usr/bin:/bin')}"
         return base
+
+    def _ssh_shim(self) -> Path:
+        """The ``ssh`` plugin: an ``ssh`` for the replicas that runs its command on the
+        named host of this job as a step (``srun --overlap -N1 -n1 -w HOST``). A host is
+        a node name (the host files') or a replica's pod name (``<pod>``,
+        ``<pod>.<job>``), mapped to its node through ``bin/pods``."""
+        bdir = self.dir / "bin"
+        bdir.mkdir(exist_ok=True)
+        job = self.plan["job"]
+        (bdir / "pods").write_text("".join(
+            f"{pod_name(job, r.name, r.index)} {r.node}\n"
+            f"{pod_name(job, r.name, r.index)}.{job} {r.node}\n" for r in self.replicas))
+        srun = (f"{shlex.quote(sys.executable)} -c 'import sys; from corral.shims.lean import "
+                "main; main(\"srun\", sys.argv[1:])'")
+        script = SSH_SHIM.replace("@PODS@", shlex.quote(str(bdir / "pods"))) \
+            .replace("@SRUN@", srun)
+        shim = bdir / "ssh"
+        shim.write_text(script)
+        shim.chmod(0o755)
+        return bdir
 
     # ---- steps (the controller's record of each replica) --------------------------------
 
@@ -212,6 +255,15 @@ class Launcher:
                 return str(p["action"])
         return None
 
+    def _task_failed(self, r: Replica) -> bool:
+        """Too many of the task's replicas failed for its minimum (``minAvailable`` of the
+        task, all its replicas when unset) to succeed any more."""
+        mates = [x for x in self.replicas if x.name == r.name]
+        failed = sum(1 for x in mates if x.exit not in (None, 0))
+        need = r.task.get("min_available")
+        need = int(r.task["replicas"]) if need is None else int(need)
+        return len(mates) - failed < max(need, 1)
+
     def _limit(self, r: Replica) -> int:
         own = r.task.get("max_retry")
         return int(own if own is not None else self.plan.get("max_retry", 3))
@@ -226,6 +278,8 @@ class Launcher:
             ended = self._wait_one(live)
             code = ended.exit if ended.exit is not None else 1
             action = self._action(ended, code, "PodFailed") if code != 0 else None
+            if code != 0 and action is None and self._task_failed(ended):
+                action = self._action(ended, code, "TaskFailed")
             if code == 0:
                 mates = [x for x in self.replicas if x.name == ended.name]
                 if all(x.exit == 0 for x in mates):
