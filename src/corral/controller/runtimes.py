@@ -10,6 +10,7 @@ class that contradicts every partition the job names.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from corral.config.schema import ClusterConfig
@@ -37,6 +38,20 @@ def job_runtime(rec: JobRecord, partitions: Iterable[Partition]) -> str:
         return effective_runtime(spec.runtime, _partition_runtime(names, partitions))
     except RuntimeConflict:
         return spec.runtime
+
+
+def normalize_runtime(sub: JobSubmission, cfg: ClusterConfig) -> JobSubmission:
+    """A default-class job whose partitions all impose one class gets it in its spec, so
+    every view of the pending job (queue, show, history) shows where it will run."""
+    spec = sub.spec
+    if spec.runtime != "host" or "container" in sub.extra:
+        return sub
+    forced = {p.name: p.runtime for p in cfg.partitions}
+    names = list(spec.partitions) or [p.name for p in cfg.partitions if p.default][:1]
+    classes = {forced.get(n) for n in names}
+    if len(classes) == 1 and (only := classes.pop()) not in (None, "host"):
+        return dataclasses.replace(sub, spec=dataclasses.replace(spec, runtime=str(only)))
+    return sub
 
 
 def check_runtime(sub: JobSubmission, cfg: ClusterConfig) -> None:

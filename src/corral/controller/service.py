@@ -32,6 +32,7 @@ from corral.controller.metrics import Metrics
 from corral.controller.nodes import NodeTable
 from corral.controller.records import JobRecord
 from corral.controller.rows import insert_row, record_from_row, update_row
+from corral.controller.runtimes import normalize_runtime
 from corral.controller.steps import close_open_steps
 from corral.controller.store import Store
 from corral.controller.suspend import end_suspension
@@ -518,6 +519,7 @@ class Controller:
         sub = intake.decode_submission(body)
         sub = intake.apply_identity(sub, who, self.cfg, self.single_uid)
         intake.check_names(sub, self.cfg)
+        sub = normalize_runtime(sub, self.cfg)
         self.reservations.check_submit(sub)
         if sub.extra.get("mail_user"):
             from corral.controller.mail import check_submit as check_mail
