@@ -139,3 +139,16 @@ def test_vm_requests_refused_at_submit(vm_cluster: Cluster) -> None:
     assert r.returncode != 0 and "allow_user_images" in r.stderr, r.stderr
     r = cli(c, "submit", "--vm", "-N", "2", "--wrap", "true")
     assert r.returncode != 0 and "one node" in r.stderr, r.stderr
+
+
+def test_srun_steps_are_refused_for_a_vm_job(vm_cluster: Cluster) -> None:
+    from corral.client import CorralError
+
+    c = vm_cluster
+    jid = c.submit("sleep 600", runtime="vm", extra={"vm_image": ""})
+    c.wait_state(jid, "RUNNING", timeout=60)
+    with pytest.raises(CorralError, match="runs in a VM: srun steps are not supported"):
+        c.client.start_step(jid, ["hostname"])
+    c.client.cancel([jid])
+    job = c.wait_done(jid, timeout=60)
+    assert job["state"] == "CANCELLED"

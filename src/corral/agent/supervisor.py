@@ -762,6 +762,9 @@ class Supervisor:
 
     def start_step(self, launch: dict[str, Any]) -> None:
         """Fork the step process of this node's tasks of one ``srun`` step."""
+        if vmjob.is_vm(self.req):  # the job's processes are in the guest, not here
+            self.log("step refused: a VM job's steps would run on the host")
+            return
         if self.run.ending or (not self.run.job_pid and not self.is_share):
             self.log(f"step refused: the job is {'ending' if self.run.ending else 'not running'}")
             return

@@ -225,6 +225,10 @@ async def start_step(ctl: Controller, ref: str, body: Any, who: Identity) -> dic
         raise ApiError("conflict", f"job {rec.display_id} is not running (it is "
                                    f"{rec.state.value}): no new steps",
                        slurm="Job/step already completing or completed")
+    if rec.runtime == "vm":  # its processes live in the guest; a step would run on the host
+        msg = (f"job {rec.display_id} runs in a VM: srun steps are not supported there "
+               "(run the tasks from the batch script inside the guest)")
+        raise ApiError("invalid", msg, slurm=msg)
     step_id = max((s.step_id for s in rec.steps), default=-1) + 1
     assert ntasks is not None and num_cpus is not None
     st = StepRecord(job_id=rec.id, restarts=rec.restarts, step_id=step_id, name=name,
