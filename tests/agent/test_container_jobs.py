@@ -204,3 +204,42 @@ def test_oci_bundle_and_mount_checks_as_the_user(crunner: JobRunner, space: Path
                                 stdout=str(w / "out-%j.txt"), extra={"container": text}))
     ex = wait_exits(crunner, 1, 60)[42]
     assert ex.state == "FAILED" and "Permission denied (as the job's user)" in ex.reason, ex
+
+
+def test_remap_root_is_root_inside_the_user_outside(crunner: JobRunner, space: Path,
+                                                    registry: Registry,
+                                                    user: pwd.struct_passwd) -> None:
+    """--container-remap-root (where the cluster allows it): uid 0 in a user namespace
+    that maps only the job's user; what it writes belongs to the user on the host."""
+    w = workdir(space)
+    spec = ContainerSpec(parse_image(registry.ref("test/bb:1")), remap_root=True)
+    crunner.launch(make_request(51, w, "#!/bin/sh\nid -u\ntouch made-inside\n"
+                                "cat /proc/self/uid_map\n", user=user.pw_name,
+                                uid=user.pw_uid, gid=user.pw_gid,
+                                stdout=str(w / "out-%j.txt"),
+                                extra={"container": spec.to_text()}))
+    ex = wait_exits(crunner, 1, 60)[51]
+    out = (w / "out-51.txt").read_text()
+    assert ex.state == "COMPLETED", (ex, out)
+    lines = out.split()
+    assert lines[0] == "0" and lines[1:4] == ["0", str(user.pw_uid), "1"], out
+    assert (w / "made-inside").stat().st_uid == user.pw_uid
+
+
+def test_a_link_to_what_the_user_cannot_reach_is_not_mounted(
+        crunner: JobRunner, space: Path, registry: Registry,
+        user: pwd.struct_passwd) -> None:
+    w = workdir(space)
+    secret = space / "rootonly"
+    (secret / "data").mkdir(parents=True)
+    os.chmod(secret, 0o700)
+    link = w / "link"
+    link.symlink_to(secret / "data")
+    text = ContainerSpec(parse_image(registry.ref("test/bb:1"))).to_text().replace(
+        '"mounts":[]', '"mounts":[{"source":"%s","target":"/x","readonly":false,'
+        '"flags":[]}]' % link)
+    crunner.launch(make_request(52, w, "#!/bin/sh\nls /x\n", user=user.pw_name,
+                                uid=user.pw_uid, gid=user.pw_gid,
+                                stdout=str(w / "out-%j.txt"), extra={"container": text}))
+    ex = wait_exits(crunner, 1, 60)[52]
+    assert ex.state == "FAILED" and "(as the job's user)" in ex.reason, ex

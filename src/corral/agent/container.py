@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import json
 import os
 import pwd
@@ -68,12 +69,15 @@ class ContainerPlan:
     uid: int
     gid: int
     groups: tuple[int, ...]
-    check_paths: list[str] = field(default_factory=list)  # bind sources the user must reach
-    mount_points: list[tuple[str, bool]] = field(default_factory=list)  # (path, is_dir)
+    # bind mounts (home, submit directory, --container-mounts, default_mounts): opened as
+    # the job's user and mounted from those file descriptors by ``enter``
+    binds: list[Mount] = field(default_factory=list)
+    lower_is_users: bool = False  # a directory or bundle the user named (opened as the user)
     files: dict[str, bytes] = field(default_factory=dict)  # written into the upper layer
     script: bool = False  # the memfd is passed as fd 3
     image_env: list[str] = field(default_factory=list)  # the image's Env (srun steps)
     keep_env: tuple[str, ...] = ()  # --container-env: names whose job value wins
+    remap_root: bool = False  # a user namespace: the bundle lives under state_root
 
     def argv(self) -> list[str]:
         out = [self.runtime, "--root", self.state_root, "run", "--bundle", self.bundle]
@@ -147,18 +151,13 @@ def _env_list(job_env: dict[str, str], image_cfg: dict[str, Any],
     return [f"{k}={v}" for k, v in env.items() if "\0" not in k + v]
 
 
-def _bind(src: str, dst: str, ro: bool, flags: tuple[str, ...] = ()) -> dict[str, Any]:
-    opts = ["rbind", "ro" if ro else "rw", "nosuid", "nodev"]
-    opts += [f for f in flags if f not in ("bind", "rbind", "nosuid", "nodev")]
-    return {"destination": dst, "type": "bind", "source": src, "options": opts}
-
-
 def plan(spec: ContainerSpec, *, lower: str, image_cfg: dict[str, Any], job_id: int,
          restarts: int, step: str, node: str, jdir: str, runtime: str, state_root: str,
          command: list[str], env: dict[str, str], workdir: str, user: str, uid: int,
          gid: int, groups: tuple[int, ...], cgroup_rel: str | None,
          default_mounts: tuple[Mount, ...] = (), mount_home_default: bool = True,
-         tmp_mb: int = 1024, script: bool = False) -> ContainerPlan:
+         tmp_mb: int = 1024, script: bool = False,
+         lower_is_users: bool = False) -> ContainerPlan:
     """Everything the job child needs to start ``command`` in the image at ``lower``."""
     try:
         home = pwd.getpwuid(uid).pw_dir
@@ -174,21 +173,27 @@ def plan(spec: ContainerSpec, *, lower: str, image_cfg: dict[str, Any], job_id: 
          "options": ["nosuid", "noexec", "nodev", "mode=1777"]},
         {"destination": "/sys", "type": "sysfs", "source": "sysfs",
          "options": ["nosuid", "noexec", "nodev", "ro"]},
-        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-         "options": ["nosuid", "nodev", "mode=1777"]},
-    ]
-    points: list[tuple[str, bool]] = []
-    checks: list[str] = []
+    ]  # /tmp: a tmpfs mounted by ``enter`` (before the binds, which may lie below it)
+    binds: list[Mount] = []
     bound: set[str] = set()
 
     def add(m: Mount) -> None:
-        if m.target in bound:
+        if m.target in bound or m.target == "/tmp":
             return
+        top = m.target.split("/")[1]
+        if top in ("proc", "sys"):
+            raise ContainerSetupError(errno.EINVAL, f"cannot mount over {m.target} (the "
+                                      "container's own /proc and /sys)")
         bound.add(m.target)
-        checks.append(m.source)
-        is_dir = os.path.isdir(m.source)
-        points.append((m.target, is_dir))
-        mounts.append(_bind(m.source, m.target, m.readonly, m.flags))
+        if top == "dev":  # after the runtime's /dev: by path, and only from the host's /dev
+            if not m.source.startswith("/dev/"):
+                raise ContainerSetupError(errno.EINVAL, f"a mount into /dev must come from "
+                                          f"the host's /dev, not {m.source}")
+            opts = ["rbind", "ro" if m.readonly else "rw", "nosuid"]
+            mounts.append({"destination": m.target, "type": "bind", "source": m.source,
+                           "options": opts})
+            return
+        binds.append(m)
 
     if (spec.mount_home and mount_home_default) and home and home != "/" \
             and os.path.isdir(home):
@@ -233,12 +238,15 @@ def plan(spec: ContainerSpec, *, lower: str, image_cfg: dict[str, Any], job_id: 
               "root": {"path": "", "readonly": not spec.writable},
               "hostname": "", "mounts": mounts, "linux": linux}
     bundle = os.path.join(jdir, f"ctr-{step}")
+    if spec.remap_root:  # the user namespace's root (the user) must reach the bundle
+        bundle = os.path.join(state_root, "bundles", ctr_id)
     return ContainerPlan(
         runtime=runtime, state_root=state_root, ctr_id=ctr_id, bundle=bundle, lower=lower,
         writable=spec.writable, tmp_mb=tmp_mb, config=config, uid=uid, gid=gid,
-        groups=groups, check_paths=checks, mount_points=points,
+        groups=groups, binds=binds, lower_is_users=lower_is_users,
         files=_passwd_files(lower, uid, gid, user, home or "/"), script=script,
-        image_env=[str(e) for e in image_cfg.get("Env") or []], keep_env=keep)
+        image_env=[str(e) for e in image_cfg.get("Env") or []], keep_env=keep,
+        remap_root=spec.remap_root)
 
 
 def as_user(p: ContainerPlan) -> tuple[int, int, list[int]]:
@@ -257,30 +265,73 @@ def back_to_root(saved: tuple[int, int, list[int]]) -> None:
     os.setgroups(saved[2])
 
 
-def enter(p: ContainerPlan) -> None:
-    """In the job child, as root, before it opens its files and execs ``p.argv()``."""
+def _open_as_user(p: ContainerPlan) -> tuple[int, list[tuple[Mount, int, bool]]]:
+    """O_PATH descriptors of the user's lower layer (-1 for the cache's) and of every bind
+    source, opened with the user's credentials: what the user could not reach cannot be
+    mounted, and a link swapped in after this check changes nothing (mounts are made from
+    these descriptors, not from the paths)."""
     saved = as_user(p)
+    fds: list[tuple[Mount, int, bool]] = []
+    lower_fd = -1
     try:
-        for path in [p.lower, *p.check_paths]:
+        paths = ([p.lower] if p.lower_is_users else []) + [m.source for m in p.binds]
+        for i, path in enumerate(paths):
             try:
-                os.stat(path)
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError as exc:
+                for _m, other, _d in fds:
+                    os.close(other)
                 raise ContainerSetupError(exc.errno or 1, f"container path {path}: "
                                           f"{exc.strerror or exc} (as the job's user)") from None
+            if p.lower_is_users and i == 0:
+                lower_fd = fd
+            else:
+                import stat as st
+
+                is_dir = st.S_ISDIR(os.fstat(fd).st_mode)
+                fds.append((p.binds[i - (1 if p.lower_is_users else 0)], fd, is_dir))
     finally:
         back_to_root(saved)
+    return lower_fd, fds
+
+
+def _bind_fd(root: str, m: Mount, fd: int, is_dir: bool) -> None:
+    target = os.path.join(root, m.target.lstrip("/"))
+    _make_point(root, target, is_dir)
+    _mount(f"/proc/self/fd/{fd}", target, None, 0x1000 | MS_REC, None)  # MS_BIND
+    flags = MS_NOSUID | MS_NODEV | (0x8 if "noexec" in m.flags else 0)
+    _mount("none", target, None, 0x20 | 0x1000 | flags | (MS_RDONLY if m.readonly else 0),
+           None)  # MS_REMOUNT | MS_BIND: nosuid, nodev, ro as asked
+
+
+def enter(p: ContainerPlan) -> None:
+    """In the job child, as root, before it opens its files and execs ``p.argv()``."""
     if _c().unshare(CLONE_NEWNS) != 0:
         err = ctypes.get_errno()
         raise ContainerSetupError(err, f"unshare(CLONE_NEWNS): {os.strerror(err)}")
     _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+    # opened in the new namespace: a bind's source must be a mount of the caller's own
+    lower_fd, fds = _open_as_user(p)
     b = p.bundle
-    os.makedirs(b, mode=0o700, exist_ok=True)
-    _mount("tmpfs", b, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0700,size={p.tmp_mb}m")
+    mode = 0o700
+    if p.remap_root:  # searchable (not readable) down to the bundle for the mapped user
+        mode = 0o711
+        for d in (p.state_root, os.path.dirname(b)):
+            os.makedirs(d, mode=0o711, exist_ok=True)
+            os.chmod(d, 0o711)
+    os.makedirs(b, mode=mode, exist_ok=True)
+    _mount("tmpfs", b, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode:04o},size={p.tmp_mb}m")
     for d in ("upper", "work", "root"):
         os.mkdir(os.path.join(b, d), 0o755)
     root = os.path.join(b, "root")
+    lower = p.lower
+    if lower_fd >= 0:  # overlayfs wants a path: the user's tree bound here first
+        lower = os.path.join(b, "lower")
+        os.mkdir(lower, 0o755)
+        _mount(f"/proc/self/fd/{lower_fd}", lower, None, 0x1000 | MS_REC, None)
+        os.close(lower_fd)
     _mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV,
-           f"lowerdir={p.lower},upperdir={b}/upper,workdir={b}/work")
+           f"lowerdir={lower},upperdir={b}/upper,workdir={b}/work")
     for rel, data in p.files.items():
         path = os.path.join(root, rel.lstrip("/"))
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -289,12 +340,17 @@ def enter(p: ContainerPlan) -> None:
         with open(path, "wb") as fh:
             fh.write(data)
         os.chmod(path, 0o644)
-    for target, is_dir in p.mount_points:
-        path = os.path.join(root, target.lstrip("/"))
-        _make_point(root, path, is_dir)
+    tmp = os.path.join(root, "tmp")
+    _make_point(root, tmp, True)
+    _mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for m, fd, is_dir in fds:
+        _bind_fd(root, m, fd, is_dir)
+        os.close(fd)
     cfg = dict(p.config)
     cfg["root"] = {**cfg["root"], "path": root}
-    with open(os.path.join(b, "config.json"), "w") as fh:
+    fd = os.open(os.path.join(b, "config.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                 | os.O_CLOEXEC, 0o600)  # the job's environment: root only
+    with os.fdopen(fd, "w") as fh:
         json.dump(cfg, fh)
     os.makedirs(p.state_root, mode=0o700, exist_ok=True)
 
@@ -330,6 +386,10 @@ def cleanup(runtime: str, state_root: str, ctr_id: str, cgroup_dirs: list[str]) 
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=30, check=False)
         shutil.rmtree(os.path.join(state_root, ctr_id), ignore_errors=True)
+    try:  # a remap-root bundle's mount point (its tmpfs went with the job's namespace)
+        os.rmdir(os.path.join(state_root, "bundles", ctr_id))
+    except OSError:
+        pass
     for d in sorted(cgroup_dirs, key=len, reverse=True):
         try:
             os.rmdir(d)

@@ -138,7 +138,8 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
                  env=env, workdir=req.workdir, user=req.user, uid=req.uid, gid=req.gid,
                  groups=groups or (req.gid,), cgroup_rel=cgroup_rel,
                  default_mounts=defaults, mount_home_default=settings.mount_home,
-                 tmp_mb=settings.tmp_mb, script=script)
+                 tmp_mb=settings.tmp_mb, script=script,
+                 lower_is_users=ref.kind in ("dir", "bundle"))
     except OSError as exc:
         if pin >= 0:
             os.close(pin)
