@@ -154,7 +154,8 @@ class Launcher:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, close_fds=True,
                                          start_new_session=False)
             try:
-                self.qmp = Qmp(qmp_path)
+                proc = self.proc
+                self.qmp = Qmp(qmp_path, alive=lambda: proc.poll() is None)
                 pins = pin_vcpus(self.qmp, cpus)
                 self._record(pins, t0)
                 self.ctl = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

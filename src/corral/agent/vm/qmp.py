@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 
@@ -21,7 +22,10 @@ class QmpError(RuntimeError):
 
 
 class Qmp:
-    def __init__(self, path: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, path: str, timeout_s: float = 10.0,
+                 alive: Callable[[], bool] | None = None) -> None:
+        """Connect to qemu's QMP socket at ``path``, waiting up to ``timeout_s`` for qemu
+        to create it (and giving up at once when ``alive`` says qemu is gone)."""
         deadline = time.monotonic() + timeout_s
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         while True:  # qemu creates the socket during its start-up
@@ -29,6 +33,9 @@ class Qmp:
                 self.sock.connect(path)
                 break
             except (FileNotFoundError, ConnectionRefusedError):
+                if alive is not None and not alive():
+                    self.sock.close()
+                    raise QmpError("qemu exited before its QMP socket was up") from None
                 if time.monotonic() > deadline:
                     self.sock.close()
                     raise QmpError(f"no QMP socket at {path} after {timeout_s} s") from None
