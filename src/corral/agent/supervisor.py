@@ -165,6 +165,7 @@ class Supervisor:
         self.before_exit: Callable[[], None] | None = None
         self.drained = False  # ``drain`` saw every process of the job gone
         self.early_steps: list[dict[str, Any]] = []  # step commands read before the start
+        self.vm_dir = ""  # a VM job's control directory (corral.agent.vm.job)
         self.script_failure = ""  # "prolog" | "epilog": that program failed here
         self.script_message = ""
         self.prolog_ran = False
@@ -579,7 +580,12 @@ class Supervisor:
             self.notify(b"p")  # the controller learns the image and whether it was cached
             return self.fork_job(argv, env, keep_fd)
         if vmjob.is_vm(req):  # the VM launcher runs the job in a guest (corral.agent.vm)
-            argv = vmjob.launcher_argv(req, keep_fd)
+            try:
+                self.vm_dir = vmjob.make_control_dir(
+                    req, (req.uid, req.gid) if self.cfg.switch_user else None)
+            except OSError as exc:
+                return f"cannot create the VM's control directory: {exc.strerror or exc}"
+            argv = vmjob.launcher_argv(req, keep_fd, self.vm_dir)
         if self.can_spawn():
             return self.spawn_job(argv, env, keep_fd)
         return self.fork_job(argv, env, keep_fd)
@@ -1000,6 +1006,7 @@ class Supervisor:
         except OSError:
             self.log(traceback.format_exc())
         exit_rec = self.finish(failure)
+        vmjob.remove_control_dir(self.vm_dir)
         self.container_done()
         if self.iso is not None:
             try:

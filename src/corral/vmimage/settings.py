@@ -13,7 +13,7 @@ class VmConfig:
     enabled: bool = True  # false: VM jobs are refused at submit time
     qemu: str = "qemu-system-x86_64"
     image_dir: str = "/var/lib/corral/images/vm"  # image cache on every node
-    machine: str = "microvm"  # microvm (no firmware, no PCI) | q35
+    machine: str = "microvm"  # microvm (no firmware, no PCI) | q35, then qemu options
     accel: str = "kvm"  # kvm; tcg only for debugging (far too slow for jobs)
     cpu: str = "host"  # qemu -cpu model and flags, e.g. "host,-cx16"
     # memory a VM needs on its node besides the job's request (qemu, guest kernel): the
@@ -28,8 +28,9 @@ class VmConfig:
     def problems(self) -> list[tuple[str, str]]:
         """(key, message) for every bad value."""
         out: list[tuple[str, str]] = []
-        if self.machine not in MACHINES:
-            out.append(("machine", f"must be one of {', '.join(MACHINES)}"))
+        if self.machine.split(",")[0] not in MACHINES:
+            out.append(("machine", f"must be one of {', '.join(MACHINES)} (then qemu machine "
+                                   "options, e.g. \"microvm,pit=on\")"))
         if self.accel not in ACCELS:
             out.append(("accel", f"must be one of {', '.join(ACCELS)}"))
         if not 0 <= self.mem_overhead_mb <= 65536:

@@ -15,6 +15,7 @@ import shutil
 import signal
 import stat
 import sys
+import tempfile
 
 from corral.agent.launch import LaunchRequest
 
@@ -60,7 +61,7 @@ def package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(corral.__file__)))
 
 
-def launcher_argv(req: LaunchRequest, script_fd: int) -> list[str]:
+def launcher_argv(req: LaunchRequest, script_fd: int, control_dir: str = "") -> list[str]:
     """The command the supervisor runs in place of the job: the launcher, as the job's
     user, under a Python that user can run (isolated from the job's PYTHON* variables;
     the launcher needs only the standard library and this package)."""
@@ -69,7 +70,28 @@ def launcher_argv(req: LaunchRequest, script_fd: int) -> list[str]:
     argv = [interpreter(), "-I", "-c", boot, "--vm", req.extra[KEY]]
     if script_fd >= 0:
         argv += ["--script-fd", str(script_fd)]
+    if control_dir:
+        argv += ["--control-dir", control_dir]
     return argv + ["--", *req.argv]
+
+
+def make_control_dir(req: LaunchRequest, owner: tuple[int, int] | None) -> str:
+    """The VM's control directory: a fresh private directory of the job's user (``owner``
+    (uid, gid) when the supervisor is root and switches user), created by the supervisor
+    so that it removes it after the job, even when the launcher was killed."""
+    # always /tmp (sticky): never a directory the job's environment names (TMPDIR), where
+    # this root process would create what the user chose
+    path = tempfile.mkdtemp(prefix=f"corral-vm-{req.job_id}-", dir="/tmp")
+    if owner is not None:
+        os.chown(path, owner[0], owner[1])
+    return path
+
+
+def remove_control_dir(path: str) -> None:
+    """Remove it with everything the launcher and guest left (``rmtree`` does not follow
+    symbolic links the user may have planted)."""
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def to_launcher_only(sig: int) -> bool:

@@ -34,6 +34,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -95,10 +96,12 @@ def pin_vcpus(qmp: Qmp, cpus: list[int]) -> dict[int, tuple[int, int]]:
 
 
 class Launcher:
-    def __init__(self, job: VmJob, script: bytes | None, argv: list[str]) -> None:
+    def __init__(self, job: VmJob, script: bytes | None, argv: list[str],
+                 control_dir: str = "") -> None:
         self.job = job
         self.script = script
         self.argv = argv
+        self.given_dir = control_dir
         self.cdir = ""
         self.proc: subprocess.Popen[bytes] | None = None
         self.qmp: Qmp | None = None
@@ -134,10 +137,20 @@ class Launcher:
         cpus = sorted(os.sched_getaffinity(0))
         mem = guest_mem_mb(self.job.mem_mb, s.mem_overhead_mb)
         workdir = os.getcwd()
-        base = os.environ.get("TMPDIR") or "/tmp"
-        if not os.path.isdir(base) or not os.access(base, os.W_OK):
-            base = "/tmp"
-        self.cdir = tempfile.mkdtemp(prefix="corral-vm-", dir=base)
+        if self.given_dir:  # the supervisor's: it removes it after the job, whatever happens
+            st = os.lstat(self.given_dir)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or os.listdir(
+                    self.given_dir):
+                print(f"corral-vm: {self.given_dir} is not an empty directory of mine",
+                      file=sys.stderr)
+                return 1
+            os.chmod(self.given_dir, 0o700)
+            self.cdir = self.given_dir
+        else:
+            base = os.environ.get("TMPDIR") or "/tmp"
+            if not os.path.isdir(base) or not os.access(base, os.W_OK):
+                base = "/tmp"
+            self.cdir = tempfile.mkdtemp(prefix="corral-vm-", dir=base)
         try:
             write_control(self.cdir, self.script, self.argv, workdir, dict(os.environ))
             jid = os.environ.get("SLURM_JOB_ID", "0")
@@ -218,13 +231,14 @@ def main(args: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="corral-vm")
     p.add_argument("--vm", required=True, help="VmJob as JSON")
     p.add_argument("--script-fd", type=int, default=-1)
+    p.add_argument("--control-dir", default="", help="an empty private directory to use")
     p.add_argument("argv", nargs="*")
     ns = p.parse_args(args)
     script = None
     if ns.script_fd >= 0:
         with os.fdopen(ns.script_fd, "rb") as fh:
             script = fh.read()
-    rc = Launcher(VmJob.from_text(ns.vm), script, list(ns.argv)).run()
+    rc = Launcher(VmJob.from_text(ns.vm), script, list(ns.argv), ns.control_dir).run()
     sys.stdout.flush()
     if 128 < rc < 128 + 65:  # the job died of a signal in the guest: so does this process
         sig = rc - 128

@@ -81,9 +81,9 @@ def qemu_argv(s: VmConfig, image: Image, *, name: str, vcpus: int, mem_mb: int,
               vfio: tuple[str, ...] = ()) -> list[str]:
     if vcpus < 1:
         raise ValueError("a VM needs at least one vCPU")
-    micro = s.machine == "microvm"
+    micro = s.machine.split(",")[0] == "microvm"
     dev = "device" if micro else "pci"
-    machine = "microvm" if micro else "q35"
+    machine = s.machine  # the type, then any qemu machine options ("microvm,pit=on")
     if micro and vfio:
         machine += ",pcie=on"
     for path in (control_dir, workdir):
