@@ -125,3 +125,31 @@ def test_layers_whiteouts_and_escapes(tmp_path: Path) -> None:
         with pytest.raises(ImageError):
             apply_layer(str(_layer(tmp_path / "bad.tgz", bad)), str(root))
     assert not (tmp_path / "evil").exists()
+
+
+def test_a_slow_pull_reports_its_bytes_and_can_be_cancelled(tmp_path: Path) -> None:
+    """A stand-in skopeo (a real process) that writes 1 MiB every 0.2 s into the layout:
+    progress notes carry the growing size; cancelling kills it and cleans up."""
+    fake = tmp_path / "skopeo"
+    fake.write_text("#!/bin/sh\nfor last; do :; done\nd=${last#oci:}; d=${d%:image}\n"
+                    "mkdir -p $d/blobs\ni=0\nwhile [ $i -lt 100 ]; do\n"
+                    "  head -c 1048576 /dev/zero > $d/blobs/part$i; i=$((i+1)); sleep 0.2\n"
+                    "done\n")
+    fake.chmod(0o755)
+    root = tmp_path / "cache"
+    c = ImageCache(str(root), 100, skopeo=str(fake))
+    notes: list[str] = []
+    sizes: list[float] = []
+
+    def progress(note: str) -> None:
+        notes.append(note)
+        if note.endswith(" MB"):
+            sizes.append(float(note.rsplit(":", 1)[1].split()[0]))
+
+    with pytest.raises(ImageError) as exc:
+        c.resolve(parse_image("docker://r.invalid/x:1"), progress=progress,
+                  cancelled=lambda: len(sizes) >= 3)
+    assert "cancelled" in str(exc.value)
+    assert notes[0] == "pulling docker://r.invalid/x:1"
+    assert len(sizes) >= 3 and sizes == sorted(sizes) and sizes[-1] >= 1.0, notes
+    assert os.listdir(root / "tmp") == [] and os.listdir(root / "images") == []

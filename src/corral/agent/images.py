@@ -54,6 +54,7 @@ from typing import Any
 from corral.containers.spec import ImageRef
 
 _WH = ".wh."
+PROGRESS_S = 1.0  # how often a pull in progress reports the bytes it has
 _OPAQUE = ".wh..wh..opq"
 
 
@@ -225,7 +226,7 @@ class ImageCache:
             layout = os.path.join(tmp, "oci")
             if progress:
                 progress(f"pulling {ref.canonical}")
-            self._skopeo_copy(ref, layout, cancelled)
+            self._skopeo_copy(ref, layout, cancelled, progress)
             manifest_digest, manifest = _read_layout(layout)
             with self._lock(f"img-{_hex(manifest_digest)[:32]}"):
                 have = self._load(manifest_digest, ref.canonical)
@@ -247,7 +248,8 @@ class ImageCache:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def _skopeo_copy(self, ref: ImageRef, layout: str,
-                     cancelled: Callable[[], bool] | None) -> None:
+                     cancelled: Callable[[], bool] | None,
+                     progress: Callable[[str], None] | None = None) -> None:
         src = ref.canonical
         argv = [self.skopeo, "--insecure-policy", "copy", "--quiet"]
         if ref.registry in self.insecure:
@@ -261,11 +263,16 @@ class ImageCache:
             raise ImageError("cannot pull images: skopeo is not installed on this node") \
                 from None
         deadline = time.monotonic() + self.pull_timeout_s
+        next_report = time.monotonic() + PROGRESS_S
         while True:
             try:
                 out, err = proc.communicate(timeout=0.1)
                 break
             except subprocess.TimeoutExpired:
+                if progress is not None and time.monotonic() >= next_report:
+                    next_report = time.monotonic() + PROGRESS_S
+                    got = _dir_size(layout) if os.path.isdir(layout) else 0
+                    progress(f"pulling {src}: {got / 1048576:.1f} MB")
                 if (cancelled is not None and cancelled()) or time.monotonic() > deadline:
                     proc.kill()
                     proc.communicate()

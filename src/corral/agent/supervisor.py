@@ -464,8 +464,11 @@ class Supervisor:
             return f"bad container: {exc}"
         settings = ContainerSettings.from_text(self.cfg.containers)
 
-        def progress(note: str) -> None:
-            self.run.notes.append(note)
+        def progress(note: str) -> None:  # the latest pull note replaces the one before
+            if self.run.notes and self.run.notes[-1].startswith(("pulling ", "unpacking ")):
+                self.run.notes[-1] = note
+            else:
+                self.run.notes.append(note)
             self.write_status("PULLING")
             self.notify(b"p")
 
