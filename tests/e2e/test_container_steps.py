@@ -71,3 +71,22 @@ def test_step_with_a_missing_image_fails_its_tasks(two: mn.TwoNodes,
     out = (two.work / f"miss-{jid}.out").read_text()
     assert "image pull failed" in out and "manifest unknown" in out, out
     assert "rc=0" not in out, out
+
+
+def test_named_container_keeps_its_changes_for_later_steps(two: mn.TwoNodes,
+                                                           registry: Registry) -> None:
+    ref = registry.ref("steps/bb:1")
+    script = ("#!/bin/bash\n"
+              f"srun -N2 -n2 --container-image={ref} --container-name=c1 --container-writable "
+              "sh -c 'echo kept-$SLURMD_NODENAME > /etc/marker'\n"
+              "srun -N2 -n2 --container-name=c1 sh -c 'echo named $(cat /etc/marker)'\n"
+              f"srun -N1 -n1 --container-image={ref} sh -c 'cat /etc/marker || echo fresh'\n"
+              "srun -N1 -n1 --container-name=other true; echo unknown=$?\n")
+    jid = two.sbatch(script, "-N2", "-n2", "-o", str(two.work / "named-%j.out"))
+    job = two.wait_done(jid, 90)
+    out = (two.work / f"named-{jid}.out").read_text()
+    assert job["state"] == "COMPLETED", (job, out)
+    named = sorted(line for line in out.splitlines() if line.startswith("named "))
+    assert named == ["named kept-ma", "named kept-mb"], out
+    assert "fresh" in out and "unknown=1" in out, out
+    assert "no container named 'other'" in out, out

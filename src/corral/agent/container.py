@@ -78,6 +78,8 @@ class ContainerPlan:
     image_env: list[str] = field(default_factory=list)  # the image's Env (srun steps)
     keep_env: tuple[str, ...] = ()  # --container-env: names whose job value wins
     remap_root: bool = False  # a user namespace: the bundle lives under state_root
+    named_dir: str = ""  # --container-name: the upper layer lives here (ctrjob._named)
+    named_lock: int = -1  # held while this step uses the named container
 
     def argv(self) -> list[str]:
         out = [self.runtime, "--root", self.state_root, "run", "--bundle", self.bundle]
@@ -323,6 +325,11 @@ def enter(p: ContainerPlan) -> None:
     _mount("tmpfs", b, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode:04o},size={p.tmp_mb}m")
     for d in ("upper", "work", "root"):
         os.mkdir(os.path.join(b, d), 0o755)
+    upper, work = f"{b}/upper", f"{b}/work"
+    if p.named_dir:  # the named container's changes outlive this step
+        upper, work = f"{p.named_dir}/upper", f"{p.named_dir}/work"
+        for d in (upper, work):
+            os.makedirs(d, mode=0o755, exist_ok=True)
     root = os.path.join(b, "root")
     lower = p.lower
     if lower_fd >= 0:  # overlayfs wants a path: the user's tree bound here first
@@ -331,7 +338,7 @@ def enter(p: ContainerPlan) -> None:
         _mount(f"/proc/self/fd/{lower_fd}", lower, None, 0x1000 | MS_REC, None)
         os.close(lower_fd)
     _mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV,
-           f"lowerdir={lower},upperdir={b}/upper,workdir={b}/work")
+           f"lowerdir={lower},upperdir={upper},workdir={work}")
     for rel, data in p.files.items():
         path = os.path.join(root, rel.lstrip("/"))
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -102,6 +102,9 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
     if os.geteuid() != 0:
         raise PrepareError(f"the agent on {node} does not run as root: it cannot start "
                            "containers")
+    named_dir, lock = "", -1
+    if spec.name:  # a named container: kept for the job's later steps on this node
+        named_dir, lock, spec = _named(spec, jdir, req.job_id)
     ref = spec.image
     pin = -1
     digest = ""
@@ -144,7 +147,51 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
         if pin >= 0:
             os.close(pin)
         raise PrepareError(f"cannot plan the container: {exc}") from None
+    p.named_dir, p.named_lock = named_dir, lock
     return Prepared(p, pin, digest, pulled)
+
+
+def _named(spec: ContainerSpec, jdir: str, job_id: int) -> tuple[str, int, ContainerSpec]:
+    """pyxis's ``--container-name``: the container's changes (its overlay's upper layer)
+    live in ``<job dir>/named/<name>`` for the job's life on this node (the job directory
+    goes when the job does); the first step that names it says its image, later ones with
+    only the name run in it. One step at a time: a lock held while a step uses it."""
+    import fcntl
+
+    d = os.path.join(jdir, "named", spec.name or "")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    lock = os.open(os.path.join(d, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        raise PrepareError(f"container {spec.name!r} is in use by another step of job "
+                           f"{job_id}") from None
+    rec_path = os.path.join(d, "image.json")
+    try:
+        with open(rec_path) as fh:
+            known = json.load(fh)
+    except (OSError, ValueError):
+        known = None
+    if spec.image.kind == "named":
+        if not known:
+            os.close(lock)
+            raise PrepareError(f"no container named {spec.name!r} in job {job_id} on this "
+                               "node (give --container-image the first time)")
+        try:
+            image = ContainerSpec.from_json({**known, "name": spec.name}).image
+        except ContainerError as exc:
+            os.close(lock)
+            raise PrepareError(f"container {spec.name!r}: {exc}") from None
+        spec = spec.with_image(image)
+    elif not known:
+        with open(rec_path, "w") as fh:
+            json.dump({"image": spec.image.canonical, "kind": spec.image.kind}, fh)
+    elif known.get("image") != spec.image.canonical:
+        os.close(lock)
+        raise PrepareError(f"container {spec.name!r} of job {job_id} runs "
+                           f"{known.get('image')}, not {spec.image.canonical}")
+    return d, lock, spec
 
 
 def cgroup_rel(dirs: dict[str, str], mounts: dict[str, str]) -> str | None:
