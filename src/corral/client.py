@@ -858,6 +858,11 @@ class Client:
 
         self.request("PATCH", f"/partitions/{quote(name)}", {"state": state})
 
+    def node_power(self, node: str, action: str) -> dict[str, Any]:
+        """``action``: ``up`` (run the resume program) or ``down`` (the suspend one)."""
+        rec: dict[str, Any] = self.request("POST", f"/nodes/{node}/power", {"action": action})
+        return rec
+
     def partitions(self) -> list[dict[str, Any]]:
         parts: list[dict[str, Any]] = self.request("GET", "/partitions")["partitions"]
         return parts

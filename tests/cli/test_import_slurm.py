@@ -363,3 +363,27 @@ def test_rate_limit_and_max_array_size(tmp_path: Path) -> None:
     cfg = parse_config(tomllib.loads(dumps(res.data)))
     assert (cfg.rate_limit.bucket_size, cfg.rate_limit.refill_period_s) == (50, 2)
     assert cfg.scheduler.max_array_size == 100001
+
+def test_power_saving_keys_and_cloud_nodes_map(tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        "ClusterName=elastic\nSuspendProgram=/usr/sbin/node-stop\n"
+        "ResumeProgram=/usr/sbin/node-start\nSuspendTime=600\nSuspendTimeout=45\n"
+        "ResumeTimeout=900\nSuspendExcNodes=head[1-2]\nSuspendExcParts=debug\n"
+        "ResumeRate=10\n"
+        "NodeName=head[1-2] CPUs=4 RealMemory=1000\n"
+        "NodeName=cloud[1-8] CPUs=16 RealMemory=64000 State=CLOUD\n"
+        "PartitionName=debug Nodes=head[1-2]\nPartitionName=burst Nodes=cloud[1-8] "
+        "Default=YES\n")
+    out = tmp_path / "corral.toml"
+    res = runner.invoke(app, ["config", "import-slurm", str(conf), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    cfg = load_config(out)
+    p = cfg.power
+    assert (p.suspend_program, p.resume_program) == ("/usr/sbin/node-stop",
+                                                     "/usr/sbin/node-start")
+    assert (p.suspend_time_s, p.suspend_timeout_s, p.resume_timeout_s) == (600, 45, 900)
+    assert (p.suspend_exc_nodes, p.suspend_exc_parts) == ("head[1-2]", ("debug",))
+    nodes = cfg.node_configs()
+    assert nodes["cloud3"].cloud and not nodes["head1"].cloud
+    assert "ResumeRate" in res.stderr and "State=CLOUD" not in res.stderr

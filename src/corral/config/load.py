@@ -215,9 +215,17 @@ def validate(cfg: ClusterConfig) -> None:
         if not 0 <= lic.count < 2 ** 31:
             raise ConfigError(f"licenses[{i}].count", f"must be 0 or more, got {lic.count}")
     from corral.config.lifecycle import check_lifecycle
+    from corral.config.power import check_power
 
-    for key, message in check_lifecycle(cfg.scripts, cfg.health_check):
+    for key, message in check_lifecycle(cfg.scripts, cfg.health_check) + \
+            check_power(cfg.power):
         raise ConfigError(key, message)
+    for i, n in enumerate(cfg.nodes):
+        if n.cloud and (n.discover or n.mem_mb is None or (
+                n.cpus is None and n.cores_per_socket is None)):
+            raise ConfigError(f"nodes[{i}].cloud", "a cloud node needs its cpus (or "
+                              "topology) and mem_mb, and no discover: it is planned on "
+                              "before it exists")
     if not cfg.partitions:
         raise ConfigError("partitions", "at least one partition is needed")
     defaults = [p.name for p in cfg.partitions if p.default]

@@ -14,6 +14,7 @@ from typing import Any
 
 from corral.checks.settings import ChecksConfig
 from corral.config.lifecycle import HealthCheckConfig, ScriptsConfig
+from corral.config.power import PowerConfig
 from corral.containers.config import ContainersConfig
 from corral.core.config import (
     BackfillMode,
@@ -134,6 +135,9 @@ class NodeConfig:
     gres: tuple[tuple[str, int], ...] = ()
     switch: str | None = None
     weight: int = 1
+    # State=CLOUD: the node does not exist until [power] resume_program creates it; it
+    # starts powered down (its hardware must be given: it is planned on before it exists)
+    cloud: bool = False
     uplinks: tuple[str, ...] = ()  # filled from [[switches]] by node_configs(); never set
 
 
@@ -330,6 +334,7 @@ class ClusterConfig:
     checks: ChecksConfig = field(default_factory=ChecksConfig)  # corral check cluster
     scripts: ScriptsConfig = field(default_factory=ScriptsConfig)  # prolog/epilog
     health_check: HealthCheckConfig = field(default_factory=HealthCheckConfig)
+    power: PowerConfig = field(default_factory=PowerConfig)  # power saving, cloud nodes
     containers: ContainersConfig = field(default_factory=ContainersConfig)  # container jobs
     vm: VmConfig = field(default_factory=VmConfig)  # VM jobs (docs/vms.md)
     rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)

@@ -26,6 +26,11 @@ class AdminEntry(BaseModel):
     name: Annotated[str, Field(max_length=64)] | None = None
 
 
+class PowerAction(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    action: Literal["up", "down"]
+
+
 class PartitionChange(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
     state: Literal["UP", "DOWN", "DRAIN", "INACTIVE"]
@@ -42,7 +47,7 @@ def _publish(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         schema: dict[str, Any] = base()
         comps = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (AdminEntry, PartitionChange):
+        for model in (AdminEntry, PartitionChange, PowerAction):
             if model.__name__ not in comps:
                 comps[model.__name__] = model.model_json_schema()
         return schema
@@ -123,6 +128,20 @@ def mount(app: FastAPI, ctl: Any, operator: Callable[[Any], Identity],
         who = operator(request)
         admin_change(ctl, who, kind, name, None, "delete")
         return answer({"deleted": name})
+
+    @app.post(prefix + "/nodes/{name}/power", summary="Power a node up or down (operators)",
+              openapi_extra=_ref("PowerAction"))
+    async def node_power(request: Request, name: str) -> Any:
+        from pydantic import ValidationError
+
+        operator(request)
+        body = await body_of(request)
+        try:
+            PowerAction.model_validate(body)
+        except ValidationError as exc:
+            raise ApiError("invalid", f"bad field action: {exc.errors()[0].get('msg')}") \
+                from None
+        return answer(ctl.power.operator(name, body["action"]).to_api())
 
     @app.patch(prefix + "/partitions/{name}", summary="Set a partition's state (operators)",
                openapi_extra=_ref("PartitionChange"))

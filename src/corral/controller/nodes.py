@@ -96,6 +96,11 @@ class NodeTable:
             if not conf.discover:
                 self.nodes[name] = NodeRecord(spec=spec_from_config(conf),
                                               state=NodeState.UNKNOWN)
+                if conf.cloud:  # State=CLOUD: exists once resumed ([power])
+                    rec = self.nodes[name]
+                    rec.cloud = True
+                    rec.power = "POWERED_DOWN"
+                    rec.state = NodeState.IDLE
         self._refresh_partitions()
 
     def verdict_deferred(self, partitions: tuple[str, ...]) -> bool:
@@ -134,6 +139,17 @@ class NodeTable:
                 rec.hostname = str(data.get("hostname") or "")
                 rec.health_drained = bool(data.get("health_drained")) and \
                     rec.admin_state == "drain"
+                power = str(data.get("power") or "")
+                if conf is not None and conf.cloud:
+                    rec.cloud = True
+                    power = power or "POWERED_DOWN"
+                if power in ("POWERED_DOWN", "POWERING_DOWN") and rec.admin_state != "down":
+                    rec.power = "POWERED_DOWN"
+                    rec.state = NodeState.IDLE
+                elif power == "POWERING_UP":
+                    rec.power = power
+                    rec.state = NodeState.IDLE
+                    rec.power_deadline = time.time() + self.ctl.cfg.power.resume_timeout_s
             if rec.admin_state == "down":
                 rec.state = NodeState.DOWN
             self.nodes[row.name] = rec
@@ -143,7 +159,15 @@ class NodeTable:
         self.ctl.store.submit(Store.op_upsert_node(
             rec.name, node_spec_to_json(rec.spec), rec.admin_state, rec.reason,
             {"boot_time": rec.boot_time, "address": rec.address, "hostname": rec.hostname,
-             "health_drained": rec.health_drained}))
+             "health_drained": rec.health_drained, "power": rec.power}))
+
+    def save(self, rec: NodeRecord) -> None:
+        """Store ``rec`` (its power state changed: ``corral.controller.power``)."""
+        self._save(rec)
+        self.ctl.metrics.set_nodes(self.nodes.values())
+
+    def end_on_lost_node(self, job: JobRecord, now: float, name: str) -> None:
+        self._end_on_lost_node(job, now, name)
 
     def config_changed(self) -> None:
         """Partitions (their states) changed at run time (``livecfg``)."""
@@ -237,6 +261,9 @@ class NodeTable:
             rec.spec = spec
         rec.connected = True
         rec.last_seen = time.time()
+        if rec.power in ("POWERED_DOWN", "POWERING_UP"):  # resumed (or started by hand)
+            rec.power = ""
+            rec.power_deadline = None
         rec.agent_version = agent_version
         rec.boot_time = boot_time
         rec.address = _peer_host(peer)
@@ -314,7 +341,7 @@ class NodeTable:
             now - self._last_check > min(c.tick_s, 1.0) + 2.0
         self._last_check = now
         for rec in self.nodes.values():
-            if rec.last_seen is None:
+            if rec.last_seen is None or rec.power:  # power states: corral.controller.power
                 continue
             if rec.connected:
                 if stalled or not c.node_down_after_s or \
@@ -442,7 +469,8 @@ class NodeTable:
 
     def is_schedulable(self, name: str) -> bool:
         rec = self.nodes.get(name)
-        return rec is not None and rec.state.schedulable and rec.connected
+        return rec is not None and rec.state.schedulable and (
+            rec.connected or rec.power in ("POWERED_DOWN", "POWERING_UP"))
 
     def job_states_on(self, name: str) -> list[JobState]:
         rec = self.nodes.get(name)

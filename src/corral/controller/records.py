@@ -352,6 +352,10 @@ class NodeRecord:
     partitions: tuple[str, ...] = ()
     agent_stats: dict[str, Any] = field(default_factory=dict)
     health_drained: bool = False  # drained by a failed health check (not by an operator)
+    power: str = ""  # "" | POWERED_DOWN | POWERING_UP | POWERING_DOWN (controller.power)
+    power_deadline: float | None = None  # the resume/suspend timeout of ``power``
+    idle_since: float | None = None  # idle (connected, no jobs) since: SuspendTime
+    cloud: bool = False  # [[nodes]] cloud = true (Slurm's State=CLOUD)
     # the node's image cache as its agent reported it (corral images), and its tools
     images: list[dict[str, Any]] = field(default_factory=list)
     container_tools: dict[str, str] = field(default_factory=dict)
@@ -361,7 +365,12 @@ class NodeRecord:
         return self.spec.name
 
     def to_core(self) -> Node:
-        return Node(spec=self.spec, state=self.state, reason=self.reason,
+        state = self.state
+        if self.power == "POWERED_DOWN":  # planned on like an idle node: resumed on use
+            state = NodeState.IDLE
+        elif self.power == "POWERING_DOWN":  # no new work while it goes
+            state = NodeState.DRAINED
+        return Node(spec=self.spec, state=state, reason=self.reason,
                     partitions=self.partitions)
 
     def to_api(self) -> dict[str, Any]:
@@ -393,6 +402,8 @@ class NodeRecord:
             "address": self.address,
             "hostname": self.hostname,
             "agent_stats": self.agent_stats,
+            "power": self.power,
+            "cloud": self.cloud,
             "images": self.images,
             "container_tools": self.container_tools,
         }

@@ -112,7 +112,10 @@ class SchedulerLoop:
         nodes = []
         for n in ctl.nodes.nodes.values():
             core = n.to_core()
-            if not n.connected and core.state.schedulable:
+            # a powered-down node is planned on (resumed when a job gets it); one powering
+            # up takes more work before its agent registers (its launches wait for it)
+            if not n.connected and core.state.schedulable and \
+                    n.power not in ("POWERED_DOWN", "POWERING_UP"):
                 from dataclasses import replace
 
                 from corral.core.model.node import NodeState
@@ -370,10 +373,14 @@ class SchedulerLoop:
                     unlaunchable.append(rec)
                     continue
                 launch_after_prolog(ctl, rec, req, shares)
+                if ctl.cfg.power.enabled:
+                    ctl.power.started(rec)
                 if ctl.cfg.scripts.mail_prog and rec.sub.extra.get("mail_type"):
                     from corral.controller.mail import job_event
 
                     job_event(ctl, rec, "BEGIN")
+        if ctl.cfg.power.enabled:
+            ctl.power.flush()  # resume the powered-down nodes these starts got
         if unlaunchable:
             await ctl.persist(updates=unlaunchable)
         for rec in preempted:

@@ -102,7 +102,10 @@ class Controller:
         self.sched = SchedulerLoop(self, cycle_fn)
         from corral.controller.health import HealthChecks
         from corral.controller.livecfg import LiveConfig
+        from corral.controller.power import PowerManager
         from corral.controller.reservations import ReservationTable
+
+        self.power = PowerManager(self)
 
         self.health = HealthChecks(self)
         self.reservations = ReservationTable(self)
@@ -238,6 +241,7 @@ class Controller:
         await self.nodes.check_timeouts(now)
         self.health.tick(now)
         self.reservations.tick(now)
+        await self.power.tick(now)
         allocations.check_keepalives(self, now)
         self._prune_recent(now)
         self.keys.prune(now)

@@ -230,9 +230,15 @@ def _node_entry(line: ConfLine, params: dict[str, tuple[str, str]], c: _Ctx) -> 
     weight = get("weight")
     if weight is not None:
         entry["weight"] = _int_value(weight, line, "Weight")
+    state = get("state")
+    if state is not None and state.upper() == "CLOUD":
+        entry["cloud"] = True
+        entry.pop("discover", None)
     handled = {"nodename", "boards", "socketsperboard", "sockets", "corespersocket",
                "threadspercore", "cpus", "procs", "realmemory", "gres", "features", "feature",
                "availablefeatures", "activefeatures", "weight"}
+    if state is not None and state.upper() == "CLOUD":
+        handled = handled | {"state"}
     for low, (key, value) in params.items():
         if low in handled:
             continue
@@ -581,6 +587,21 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
                        "globs); name one program that runs the others")
             else:
                 data.setdefault("scripts", {})[_SCRIPT_KEYS[low]] = value
+        elif low in _POWER_KEYS:
+            power = data.setdefault("power", {})
+            target, kind = _POWER_KEYS[low]
+            if kind == "s":
+                power[target] = value
+            elif kind == "list":
+                power[target] = [x.strip() for x in value.split(",") if x.strip()]
+            elif kind == "time":
+                if value.strip() in ("-1", "NONE", "INFINITE"):
+                    power.pop(target, None)
+                else:
+                    power[target] = int(value)
+        elif low in ("resumerate", "suspendrate"):
+            c.skip(line, key, value, "no rate limit: every node that is due is resumed "
+                   "or suspended at once")
         elif low == "maildomain":
             data.setdefault("scripts", {})["mail_domain"] = value
         elif low == "prologepilogtimeout":
@@ -626,6 +647,16 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
             c.skip(line, key, value, KNOWN_REASONS.get(low, "no Corral equivalent"))
     except (ValueError, ParseError):
         c.skip(line, key, value, "value not understood")
+
+
+#: slurm.conf power-saving keys -> (``[power]`` key, kind).
+_POWER_KEYS = {"suspendprogram": ("suspend_program", "s"),
+               "resumeprogram": ("resume_program", "s"),
+               "suspendtime": ("suspend_time_s", "time"),
+               "suspendtimeout": ("suspend_timeout_s", "time"),
+               "resumetimeout": ("resume_timeout_s", "time"),
+               "suspendexcnodes": ("suspend_exc_nodes", "s"),
+               "suspendexcparts": ("suspend_exc_parts", "list")}
 
 
 #: slurm.conf program keys -> ``[scripts]`` keys.

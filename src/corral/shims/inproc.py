@@ -268,6 +268,11 @@ class InProcessClient:
     def set_partition_state(self, name: str, state: str) -> None:
         self._resv_op(lambda: self.ctl.livecfg.set_partition_state(name, state, self.who))
 
+    def node_power(self, node: str, action: str) -> dict[str, Any]:
+        out: dict[str, Any] = self._resv_op(
+            lambda: self.ctl.power.operator(node, action).to_api())
+        return out
+
     def whoami(self) -> dict[str, Any]:
         out: dict[str, Any] = self.who.to_json()
         return out

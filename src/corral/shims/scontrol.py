@@ -413,6 +413,7 @@ def _update_partition(ctx: Context, client: Any, pairs: list[tuple[str, str]]) -
 
 
 def _update_node(ctx: Context, client: Client, keys: dict[str, str]) -> None:
+    from corral.client import CorralError
     from corral.core.parse.hostlist import expand
 
     state = keys.get("state", "").upper()
@@ -425,6 +426,16 @@ def _update_node(ctx: Context, client: Client, keys: dict[str, str]) -> None:
             client.drain(node, reason)
         elif state in ("RESUME", "IDLE", "UNDRAIN"):
             client.resume(node)
+        elif state in ("POWER_DOWN", "POWER_UP", "POWER_DOWN_ASAP", "POWER_DOWN_FORCE"):
+            power = getattr(client, "node_power", None)
+            if power is None:
+                raise ctx.fail("scontrol: error: power actions are not available through "
+                               "this connection to the controller")
+            try:
+                power(node, "up" if state == "POWER_UP" else "down")
+            except CorralError as exc:
+                raise ctx.fail(f"{exc.slurm or exc.message}\nslurm_update error: "
+                               f"{exc.slurm or exc.message}") from None
         elif state == "DOWN":
             if not reason:
                 raise ctx.fail("You must specify a reason when DOWNING or DRAINING a node. "

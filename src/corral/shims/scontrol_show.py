@@ -129,6 +129,10 @@ def node_state_long(node: Record) -> str:
     text = _NODE_STATE.get(state, state)
     if state == "DRAINING" and int(node.get("alloc_cpus") or 0) >= int(node.get("cpus") or 1):
         text = "ALLOCATED+DRAIN"
+    if node.get("cloud"):
+        text += "+CLOUD"
+    if node.get("power"):  # POWERED_DOWN, POWERING_UP, POWERING_DOWN
+        return f"{text}+{node['power']}"
     if node.get("connected") is False and state not in ("DOWN", "FUTURE"):
         text += "*"
     return text

@@ -76,6 +76,10 @@ def _state(nodes: list[Record], table: dict[str, str]) -> str:
         return "n/a"
     n = nodes[0]
     text = table.get(str(n.get("state")), str(n.get("state")).lower())
+    power = {"POWERED_DOWN": "~", "POWERING_UP": "#", "POWERING_DOWN": "%"}.get(
+        str(n.get("power") or ""))
+    if power:  # Slurm's power-saving suffixes (corral.controller.power)
+        return text + power
     if n.get("connected") is False and n.get("state") not in ("DOWN", "FUTURE"):
         text += "*"
     return text

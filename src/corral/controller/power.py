@@ -1,0 +1,191 @@
+"""Power saving and elastic cloud nodes (Slurm's power-saving model; ``[power]``).
+
+A node's power state (``NodeRecord.power``): ``""`` (on), ``POWERED_DOWN``,
+``POWERING_UP``, ``POWERING_DOWN``; sinfo prints them as the suffixes ``~``, ``#``, ``%``.
+
+- A powered-down node is planned on like an idle one (the scheduling core sees it IDLE),
+  so a job is queued for it and never refused. When a cycle starts a job on such nodes,
+  ``resume_program`` runs once for them (their host list as its argument) and they are
+  POWERING_UP; the job is allocated (RUNNING, as Slurm's CONFIGURING) and its launch
+  reaches each node when its agent registers (the hello reconciliation sends launches
+  that never reached a node). A node not registered within ``resume_timeout_s`` goes
+  DOWN (``ResumeTimeout reached``) and its jobs are requeued (or NODE_FAIL).
+- A node idle for ``suspend_time_s`` (connected, no jobs, no operator state, not in
+  ``suspend_exc_nodes`` or a ``suspend_exc_parts`` partition) is powered down:
+  ``suspend_program`` runs with the host list and the node is POWERING_DOWN (no new
+  work) for ``suspend_timeout_s``, then POWERED_DOWN. Its agent going away meanwhile is
+  expected: a node in any power state never goes DOWN for not responding.
+- ``[[nodes]] cloud = true`` (``State=CLOUD``): a node that does not exist until resumed;
+  it starts POWERED_DOWN.
+- ``scontrol update nodename=N state=power_down|power_up`` runs the programs at once.
+
+The programs run on the controller's host as its user, stdin ``/dev/null``, output to the
+controller's log, killed after the timeouts (``corral.controller.jobscripts.run_program``);
+they must not keep their standard output open (start daemons with ``setsid ... >log
+2>&1 &``). Power states are stored with the node and survive a controller restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from corral.config.power import PowerConfig
+from corral.controller.errors import ApiError
+from corral.controller.records import JobRecord, NodeRecord
+from corral.core.model.node import NodeState
+
+if TYPE_CHECKING:
+    from corral.controller.service import Controller
+
+log = logging.getLogger("corral.power")
+
+POWERED_DOWN = "POWERED_DOWN"
+POWERING_UP = "POWERING_UP"
+POWERING_DOWN = "POWERING_DOWN"
+SUFFIX = {POWERED_DOWN: "~", POWERING_UP: "#", POWERING_DOWN: "%"}
+
+
+class PowerManager:
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        self._resume: set[str] = set()
+
+    @property
+    def cfg(self) -> PowerConfig:
+        return self.ctl.cfg.power
+
+    # ---- starts ------------------------------------------------------------------------
+
+    def started(self, rec: JobRecord) -> None:
+        """A job was allocated: the powered-down nodes it got are to be resumed."""
+        if rec.allocation is None:
+            return
+        for name in rec.allocation.node_names:
+            node = self.ctl.nodes.nodes.get(name)
+            if node is not None and node.power == POWERED_DOWN:
+                self._resume.add(name)
+
+    def flush(self) -> None:
+        """Resume the nodes this cycle's starts need (one program run)."""
+        if not self._resume:
+            return
+        names, self._resume = sorted(self._resume), set()
+        self.resume(names)
+
+    def resume(self, names: list[str]) -> None:
+        if not self.cfg.resume_program:
+            log.warning("nodes %s need resuming but [power] resume_program is not set",
+                        names)
+            return
+        now = time.time()
+        for name in names:
+            node = self.ctl.nodes.nodes[name]
+            node.power = POWERING_UP
+            node.power_deadline = now + self.cfg.resume_timeout_s
+            self.ctl.nodes.save(node)
+        self._run(self.cfg.resume_program, names, "resume", self.cfg.resume_timeout_s)
+
+    def suspend(self, names: list[str]) -> None:
+        now = time.time()
+        for name in names:
+            node = self.ctl.nodes.nodes[name]
+            node.power = POWERING_DOWN
+            node.power_deadline = now + self.cfg.suspend_timeout_s
+            node.idle_since = None
+            self.ctl.nodes.save(node)
+        self._run(self.cfg.suspend_program, names, "suspend", self.cfg.suspend_timeout_s)
+        self.ctl.sched.trigger()
+
+    def _run(self, prog: str, names: list[str], what: str, timeout_s: float) -> None:
+        from corral.controller.jobscripts import run_program, spawn
+        from corral.core.parse.hostlist import compress
+
+        hosts = compress(names)
+        log.info("%s %s: %s %s", what, hosts, prog, hosts)
+
+        async def go() -> None:
+            ok, how = await run_program(prog, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                                               "SLURM_CLUSTER_NAME": self.ctl.cfg.cluster_name},
+                                        timeout_s, (hosts,))
+            if not ok:
+                log.warning("%s program %s %s failed: %s", what, prog, hosts, how)
+
+        spawn(go(), f"power-{what}")
+
+    # ---- time --------------------------------------------------------------------------
+
+    def excluded(self, node: NodeRecord) -> bool:
+        from corral.core.parse.hostlist import expand
+
+        cfg = self.cfg
+        if cfg.suspend_exc_nodes and node.name in expand(cfg.suspend_exc_nodes):
+            return True
+        return any(p in cfg.suspend_exc_parts for p in node.partitions)
+
+    async def tick(self, now: float) -> None:
+        cfg = self.cfg
+        if not cfg.enabled:
+            return
+        nodes = self.ctl.nodes
+        failed: list[JobRecord] = []
+        idle: list[str] = []
+        for node in list(nodes.nodes.values()):
+            if node.power == POWERING_UP and not node.connected and \
+                    node.power_deadline is not None and now >= node.power_deadline:
+                log.warning("node %s: not registered %d s after its resume: DOWN",
+                            node.name, cfg.resume_timeout_s)
+                node.power = ""
+                node.state = NodeState.DOWN
+                node.reason = "ResumeTimeout reached"
+                node.down_since = now
+                nodes.save(node)
+                for jid in sorted(node.jobs):
+                    job = self.ctl.jobs.get(jid)
+                    if job is not None and job.state.is_active:
+                        nodes.end_on_lost_node(job, now, node.name)
+                        failed.append(job)
+            elif node.power == POWERING_DOWN and node.power_deadline is not None and \
+                    now >= node.power_deadline:
+                node.power = POWERED_DOWN
+                node.power_deadline = None
+                node.connected = False
+                node.state = NodeState.IDLE
+                node.reason = ""
+                nodes.save(node)
+                self.ctl.sched.trigger()
+            elif node.power == "" and cfg.suspend_time_s is not None:
+                busy = node.jobs or node.state is not NodeState.IDLE or node.admin_state \
+                    or not node.connected
+                if busy:
+                    node.idle_since = None
+                elif node.idle_since is None:
+                    node.idle_since = now
+                elif now - node.idle_since >= cfg.suspend_time_s and not self.excluded(node):
+                    idle.append(node.name)
+        if idle:
+            self.suspend(idle)
+        if failed:
+            await self.ctl.persist(updates=failed)
+            self.ctl.sched.trigger()
+
+    # ---- operator actions ----------------------------------------------------------------
+
+    def operator(self, name: str, action: str) -> NodeRecord:
+        node = self.ctl.nodes.get(name)
+        if action == "up":
+            if node.power != POWERED_DOWN:
+                raise ApiError("conflict", f"node {name} is not powered down")
+            self.resume([name])
+        elif action == "down":
+            if node.power:
+                raise ApiError("conflict", f"node {name} is already {node.power.lower()}")
+            if node.jobs:
+                raise ApiError("conflict", f"node {name} runs jobs; drain it first")
+            if not self.cfg.suspend_program:
+                raise ApiError("invalid", "[power] suspend_program is not set")
+            self.suspend([name])
+        else:
+            raise ApiError("invalid", f"unknown power action {action!r} (up, down)")
+        return node
