@@ -15,13 +15,14 @@ import pytest
 from tests.e2e.cluster import TEST_CONFIG, Cluster, wait_for
 
 PROLOG = """#!/bin/sh
-env > "{root}/prolog-$SLURM_JOB_ID-$SLURM_RESTART_COUNT.env"
+f="{root}/prolog-$SLURM_JOB_ID-$SLURM_RESTART_COUNT.env"
+env > "$f.tmp" && mv "$f.tmp" "$f"
 if [ -e "{root}/slow-prolog" ]; then exec /bin/sleep 30; fi
 if [ -e "{root}/fail-prolog" ]; then echo "scratch not mounted"; exit 3; fi
 exit 0
 """
 EPILOG = """#!/bin/sh
-env > "{root}/epilog-$SLURM_JOB_ID.env"
+env > "{root}/.e$$" && mv "{root}/.e$$" "{root}/epilog-$SLURM_JOB_ID.env"
 if [ -e "{root}/fail-epilog" ]; then echo "cannot clean /tmp" >&2; exit 1; fi
 """
 TASK_PROLOG = """#!/bin/sh
@@ -31,14 +32,16 @@ echo "print hello from the task prolog"
 echo "something else"
 """
 TASK_EPILOG = """#!/bin/sh
-echo "$SLURM_JOB_ID $(id -u)" > "{root}/task-epilog-$SLURM_JOB_ID"
+f="{root}/task-epilog-$SLURM_JOB_ID"
+echo "$SLURM_JOB_ID $(id -u)" > "$f.tmp" && mv "$f.tmp" "$f"
 """
 CTLD_PROLOG = """#!/bin/sh
-env > "{root}/ctld-prolog-$SLURM_JOB_ID-$SLURM_RESTART_COUNT.env"
+f="{root}/ctld-prolog-$SLURM_JOB_ID-$SLURM_RESTART_COUNT.env"
+env > "$f.tmp" && mv "$f.tmp" "$f"
 if [ -e "{root}/fail-ctld-prolog" ]; then exit 2; fi
 """
 CTLD_EPILOG = """#!/bin/sh
-env > "{root}/ctld-epilog-$SLURM_JOB_ID.env"
+env > "{root}/.ce$$" && mv "{root}/.ce$$" "{root}/ctld-epilog-$SLURM_JOB_ID.env"
 """
 
 
