@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.cluster import wait_for
 from tests.e2e.test_multinode_steps import TwoNodes
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc)")
@@ -163,3 +164,24 @@ def test_steps_are_recorded_with_their_end_and_usage(ran: tuple[TwoNodes, Path, 
         assert sorted((s.get("usage") or {}).get("nodes", {})) == ["ma", "mb"], s
     failed = [s for s in steps if s.get("name") == "sh" and s["state"] == "FAILED"]
     assert failed  # the codes case, at least
+
+
+def test_steps_of_an_arrays_first_task_are_its_own(ran: tuple[TwoNodes, Path, int]) -> None:
+    """The first task of an array has the array's id as its own (SLURM_JOB_ID): its step
+    belongs to that task, not to 'the array' (which names every task)."""
+    two, out, _job = ran
+    arr = two.sbatch("#!/bin/bash\nsrun -n1 true\n", "--array=0-1", "-n1", "-t", "2",
+                     "-o", str(out / "arr-%a.log"))
+    with two.client() as c:
+        tasks = [j for j in c.jobs(include_finished=True) if j.get("array_job_id") == arr]
+    assert len(tasks) == 2
+    for t in tasks:
+        ref = f"{arr}_{t['array_task_id']}"  # a pending task may have no id of its own yet
+        with two.client() as c:
+            def done(ref: str = ref) -> dict[str, object] | None:
+                j = c.job(ref)
+                return j if j["state"] not in ("PENDING", "RUNNING", "COMPLETING") else None
+            rec = wait_for(done, 120, interval=0.1, what=f"array task {ref}")
+            assert rec["state"] == "COMPLETED", (rec, two.logs())
+            steps = c.job(ref).get("steps") or []
+        assert [s["name"] for s in steps] == ["true"], (t, steps)

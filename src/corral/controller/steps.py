@@ -189,6 +189,10 @@ async def _the_job(ctl: Controller, ref: str, who: Identity) -> JobRecord:
     if not recs:
         raise ApiError("not_found", f"Invalid job id specified: {ref}",
                        slurm="Invalid job id specified")
+    if len(recs) > 1 and is_number(ref):
+        # an array's first task has the array's id as its own (SLURM_JOB_ID in it): a
+        # step names the job itself
+        recs = [r for r in recs if r.id == int(ref)] or recs
     if len(recs) > 1:
         raise ApiError("invalid", f"{ref} names {len(recs)} array tasks: a step belongs to "
                                   "one job (use <array id>_<task> or the task's own id)")

@@ -11,10 +11,11 @@ options are read exactly as the Python ``srun`` reads them (``corral.shims.srun`
   ``--version``, ``--mpi=list``, a bad option, a step that cannot be created (the
   controller's reason, in srun's words);
 - ``CRSR1 python``: nothing was done; the launcher hands over to the Python ``srun``,
-  which does what needs srun's own process: an allocation first (outside a job), a step
-  on this node only (its tasks are started right there), ``--pty``, ``--mpi=pmi2`` (the
-  PMI server lives in srun), ``--jobid``, ``CORRAL_SRUN_LAUNCH``, ``--prolog``/
-  ``--epilog`` (programs run as srun's caller);
+  which does what needs srun's own process: an allocation first (outside a job),
+  ``--pty``, ``--mpi=pmi2`` (the PMI server lives in srun) and the MPI types it starts
+  through ``mpirun``, ``--jobid``, ``CORRAL_SRUN_LAUNCH=local`` (tasks as srun's own
+  children), ``--prolog``/``--epilog`` (programs run as srun's caller). A step on srun's
+  own node otherwise goes through that node's agent like any other;
 - the step recorded and sent to every node's agent (``corral.controller.steps
   .start_step``, as ``POST /jobs/<id>/steps`` does) and its layout for the relay::
 
@@ -100,7 +101,10 @@ def prepare(ctx: Context, addr: str, key: str) -> FastStep | bytes:
         plan = srun.plan_step(opts, env)
     except srun.StepShapeError as exc:
         return encode_frame(1, "", f"{exc}\n")
-    if (srun.launch_mode(env, plan.nodes, opts) != "agents" or "pty" in opts.extra
+    # a step on srun's own node goes through its agent too (the Python srun would start
+    # the tasks itself): the compiled step process starts them in the job's share there
+    # as fast, with slurmstepd's messages; CORRAL_SRUN_LAUNCH=local keeps the old way
+    if (env.get("CORRAL_SRUN_LAUNCH") == "local" or "pty" in opts.extra
             or plan.mpi != "none"):
         return PYTHON
     step = srun.remote_step(ctx, None, opts, command, env, plan, ctx.error)
