@@ -858,6 +858,12 @@ class Client:
 
         self.request("PATCH", f"/partitions/{quote(name)}", {"state": state})
 
+    def config_reload(self) -> dict[str, Any]:
+        """Re-read the controller's corral.toml: ``{"applied": [...], "restart_needed":
+        [...], "file": path}`` (operators)."""
+        out: dict[str, Any] = self.request("POST", "/config/reload", {})
+        return out
+
     def node_power(self, node: str, action: str) -> dict[str, Any]:
         """``action``: ``up`` (run the resume program) or ``down`` (the suspend one)."""
         rec: dict[str, Any] = self.request("POST", f"/nodes/{node}/power", {"action": action})

@@ -116,3 +116,43 @@ def test_only_operators_change(sh: Shims, test_user: pwd.struct_passwd) -> None:
     p = sh.run("scontrol update PartitionName=main State=DOWN", user=test_user.pw_uid)
     assert p.returncode == 1 and "Access/permission denied" in p.stderr, p.stderr
     assert "evil" not in sh.ok("sacctmgr -n -P show account format=account")
+
+
+def test_config_reload(sh: Shims) -> None:
+    import json
+
+    from tests.e2e.cluster import corral
+
+    original = sh.c.config.read_text()
+    try:
+        sh.c.config.write_text(original.replace("cpus = 16", "cpus = 12") + """
+[[qos]]
+name = "normal"
+
+[[qos]]
+name = "fromfile"
+priority = 7
+
+[[licenses]]
+name = "matlab"
+count = 3
+""")
+        p = sh.run("scontrol reconfigure")
+        assert p.returncode == 0 and p.stdout == ""
+        assert p.stderr == ("scontrol: warning: these settings take effect after a restart "
+                            "of the controller: nodes\n"), p.stderr
+        assert "fromfile|7" in sh.ok("sacctmgr -n -P show qos format=name,priority")
+        assert "LicenseName=matlab" in sh.ok("scontrol show licenses")
+        node = next(n for n in sh.c.client.nodes() if n["name"] == "testnode")
+        assert node["cpus"] == 16  # nodes wait for a restart
+        r = corral("config", "reload", "--json", env=sh.env)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["applied"] == []  # nothing new since the last reload
+        # a bad file changes nothing and says why
+        sh.c.config.write_text(original + "\n[weights]\nage = \"lots\"\n")
+        p = sh.run("scontrol reconfigure")
+        assert p.returncode == 1 and "weights.age" in p.stderr, p.stderr
+        assert "fromfile" in sh.ok("sacctmgr -n -P show qos format=name")
+    finally:
+        sh.c.config.write_text(original)
+        sh.run("scontrol reconfigure")

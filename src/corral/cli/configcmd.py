@@ -84,6 +84,23 @@ def show(
         typer.echo(_toml(data), nl=False)
 
 
+@config_app.command("reload")
+def reload_cmd(as_json: bool = JSON_OPTION) -> None:
+    """Make the running controller re-read its corral.toml: what can change live is
+    applied at once (accounts, users, QOS, partitions, scheduler settings, scripts...);
+    what needs a restart is listed (nodes, listen address, database...)."""
+    client = connect()
+    with api_errors("corral config reload"):
+        got = client.config_reload()
+    if as_json:
+        print_json(got)
+        return
+    typer.echo(f"reloaded {got['file']}")
+    typer.echo(f"applied: {', '.join(got['applied']) or 'nothing changed'}")
+    if got["restart_needed"]:
+        typer.echo(f"needs a restart of the controller: {', '.join(got['restart_needed'])}")
+
+
 @config_app.command("check")
 def check(
     file: Annotated[Path, typer.Argument(help="The corral.toml to check.")],

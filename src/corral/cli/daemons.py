@@ -288,7 +288,8 @@ def controller(
     _setup_logging(cfg.controller.log_level)
     from corral.controller.server import run_controller
 
-    run_controller(cfg, sd, listen=listen)
+    run_controller(cfg, sd, listen=listen,
+                   config_path=config.resolve() if config is not None else None)
 
 
 def agent(

@@ -129,6 +129,13 @@ def mount(app: FastAPI, ctl: Any, operator: Callable[[Any], Identity],
         admin_change(ctl, who, kind, name, None, "delete")
         return answer({"deleted": name})
 
+    @app.post(prefix + "/config/reload",
+              summary="Re-read corral.toml and apply what can change live (operators)")
+    async def config_reload(request: Request) -> Any:
+        from corral.controller.reload import reload
+
+        return answer(reload(ctl, operator(request)))
+
     @app.post(prefix + "/nodes/{name}/power", summary="Power a node up or down (operators)",
               openapi_extra=_ref("PowerAction"))
     async def node_power(request: Request, name: str) -> Any:

@@ -135,6 +135,11 @@ class LiveConfig:
             raise
         record(self.ctl.store, who, "partition_update", f"partition {name}", details)
 
+    def reapply(self) -> None:
+        """The base changed (``corral config reload``): the overlay on the new base."""
+        self._apply(self.overlay, save=False)
+        self.ctl.sched.trigger()
+
     def _apply(self, overlay: dict[str, Any], save: bool = True) -> None:
         from corral.config.load import ConfigError
 

@@ -193,6 +193,8 @@ class SchedulerLoop:
         accounts for the next snapshots, a fresh feasibility memo."""
         self._accounts = self.ctl.cfg.account_tree()
         self._qos = self.ctl.cfg.qos_models()
+        self._licenses = tuple((lic.name, lic.count) for lic in self.ctl.cfg.licenses)
+        self.sched_cfg = self.ctl.cfg.to_scheduler_config()
         self._feasible_key = None
         self._feasible_memo.clear()
 

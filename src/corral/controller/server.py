@@ -223,7 +223,8 @@ def _chmod_private(path: Path, mode: int) -> str:
 
 def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = None,
                    cycle_fn: Callable[..., Any] | None = None,
-                   ready: Callable[[dict[str, Any]], None] | None = None) -> None:
+                   ready: Callable[[dict[str, Any]], None] | None = None,
+                   config_path: Path | None = None) -> None:
     """Run a controller until SIGINT/SIGTERM (blocking)."""
     import uvicorn
 
@@ -289,6 +290,7 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
     def make() -> tuple[Any, Any]:
         store = Store(url)
         ctl = Controller(cfg, state_dir, store, cycle_fn=cycle_fn)
+        ctl.config_path = config_path  # what `corral config reload` re-reads
         if listen:  # jobs on other hosts reach the API over HTTP
             from corral.controller.auth import Identity
 

@@ -55,6 +55,7 @@ class Controller:
     def __init__(self, cfg: ClusterConfig, state_dir: Path, store: Store,
                  cycle_fn: Callable[..., Any] | None = None) -> None:
         self.cfg = cfg
+        self.config_path: Path | None = None  # the corral.toml it runs with (reload)
         self.state_dir = state_dir
         self.store = store
         self.host = socket.gethostname().split(".")[0]

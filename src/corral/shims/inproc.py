@@ -268,6 +268,12 @@ class InProcessClient:
     def set_partition_state(self, name: str, state: str) -> None:
         self._resv_op(lambda: self.ctl.livecfg.set_partition_state(name, state, self.who))
 
+    def config_reload(self) -> dict[str, Any]:
+        from corral.controller.reload import reload
+
+        out: dict[str, Any] = self._resv_op(lambda: reload(self.ctl, self.who))
+        return out
+
     def node_power(self, node: str, action: str) -> dict[str, Any]:
         out: dict[str, Any] = self._resv_op(
             lambda: self.ctl.power.operator(node, action).to_api())

@@ -95,6 +95,20 @@ def run(ctx: Context, client: Client) -> None:
             scontrol_resv.delete(ctx, client, words)
     elif cmd == "ping":
         _ping(ctx, client.ping())
+    elif cmd in ("reconfigure", "reconfig"):
+        from corral.client import CorralError
+
+        reload = getattr(client, "config_reload", None)
+        if reload is None:
+            raise ctx.fail("scontrol: error: reconfigure is not available through this "
+                           "connection to the controller")
+        try:
+            got = reload()
+        except CorralError as exc:
+            raise ctx.fail(f"slurm_reconfigure error: {exc.slurm or exc.message}") from None
+        if got.get("restart_needed"):
+            ctx.error("scontrol: warning: these settings take effect after a restart of "
+                      f"the controller: {', '.join(got['restart_needed'])}")
     elif cmd == "version":
         ctx.print(VERSION)
     elif cmd in ("listpids",):
