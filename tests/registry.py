@@ -42,6 +42,9 @@ def require_containers() -> None:
     lacking = missing_tools()
     if lacking:
         pytest.skip(f"not installed: {', '.join(lacking)} (scripts/system-deps)")
+    with open(shutil.which("busybox") or "/bin/busybox", "rb") as fh:
+        if b"ld-linux" in fh.read(4096):  # a dynamic busybox cannot run inside an image
+            pytest.skip("busybox is not static: apt-get install busybox-static")
 
 
 def free_port() -> int:
