@@ -4,6 +4,7 @@ controller ``kill -9``, private to their owners, bounded per user."""
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import shutil
 import socket
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import Cluster, corral, wait_for
 from tests.e2e.conftest import USER
 
 GET_AS_USER = r"""
@@ -101,6 +102,14 @@ def test_events_in_order_sse_and_long_poll(cluster: Cluster) -> None:
                             bad: flow + [("RUNNING", "FAILED")]}
     end = [e for e in evs if e["state"] == "FAILED"][0]
     assert end["exit_code"] == 3 and end["end_time"] and end["name"] == "ev-bad"
+    # the CLI: JSON Lines for programs, one line per event for people
+    env = {**os.environ, "CORRAL_SOCKET": str(c.sock)}
+    r = corral("events", "--since", str(start), "--jobs", str(bad), "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(ln)["state"] for ln in r.stdout.splitlines()] == [
+        "PENDING", "RUNNING", "FAILED"]
+    r = corral("events", "--since", str(start), "--jobs", str(bad), env=env)
+    assert r.returncode == 0 and "RUNNING -> FAILED  exit 3:0" in r.stdout, r.stdout
     # a tag filter (comment or wckey)
     tagged = list(c.client.events(start, tags=["wf-42"], follow=False))
     assert {e["job_id"] for e in tagged} == {ok} and len(tagged) == 3
