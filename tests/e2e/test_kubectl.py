@@ -139,12 +139,13 @@ def test_a_gang_that_cannot_fit_waits_whole(kube: Kube) -> None:
     c.wait_state(blocker, "RUNNING")
     try:
         kube.apply(vcjob("gang", task("a", 4, "true"), task("b", 4, "true")))
-        # a smaller minimum starts now on what is free: 6 of 8 replicas
-        # (a time limit below the blocker's lets it backfill before the gang's reservation)
+        # a smaller minimum starts now on what is free: 6 of 8 replicas, the other 2 once
+        # those ended (late replicas); a time limit below the blocker's lets them backfill
+        # before the gang's reservation
         kube.apply(vcjob("partial", task("a", 4, "true", activeDeadlineSeconds=30),
                          task("b", 4, "true", activeDeadlineSeconds=30), minAvailable=5))
-        kube.wait_phase("partial", "Completed")
-        assert kube.get("vcjob", "partial")["status"]["succeeded"] == 6
+        kube.wait_phase("partial", "Completed", timeout=60)
+        assert kube.get("vcjob", "partial")["status"]["succeeded"] == 8
         gang = kube.get("vcjob", "gang")
         assert gang["status"]["state"]["phase"] == "Pending"
         assert gang["status"]["state"]["reason"] == "Resources"
@@ -158,6 +159,8 @@ def test_a_gang_that_cannot_fit_waits_whole(kube: Kube) -> None:
         c.client.cancel([blocker])
     kube.wait_phase("gang", "Completed")
     assert kube.get("vcjob", "gang")["status"]["succeeded"] == 8
+    # every group's share was given back (the second group's CPUs on a node leaked)
+    assert c.client.nodes()[0]["alloc_cpus"] == 0
 
 
 def test_the_seeds_cfd_ai_job_with_host_commands(kube: Kube) -> None:
@@ -243,13 +246,13 @@ def test_min_success_completes_the_job_early(kube: Kube) -> None:
 
 def test_unsupported_fields_are_refused_with_their_path(kube: Kube) -> None:
     bad = vcjob("bad", task("t", 1, "true"))
-    bad["spec"]["networkTopology"] = {"mode": "hard"}
+    bad["spec"]["networkTopology"] = {"mode": "soft", "highestTierAllowed": 1}
     bad["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["envFrom"] = [
         {"configMapRef": {"name": "x"}}]
     r = kube.apply(bad, ok=False)
     assert r.returncode == 1
     assert 'The Job "bad" is invalid' in r.stderr
-    assert "spec.networkTopology: Forbidden: not supported by Corral" in r.stderr
+    assert "spec.networkTopology.mode: Forbidden: not supported by Corral" in r.stderr
     assert "spec.tasks[0].template.spec.containers[0].envFrom: Forbidden" in r.stderr
     unknown = vcjob("bad", task("t", 1, "true"))
     unknown["spec"]["tasks"][0]["replica"] = 2  # a typo
@@ -403,3 +406,38 @@ def test_task_failed_event(kube: Kube) -> None:
     w["policies"] = [{"event": "TaskFailed", "action": "AbortJob"}]
     kube.apply(vcjob("tfail", w, plugins={"env": []}))
     kube.wait_phase("tfail", "Aborted", timeout=60)
+
+
+def test_late_replicas_start_when_resources_free_up(kube: Kube) -> None:
+    """minAvailable 1 of 2 replicas with one CPU free: the gang starts with replica 0;
+    replica 1 waits (Pending, the job Running) and runs once the CPU is free again, in a
+    companion job kubectl does not list; the job completes with both pods."""
+    c = kube.c
+    go = c.work / "late-go"
+    blocker = c.submit(f"while [ ! -e {go} ]; do sleep 0.1; done", cpus_per_task=15,
+                       mem_per_node_mb=100)
+    try:
+        c.wait_state(blocker, "RUNNING")
+        hold = c.work / "late-hold"
+        kube.apply(vcjob("late", task("w", 2, "echo late $VC_TASK_INDEX; if [ "
+                                      f"$VC_TASK_INDEX = 0 ]; then while [ ! -e {hold} ]; "
+                                      "do sleep 0.1; done; fi", memory="20Mi"),
+                         plugins={"env": []}, minAvailable=1))
+
+        def phases() -> dict[str, str]:
+            return {p["metadata"]["name"]: p["status"]["phase"] for p in kube.get(
+                "pods", "-l", "volcano.sh/job-name=late")["items"]}
+        wait_for(lambda: phases().get("late-w-0") == "Running", 30, what="replica 0")
+        assert phases()["late-w-1"] == "Pending"
+        assert kube.get("vcjob", "late")["status"]["state"]["phase"] == "Running"
+        hold.touch()  # replica 0 ends: its CPU is free for replica 1
+        kube.wait_phase("late", "Completed", timeout=60)
+        assert phases() == {"late-w-0": "Succeeded", "late-w-1": "Succeeded"}
+        assert kube.run("logs", "late-w-1").stdout == "late 1\n"
+        names = [i["metadata"]["name"] for i in kube.get("vcjob")["items"]]
+        assert "late" in names and not any(n.startswith("late-late-") for n in names)
+        obj = kube.get("vcjob", "late")
+        assert obj["status"]["succeeded"] == 2
+    finally:
+        go.touch()
+        c.wait_done(blocker)

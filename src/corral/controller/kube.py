@@ -71,6 +71,7 @@ class Kube:
     def __init__(self, ctl: Controller, identity: Callable[[Request], Identity]) -> None:
         self.ctl = ctl
         self.identity = identity
+        self._late: dict[int, list[JobRecord]] = {}  # root id -> companions (kube_late)
 
     # ---- records -------------------------------------------------------------------------
 
@@ -78,8 +79,14 @@ class Kube:
         return self.ctl.may_see_private(rec, who)
 
     def vcjobs(self, who: Identity, ns: str | None, now: float) -> list[JobRecord]:
+        from corral.controller import kube_late
+
         out = []
+        self._late = kube_late.index(r for r in self.ctl.jobs.values()
+                                     if r.sub.dialect == "volcano")
         for rec in sorted(self.ctl.jobs.values(), key=lambda r: r.id):
+            if kube_late.root_of(rec) is not None:
+                continue  # a companion of late replicas: shown as its root's pods
             if ko.hidden(rec, now) or not self.visible(rec, who):
                 continue
             if ns is not None and ko.namespace_of(rec) != ns:
@@ -93,13 +100,23 @@ class Kube:
             raise not_found("jobs", GROUP, name)
         return found[-1]
 
+    def parts(self, rec: JobRecord) -> list[JobRecord]:
+        """The companion jobs of ``rec``'s late replicas (as of the last ``vcjobs``)."""
+        return list(self._late.get(rec.id, ()))
+
+    def steps_of(self, rec: JobRecord) -> list[dict[str, Any]]:
+        return [s.to_api() for r in [rec, *self.parts(rec)] for s in r.steps]
+
     def job_obj(self, rec: JobRecord, now: float) -> dict[str, Any]:
-        return ko.vcjob(rec, [s.to_api() for s in rec.steps], now)
+        return ko.vcjob(rec, self.steps_of(rec), now, self.parts(rec))
 
     def all_pods(self, who: Identity, ns: str | None, now: float) -> list[dict[str, Any]]:
+        from corral.controller import kube_late
+
         out: list[dict[str, Any]] = []
         for rec in self.vcjobs(who, ns, now):
-            out.extend(ko.pods(rec, [s.to_api() for s in rec.steps], now))
+            out.extend(ko.pods(rec, self.steps_of(rec), now,
+                               kube_late.waiting(self.parts(rec))))
         return out
 
     # ---- create / change -------------------------------------------------------------------

@@ -166,8 +166,10 @@ def layout_text(rec: JobRecord) -> str:
                     for g, nodes in layout(rec).items())
 
 
-def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-    """One Pod per replica of a Volcano job."""
+def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float,
+         waiting: bool = False) -> list[dict[str, Any]]:
+    """One Pod per replica of a Volcano job (``waiting``: late replicas still wait in a
+    companion job, so a replica not started is Pending, not NotStarted)."""
     p = plan(rec)
     slots = layout(rec)
     by_name = {s["name"]: s for s in steps}  # the last run of each replica wins
@@ -183,15 +185,17 @@ def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> list[dict[s
             mine = slots.get(t["name"], [])
             node = (str(st["nodes"][0]) if st and st.get("nodes")
                     else mine[i] if i < len(mine) else None)
-            out.append(pod(rec, t, i, name, ns, node, st, max(0, runs.get(name, 0) - 1)))
+            out.append(pod(rec, t, i, name, ns, node, st, max(0, runs.get(name, 0) - 1),
+                           waiting))
     return out
 
 
-def _pod_phase(rec: JobRecord, st: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+def _pod_phase(rec: JobRecord, st: dict[str, Any] | None,
+               waiting: bool = False) -> tuple[str, dict[str, Any]]:
     if not is_vcjob(rec):
         return kf.pod_phase(rec)
     if st is None:
-        if rec.state.is_finished:
+        if rec.state.is_finished and not waiting:
             return "Failed", {"terminated": {"exitCode": 0, "reason": "NotStarted"}}
         return "Pending", {"waiting": {"reason": "ContainerCreating" if rec.start_time
                                        else "Unschedulable"}}
@@ -207,9 +211,10 @@ def _pod_phase(rec: JobRecord, st: dict[str, Any] | None) -> tuple[str, dict[str
 
 
 def pod(rec: JobRecord, task: dict[str, Any], index: int, name: str, ns: str,
-        node: str | None, st: dict[str, Any] | None, restarts: int) -> dict[str, Any]:
+        node: str | None, st: dict[str, Any] | None, restarts: int,
+        waiting: bool = False) -> dict[str, Any]:
     """The Pod of one replica (``restarts``: its runs in this job run, less one)."""
-    phase, cstate = _pod_phase(rec, st)
+    phase, cstate = _pod_phase(rec, st, waiting)
     req: dict[str, str] = {"cpu": str(task["cpus"])}
     if task.get("mem_mb"):
         req["memory"] = f"{task['mem_mb']}Mi"
@@ -244,9 +249,14 @@ def pod(rec: JobRecord, task: dict[str, Any], index: int, name: str, ns: str,
     }
 
 
-def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> dict[str, Any]:
+def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float,
+          parts: list[JobRecord] | None = None) -> dict[str, Any]:
+    """``parts``: companion jobs of late replicas (``corral.frontends.volcano_late``)."""
+    from corral.controller import kube_late
+
     meta = k8s_meta(rec)
     phase = phase_of(rec)
+    waiting = kube_late.waiting(parts or [])
     try:
         spec = json.loads(rec.sub.extra.get("vc_spec") or "{}") if is_vcjob(rec) \
             else kf.manifest(rec)["spec"]
@@ -255,7 +265,7 @@ def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> dict[str, 
     counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
     tasks: dict[str, dict[str, dict[str, int]]] = {}  # task -> {"phase": {phase: n}}
     restarted = 0
-    for pd in pods(rec, steps, now):
+    for pd in pods(rec, steps, now, waiting):
         restarted = max(restarted, pd["status"]["containerStatuses"][0]["restartCount"])
         ph = pd["status"]["phase"]
         key = {"Pending": "pending", "Running": "running", "Succeeded": "succeeded"}.get(
@@ -264,6 +274,8 @@ def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float) -> dict[str, 
         per = tasks.setdefault(pd["metadata"]["labels"]["volcano.sh/task-spec"],
                                {"phase": {}})["phase"]
         per[ph] = per.get(ph, 0) + 1
+    if parts:
+        phase = kube_late.phase(rec, parts, phase, counts)
     changed = rec.end_time or rec.start_time or rec.submit_time
     state: dict[str, Any] = {"phase": phase, "lastTransitionTime": ts(changed)}
     if rec.state is JobState.PENDING and rec.reason not in ("None", ""):

@@ -286,7 +286,7 @@ def add_routes(app: FastAPI, k: Kube) -> None:
         for rec in k.vcjobs(me, ns, now):
             if not name.startswith(ko.job_name(rec) + "-"):
                 continue
-            for p in ko.pods(rec, [s.to_api() for s in rec.steps], now):
+            for p in ko.pods(rec, k.steps_of(rec), now):
                 if p["metadata"]["name"] == name:
                     return rec, p
         raise not_found("pods", "", name)

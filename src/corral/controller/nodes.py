@@ -200,14 +200,19 @@ class NodeTable:
     def release(self, job: JobRecord) -> None:
         if job.allocation is None:
             return
-        for na in job.allocation.nodes:
-            rec = self.nodes.get(na.node)
-            if rec is None or job.id not in rec.jobs:
-                continue
-            rec.jobs.discard(job.id)
+        # a job of task groups has one entry per (node, group): release every entry of
+        # a node before the job leaves the node's job set (the second group's share on
+        # a node was kept allocated for ever when the first entry removed the job)
+        held = [na for na in job.allocation.nodes
+                if (r := self.nodes.get(na.node)) is not None and job.id in r.jobs]
+        for na in held:
+            rec = self.nodes[na.node]
             rec.alloc_cpus = max(0, rec.alloc_cpus - na.cpus)
             rec.alloc_mem_mb = max(0, rec.alloc_mem_mb - na.mem_mb)
             rec.alloc_gpus = max(0, rec.alloc_gpus - len(na.gpus))
+        for name in {na.node for na in held}:
+            rec = self.nodes[name]
+            rec.jobs.discard(job.id)
             self.refresh_load(rec)
 
     def suspend(self, job: JobRecord, suspended: bool = True) -> None:

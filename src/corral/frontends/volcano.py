@@ -471,7 +471,9 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
     deadlines = [t["deadline_s"] for t in tasks if t["deadline_s"]]
     plan = {"job": name, "namespace": ns, "min_available": min_av, "min_success": min_success,
             "max_retry": 3 if max_retry is None else max_retry, "policies": pols,
-            "plugins": sorted(plugins), "tasks": tasks}
+            "plugins": sorted(plugins), "tasks": tasks, "queue": queue,
+            "qos": spec.get("priorityClassName") or None,
+            "time_limit_s": max(deadlines) if deadlines else None}
     js = JobSpec(name=name, account=None if ns == "default" else ns,
                  partitions=() if queue == "default" else (queue,),
                  qos=spec.get("priorityClassName") or None, task_groups=groups,

@@ -110,14 +110,17 @@ class Launcher:
         self.env = env
         self.job_id = env.get("CORRAL_JOB_ID") or env.get("SLURM_JOB_ID", "0")
         self.here = env.get("SLURMD_NODENAME", "")
-        self.dir = log_dir(env.get("CORRAL_SUBMIT_DIR") or os.getcwd(), self.job_id)
+        # a companion of late replicas (volcano_late) logs into its root job's directory
+        self.root = str(plan.get("late_of") or self.job_id)
+        self.dir = log_dir(env.get("CORRAL_SUBMIT_DIR") or os.getcwd(), self.root)
         self.dir.mkdir(parents=True, exist_ok=True)
-        layout = parse_layout(env.get("CORRAL_VC_LAYOUT", ""))
+        self.layout = parse_layout(env.get("CORRAL_VC_LAYOUT", ""))
         self.replicas: list[Replica] = []
         for t in plan["tasks"]:
-            slots = layout.get(t["name"], [])
-            for i in range(min(int(t["replicas"]), len(slots))):
-                self.replicas.append(Replica(t, i, slots[i]))
+            slots = self.layout.get(t["name"], [])
+            idx = list(t.get("indices") or range(int(t["replicas"])))
+            for k in range(min(len(idx), len(slots))):
+                self.replicas.append(Replica(t, idx[k], slots[k]))
         self.retries = 0
         self.client: Any = None
         self.base = self._base_env()
@@ -268,7 +271,37 @@ class Launcher:
         own = r.task.get("max_retry")
         return int(own if own is not None else self.plan.get("max_retry", 3))
 
+    def _submit_late(self) -> None:
+        """Replicas without a slot run in a companion job once they fit (volcano_late)."""
+        from corral.frontends import volcano_late
+
+        late = volcano_late.missing(self.plan, self.layout)
+        if not late:
+            return
+        try:
+            got = self._api().submit_result(volcano_late.companion(
+                self.plan, late, self.root, self.env.get("CORRAL_SUBMIT_DIR") or os.getcwd(),
+                self.env))
+            print(f"corral: late replicas {late} wait in job {got.get('job_ids')}",
+                  file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - the gang's own replicas run anyway
+            print(f"corral: cannot submit the late replicas {late}: {exc}", file=sys.stderr)
+
+    def end_parts(self, action: str) -> None:
+        """The job ends early: stop the other parts (the root's companions; or, from a
+        companion, the root, whose stop cancels the rest)."""
+        from corral.frontends import volcano_late
+
+        if self.root == self.job_id:
+            volcano_late.cancel_parts(self._api(), self.plan["job"], self.root)
+        elif action in ("AbortJob", "TerminateJob"):
+            try:
+                self._api().cancel([self.root])
+            except Exception as exc:  # noqa: BLE001
+                print(f"corral: cannot end job {self.root}: {exc}", file=sys.stderr)
+
     def run(self) -> int:
+        self._submit_late()
         for r in self.replicas:
             self.start(r)
         while True:
@@ -293,6 +326,8 @@ class Launcher:
         ok = sum(1 for r in self.replicas if r.exit == 0)
         need = int(self.plan.get("min_success") or self.plan.get("min_available")
                    or len(self.replicas))
+        if self.plan.get("late_of"):
+            need = 0  # a companion's replicas count in the root job's verdict (kubectl)
         print(f"corral: {ok} of {len(self.replicas)} replicas succeeded (minAvailable "
               f"{need})", file=sys.stderr)
         return 0 if ok >= min(need, len(self.replicas)) and self.replicas else EXIT_FAILED
@@ -303,11 +338,13 @@ class Launcher:
         print(f"corral: {r.name}-{r.index} ended with {r.exit}: {action}", file=sys.stderr)
         if action in ("AbortJob", "TerminateJob", "CompleteJob"):
             self.kill(self.replicas)
+            self.end_parts(action)
             return {"AbortJob": EXIT_ABORTED, "TerminateJob": EXIT_TERMINATED}.get(action, 0)
         self.retries += 1
         if self.retries > self._limit(r):
             print(f"corral: maxRetry {self._limit(r)} reached", file=sys.stderr)
             self.kill(self.replicas)
+            self.end_parts("AbortJob")
             return EXIT_FAILED
         group = {"RestartPod": [r], "RestartTask": [x for x in self.replicas
                                                     if x.name == r.name]}.get(
@@ -343,6 +380,8 @@ def main() -> None:
 
     def stop(_sig: int, _frame: Any) -> None:
         launcher.kill(launcher.replicas)
+        if launcher.root == launcher.job_id:
+            launcher.end_parts("TerminateJob")
         sys.exit(EXIT_TERMINATED)
 
     signal.signal(signal.SIGTERM, stop)
