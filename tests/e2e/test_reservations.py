@@ -149,3 +149,27 @@ def test_only_operators_change_reservations(sh: Shims, test_user: object) -> Non
                "Users=root Flags=FANCY")
     assert p.returncode == 1 and "Invalid reservation flags" in p.stderr, p.stderr
     sh.ok("scontrol delete ReservationName=theirs")
+
+
+def test_corral_reservation_cli(sh: Shims) -> None:
+    import json
+
+    from tests.e2e.cluster import corral
+
+    r = corral("reservation", "create", "cli1", "--start", "now+1day", "--duration", "30",
+               "--nodes", "testnode", "--users", "root", "--flags", "MAINT", env=sh.env)
+    assert (r.returncode, r.stdout) == (0, "Reservation created: cli1\n"), r.stderr
+    r = corral("reservation", "list", "--json", env=sh.env)
+    got = json.loads(r.stdout)["reservations"]
+    assert [(x["name"], x["state"], x["duration_s"], x["flags"]) for x in got] == [
+        ("cli1", "INACTIVE", 1800.0, ["MAINT", "SPEC_NODES"])]
+    r = corral("reservation", "update", "cli1", "--users", "+daemon", env=sh.env)
+    assert r.returncode == 0, r.stderr
+    assert "Users=root,daemon " in sh.ok("scontrol show res cli1")
+    r = corral("reservation", "list", env=sh.env)
+    assert "cli1" in r.stdout and "INACTIVE" in r.stdout
+    r = corral("reservation", "create", "cli2", "--duration", "5", "--nodes", "nosuch",
+               "--users", "root", env=sh.env)
+    assert r.returncode != 0 and "Invalid node name specified: nosuch" in r.stderr, r.stderr
+    assert corral("reservation", "delete", "cli1", env=sh.env).returncode == 0
+    assert sh.ok("scontrol show res") == "No reservations in the system\n"

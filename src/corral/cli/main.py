@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "corral.cli.daemons",  # up, controller, agent
     "corral.cli.jobs",  # submit, queue, show, cancel, hold, release, requeue, history, update
     "corral.cli.nodes",  # nodes, drain, resume
+    "corral.cli.reservations",  # reservation list/create/update/delete
     "corral.cli.events",  # events (job state changes)
     "corral.cli.images",  # images, image pull
     "corral.cli.audit",  # audit (operators)
