@@ -55,9 +55,9 @@ def test_cli_edges(tmp_path: Path) -> None:
     runner = CliRunner()
     app = build_app()
     env = {"CORRAL_STATE_DIR": str(tmp_path), "CORRAL_SOCKET": "", "CORRAL_URL": ""}
-    res = runner.invoke(app, ["check", "cluster", "--checks", "network,gpu"], env=env)
+    res = runner.invoke(app, ["check", "cluster", "--checks", "network,disk"], env=env)
     assert res.exit_code == 1
-    assert "--checks: unknown gpu; choose from network, compute, storage" in res.output
+    assert "--checks: unknown disk; choose from network, compute, storage, gpu" in res.output
     bad = tmp_path / "bad.toml"
     bad.write_text("[checks]\nmin_relativ = 0.5\n")
     res = runner.invoke(app, ["check", "cluster", "--config", str(bad)], env=env)

@@ -123,3 +123,72 @@ def test_pairs_all_then_a_sample_covering_every_node() -> None:
         counts[a] += 1
         counts[b] += 1
     assert min(counts.values()) >= 4  # every node in several pairs (ring and chords)
+
+
+def test_pairs_cover_every_leaf_switch_inside_and_across() -> None:
+    # 4 leaves of 10 nodes in name order: each has a pair inside and one across
+    big = [f"n{i:02d}" for i in range(40)]
+    leaf_of = {n: "abcd"[int(n[1:]) // 10] for n in big}
+    sample = pairs_to_measure(big, 40, leaf_of)
+    for leaf in "abcd":
+        inner = [p for p in sample if leaf_of[p[0]] == leaf == leaf_of[p[1]]]
+        across = [p for p in sample if (leaf_of[p[0]] == leaf) != (leaf_of[p[1]] == leaf)]
+        assert inner and across, (leaf, sample)
+    assert {n for p in sample for n in p} == set(big)
+    # a topology where the plain ring misses switches: every 4th node on leaf "z"
+    leaf_of2 = {n: ("z" if int(n[1:]) % 4 == 0 else "y") for n in big}
+    plain = pairs_to_measure(big, 40)
+    assert not [p for p in plain if leaf_of2[p[0]] == "z" == leaf_of2[p[1]]]  # ring: none
+    covered = pairs_to_measure(big, 40, leaf_of2)
+    assert [p for p in covered if leaf_of2[p[0]] == "z" == leaf_of2[p[1]]]
+    assert len(covered) <= len(plain) + 2 * 2  # at most two pairs added per leaf
+    assert pairs_to_measure(big[:4], 64, leaf_of) == pairs_to_measure(big[:4], 64)
+
+
+def test_leaf_switches_from_the_configuration_json() -> None:
+    from corral.checks.verdict import leaf_switches
+
+    cfg = {"switches": [{"name": "s1", "nodes": "n[01-03]", "switches": ""},
+                        {"name": "top", "nodes": "", "switches": "s1,s2"}],
+           "nodes": [{"name": "n03", "switch": "s2"}, {"name": "n04", "switch": None}]}
+    assert leaf_switches(cfg) == {"n01": "s1", "n02": "s1", "n03": "s2"}
+
+
+def test_all_nodes_scaling_and_shared_filesystem_verdicts() -> None:
+    from corral.checks.verdict import AllNodesResult
+
+    def nd(name: str, shared: float) -> NodeResult:
+        return NodeResult(name, 10.0, None, 20.0, {"shared_seq_mb_s": shared})
+
+    nodes = [nd("n01", 100.0), nd("n02", 100.0), nd("n03", 100.0), nd("n04", 100.0)]
+    ok = AllNodesResult(4, 4, 30.0, 80.0, {n.name: 40.0 for n in nodes})
+    assert verdicts(nodes, [], Limits(), ok) == []
+    slow = AllNodesResult(4, 4, 12.0, 80.0, {"n01": 40.0, "n02": 40.0, "n03": 5.0,
+                                             "n04": 40.0})
+    out = verdicts(nodes, [], Limits(min_hpl_efficiency=0.2), slow)
+    assert [(v.subject, v.kind, v.metric) for v in out] == [
+        ("all-nodes", "scaling", "hpl_gflops"), ("all-nodes", "scaling", "hpl_efficiency"),
+        ("n03", "storage", "many_seq_mb_s")]
+    assert out[0].message.startswith("all-nodes: HPL on the 4 nodes together 12 Gflops, "
+                                     "30% of 4 x the median node (40 Gflops)")
+    assert "5 MB/s, 5% of its own alone while the median node kept 40%" in out[2].message
+    jammed = AllNodesResult(4, 0, None, None, {n.name: 5.0 for n in nodes})
+    out = verdicts(nodes, [], Limits(), jammed)
+    assert [(v.subject, v.metric) for v in out] == [("all-nodes", "aggregate_seq_mb_s")]
+    assert "took 20 MB/s from 4 nodes writing at once, 20% of what the median node" \
+        in out[0].message
+    failed = AllNodesResult(4, errors=("all-nodes job ended TIMEOUT",))
+    assert [v.kind for v in verdicts(nodes, [], Limits(), failed)] == ["error"]
+
+
+def test_gpu_count_and_type_against_the_configuration() -> None:
+    a100 = "NVIDIA A100-SXM4-40GB"
+    nodes = [NodeResult("g1", gpus=(a100, a100)), NodeResult("g2", gpus=(a100,)),
+             NodeResult("g3", gpus=("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-16GB")),
+             NodeResult("c1", gpus=()), NodeResult("c2")]
+    want = {"g1": (2, {"a100": 2}), "g2": (2, {"a100": 2}), "g3": (2, {"a100": 2}),
+            "c1": (0, {}), "c2": (1, {"gpu": 1})}
+    out = verdicts(nodes, [], Limits(), None, want)
+    assert [(v.subject, v.metric) for v in out] == [("g2", "gpu_count"), ("g3", "gpu_type")]
+    assert out[0].message.startswith("g2: nvidia-smi lists 1 GPU(s), the configuration has 2")
+    assert "0 of the 2 configured 'a100' GPU(s) found" in out[1].message

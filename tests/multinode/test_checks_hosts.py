@@ -1,11 +1,13 @@
 """``corral check cluster --quick`` on three network-namespace hosts (``hosts.py``).
 
 One host's link slowed with netem (delay and rate on its veth; the rate alone with tbf
-where the kernel has no sch_netem) is named as the network
-outlier, the other two are not; one host's agent confined to a small CPU quota (cgroup v1
-``cpu.cfs_quota_us`` around its whole process tree, which the jobs' processes inherit) is
-named as the compute outlier, the others are not. Each run is a real CLI call: jobs,
-srun steps between the hosts, hpcc, fio, the report with its heat map.
+where the kernel has no sch_netem) is named as the network outlier, the other two are
+not; the same run writes from every host at once on the shared directory. One host's
+agent confined to a small CPU quota (cgroup v1 ``cpu.cfs_quota_us`` of 4% of a CPU around
+its whole process tree, which the jobs' processes inherit: on this 2-core machine shared
+with other work a loaded run gives every process about a tenth) is named as the compute
+outlier, the others are not. Each run is a real CLI call: jobs, srun steps between the
+hosts, hpcc, fio, the report with its heat map.
 """
 
 from __future__ import annotations
@@ -47,18 +49,25 @@ def check_cluster(netns_available: None) -> Iterator[NetnsCluster]:
         c.stop()
 
 
-def run_check(c: NetnsCluster, *args: str) -> tuple[int, dict[str, Any], float]:
+def run_check(c: NetnsCluster, *args: str,
+              config: str = "checks.toml") -> tuple[int, dict[str, Any], float]:
     env = c.host_env()
     env["CORRAL_STATE_DIR"] = str(c.state_dir)
     env.pop("CORRAL_URL", None)
     env.pop("CORRAL_TOKEN", None)
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-c", ENTRY, "check", "cluster", "--quick", "--json",
-                        "--config", str(c.root / "checks.toml"), *args],
+                        "--config", str(c.root / config), *args],
                        capture_output=True, text=True, env=env, timeout=180, cwd=str(c.shared))
     took = time.monotonic() - t0
     assert r.returncode in (0, 2), (r.returncode, r.stdout, r.stderr, c.logs())
     return r.returncode, json.loads(r.stdout), took
+
+
+def quick_limit_s() -> float:
+    """--quick finishes well under a minute; on this 2-core machine shared with other
+    work, the bound grows with the load average beyond two runnable tasks per CPU."""
+    return 60.0 * max(1.0, os.getloadavg()[0] / (2 * (os.cpu_count() or 1)))
 
 
 def subjects(rec: dict[str, Any], *kinds: str) -> set[str]:
@@ -92,7 +101,14 @@ def test_a_slow_link_is_named_as_the_network_outlier(check_cluster: NetnsCluster
     report = Path(rec["report"])
     assert (report.parent / "heatmap.png").stat().st_size > 1000
     assert "ping-pong bandwidth heat map" in report.read_text()
-    assert took < 60, took
+    # all nodes at once: fio on the shared directory from every host at the same time
+    # (HPL on all nodes together is left out of --quick runs)
+    together = rec["all_nodes"]
+    assert together["hpl_gflops"] is None and not together["errors"], together
+    assert set(together["many_seq_mb_s"]) == set(c.names), together
+    assert all(v > 0 for v in together["many_seq_mb_s"].values()), together
+    assert "## All nodes together" in report.read_text()
+    assert took < quick_limit_s(), took
     env = {**os.environ, "CORRAL_STATE_DIR": str(c.state_dir)}
     h = subprocess.run([sys.executable, "-c", ENTRY, "check", "history", "--json"],
                        capture_output=True, text=True, env=env, timeout=60)
@@ -135,11 +151,12 @@ def test_a_throttled_cpu_is_named_as_the_compute_outlier(check_cluster: NetnsClu
         pytest.skip("needs the cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu")
     c = check_cluster
     slow = c.host(2)
-    with cpu_quota(c, slow.name, 10000):
+    with cpu_quota(c, slow.name, 4000):
         rc, rec, took = run_check(c, "--checks", "compute")
     assert rc == 2
     assert subjects(rec, "compute") == {slow.name}, rec["verdicts"]
     assert not subjects(rec, "error", "network"), rec["verdicts"]
     msg = next(v["message"] for v in rec["verdicts"] if v["kind"] == "compute")
     assert msg.startswith(f"{slow.name}: HPL ") and "throttling" in msg, msg
-    assert took < 60, took
+    assert "all_nodes" not in rec  # --quick compute only: no all-nodes job
+    assert took < quick_limit_s(), took

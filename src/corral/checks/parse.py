@@ -10,6 +10,9 @@
 - ``peak_gflops``: cores x GHz x double-precision flops per cycle from the CPU flags
   (avx512f+fma: 32, avx2/fma: 16, avx: 8, sse2: 4); None when the frequency is unknown.
 
+- ``parse_gpus``: ``nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm
+  --format=csv,noheader,nounits``: one GPU a line (memory MiB, clock MHz).
+
 All raise ``ValueError`` with what is missing when the text is not what they read.
 """
 
@@ -136,3 +139,34 @@ def peak_gflops(cores: int, mhz: float | None, flags: Iterable[str]) -> float | 
     if mhz is None or mhz <= 0 or cores <= 0:
         return None
     return cores * mhz / 1000 * flops_per_cycle(flags)
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    index: int
+    name: str
+    mem_mib: float | None
+    max_sm_mhz: float | None
+
+
+def parse_gpus(text: str) -> list[GpuProbe]:
+    """The GPUs ``nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm
+    --format=csv,noheader,nounits`` listed (none for empty output)."""
+    out: list[GpuProbe] = []
+
+    def num(v: str) -> float | None:
+        try:
+            return float(v)
+        except ValueError:
+            return None  # "[N/A]"
+
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) < 2 or not parts[0].isdigit():
+            raise ValueError(f"nvidia-smi line not 'index, name, memory, clock': {line!r}")
+        out.append(GpuProbe(int(parts[0]), parts[1],
+                            num(parts[2]) if len(parts) > 2 else None,
+                            num(parts[3]) if len(parts) > 3 else None))
+    return out

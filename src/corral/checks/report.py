@@ -16,18 +16,23 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from corral.checks.verdict import LinkResult, NodeResult, Verdict, best_links
+from corral.checks.verdict import AllNodesResult, LinkResult, NodeResult, Verdict, best_links
 
 
 def run_record(run_id: str, started: float, ended: float, nodes: Sequence[NodeResult],
                links: Sequence[LinkResult], verdicts: Sequence[Verdict],
-               plan: Mapping[str, Any]) -> dict[str, Any]:
-    return {"run_id": run_id, "started": started, "ended": ended, "plan": dict(plan),
-            "nodes": [{**asdict(n), "storage": dict(n.storage), "efficiency": n.efficiency}
-                      for n in nodes],
-            "links": [asdict(lk) for lk in links],
-            "verdicts": [v.to_json() for v in verdicts],
-            "ok": not verdicts}
+               plan: Mapping[str, Any],
+               together: AllNodesResult | None = None) -> dict[str, Any]:
+    rec = {"run_id": run_id, "started": started, "ended": ended, "plan": dict(plan),
+           "nodes": [{**asdict(n), "storage": dict(n.storage), "efficiency": n.efficiency}
+                     for n in nodes],
+           "links": [asdict(lk) for lk in links],
+           "verdicts": [v.to_json() for v in verdicts],
+           "ok": not verdicts}
+    if together is not None:
+        rec["all_nodes"] = {**asdict(together), "many_seq_mb_s": dict(together.many_seq_mb_s),
+                            "efficiency": together.efficiency}
+    return rec
 
 
 def node_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -157,6 +162,28 @@ def markdown(record: Mapping[str, Any], heatmap: str | None, bars: str | None) -
         out += ["", "## Network", "", f"![ping-pong bandwidth heat map]({heatmap})"]
     if bars:
         out += ["", "## Compute and storage", "", f"![per-node HPL and fio]({bars})"]
+    together = record.get("all_nodes")
+    if together:
+        solo = {r["node"]: r["shared_seq_mb_s"] for r in rows}
+        eff = together.get("efficiency")
+        out += ["", "## All nodes together", "",
+                f"HPL on {together['nodes']} nodes ({together.get('ranks') or '-'} ranks): "
+                f"{fmt(together.get('hpl_gflops'))} Gflops"
+                f"{f', {100 * eff:.0f}% of the summed peak' if eff is not None else ''}.", ""]
+        many = together.get("many_seq_mb_s") or {}
+        if many:
+            out += ["| node | fio seq write, all at once MB/s | alone MB/s | share |",
+                    "|---|---|---|---|"]
+            for n in sorted(many):
+                alone = solo.get(n)
+                share = f"{100 * many[n] / alone:.0f}%" if alone else "-"
+                out.append(f"| {n} | {fmt(many[n])} | {fmt(alone)} | {share} |")
+            out += ["", f"Aggregate: {fmt(sum(many.values()))} MB/s."]
+    gpus = [(n["name"], n.get("gpus")) for n in record.get("nodes", [])
+            if n.get("gpus") is not None]
+    if gpus:
+        out += ["", "## GPUs", "", "| node | GPUs (nvidia-smi) |", "|---|---|"]
+        out += [f"| {n} | {', '.join(g) or 'none'} |" for n, g in gpus]
     links = record.get("links", [])
     if links:
         out += ["", "| link | latency us | bandwidth MB/s |", "|---|---|---|"]

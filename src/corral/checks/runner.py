@@ -9,7 +9,15 @@ Plan of one run (``run_checks``):
 2. **node** (compute and storage): one exclusive job per node, all at once: a CPU probe,
    ``hpcc`` (HPL, DGEMM, STREAM; ``hpl_ranks`` MPI ranks, problem size ``hpl_n``), then
    ``fio`` sequential write and 4 KiB random read in the node's ``scratch_dir`` and in the
-   run directory (shared by the nodes).
+   run directory (shared by the nodes); with ``gpu`` checks, ``nvidia-smi`` (count, type,
+   memory) where it is installed.
+3. **all nodes** (with two nodes or more, after the node jobs: ``--dependency=afterany``):
+   one exclusive job on every node: ``hpcc`` with ``hpl_ranks`` ranks on each node
+   together (problem size ``hpl_n`` x sqrt(nodes), so memory per node stays the same;
+   not with ``--quick``: with more than one rank hpcc also runs its latency/bandwidth
+   section, up to 40 s by itself),
+   then ``fio`` sequential write on the shared run directory from every node at once
+   (each waits until all are ready, then writes what its solo run wrote).
 
 Every file a job writes lies in the run directory (``[checks] work_dir`` or
 ``<state dir>/checks/runs/<run id>``), which must be visible on every node under the same
@@ -25,12 +33,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.checks.parse import parse_fio, parse_hpcc, parse_pingpong, parse_probe, peak_gflops
-from corral.checks.verdict import LinkResult, NodeResult
+from corral.checks.parse import (
+    parse_fio,
+    parse_gpus,
+    parse_hpcc,
+    parse_pingpong,
+    parse_probe,
+    peak_gflops,
+)
+from corral.checks.verdict import ALL, AllNodesResult, LinkResult, NodeResult
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
-CHECKS = ("network", "compute", "storage")
+CHECKS = ("network", "compute", "storage", "gpu")
 
 HPCC_INPUT = """HPLinpack benchmark input file
 Corral cluster check
@@ -129,15 +144,10 @@ def node_script(plan: RunPlan, node: str, ranks: int) -> str:
              "cpuinfo_max_freq 2>/dev/null); grep -m1 '^model name' /proc/cpuinfo; "
              "grep -m1 '^cpu MHz' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo; "
              f"echo ranks={ranks}; }} > probe.txt"]
+    if "gpu" in plan.checks:
+        lines += [GPU_PROBE]
     if "compute" in plan.checks:
-        inp = HPCC_INPUT.format(n=n, nb=80 if n >= 800 else 40, p=p, q=q)
-        launch = "" if ranks == 1 else \
-            f"{plan.s('hpcc_launch', 'mpirun.openmpi --bind-to none --oversubscribe')} " \
-            f"-np {ranks} "
-        lines += ["cat > hpccinf.txt <<'CORRAL_EOF'", inp.rstrip("\n"), "CORRAL_EOF",
-                  "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                  "rm -f hpccoutf.txt",
-                  f"{launch}hpcc > hpcc.log 2>&1 || echo \"hpcc exit status $?\" >> hpcc.log"]
+        lines += hpcc_lines(plan, n, ranks, p, q)
     if "storage" in plan.checks:
         scratch = Path(str(plan.s("scratch_dir", "/tmp"))) / f"corral-check-{plan.run_id}-{node}"
         for where, target in (("local", scratch), ("shared", d / "fio")):
@@ -149,6 +159,56 @@ def node_script(plan: RunPlan, node: str, ranks: int) -> str:
                       f"--time_based --runtime={runtime_s} > fio-{where}.log 2>&1 "
                       f"|| echo \"fio exit status $?\" >> fio-{where}.log",
                       f"rm -rf {t}"]
+    return "\n".join(lines) + "\n"
+
+
+GPU_PROBE = ("if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi --query-gpu=index,"
+             "name,memory.total,clocks.max.sm --format=csv,noheader,nounits > gpus.txt "
+             "2> gpus.log || echo \"nvidia-smi exit status $?\" >> gpus.log; "
+             "else echo 'no nvidia-smi' > gpus.log; fi")
+
+
+def hpcc_lines(plan: RunPlan, n: int, ranks: int, p: int, q: int) -> list[str]:
+    inp = HPCC_INPUT.format(n=n, nb=80 if n >= 800 else 40, p=p, q=q)
+    launch = "" if ranks == 1 else \
+        f"{plan.s('hpcc_launch', 'mpirun.openmpi --bind-to none --oversubscribe')} " \
+        f"-np {ranks} "
+    return ["cat > hpccinf.txt <<'CORRAL_EOF'", inp.rstrip("\n"), "CORRAL_EOF",
+            "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+            "rm -f hpccoutf.txt",
+            f"{launch}hpcc > hpcc.log 2>&1 || echo \"hpcc exit status $?\" >> hpcc.log"]
+
+
+def all_dir(plan: RunPlan) -> Path:
+    return plan.run_dir / "all-nodes"
+
+
+def all_nodes_script(plan: RunPlan, ranks_per_node: int) -> str:
+    """HPL on every node together, then fio on the shared directory from all at once."""
+    d = all_dir(plan)
+    k = len(plan.nodes)
+    q_d = shlex.quote(str(d))
+    lines = ["#!/bin/sh", f"# corral check: all {k} nodes together",
+             f"mkdir -p {q_d} && cd {q_d} || exit 1"]
+    if all_hpl(plan):
+        n = int(int(plan.s("hpl_n", 4000)) * k ** 0.5)
+        p, q = grid(k * ranks_per_node)
+        lines += hpcc_lines(plan, n, k * ranks_per_node, p, q)
+    if "storage" in plan.checks:
+        size_mb = 16 if plan.quick else 256  # the solo run's size: the figures compare
+        # every node's task: ready, wait for the others (bounded), then the solo run's write
+        task = (f"cd {q_d} && touch ready-$SLURMD_NODENAME && i=0; "
+                f"while [ $(ls ready-* | wc -l) -lt {k} ] && [ $i -lt 600 ]; do "
+                "sleep 0.05; i=$((i+1)); done; "
+                "mkdir -p fio-$SLURMD_NODENAME && "
+                "fio --output-format=json --output=fio-$SLURMD_NODENAME.json "
+                "--directory=fio-$SLURMD_NODENAME --ioengine=psync "
+                f"--size={size_mb}M --name=seq --rw=write --bs=1M --end_fsync=1 "
+                "> fio-$SLURMD_NODENAME.log 2>&1 "
+                "|| echo \"fio exit status $?\" >> fio-$SLURMD_NODENAME.log; "
+                "rm -rf fio-$SLURMD_NODENAME")
+        lines += ["rm -f ready-*",
+                  f"srun -N{k} --ntasks-per-node=1 sh -c {shlex.quote(task)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -203,7 +263,55 @@ def collect_node(plan: RunPlan, node: str, job_state: str | None) -> NodeResult:
                 storage[f"{where}_rand_iops"] = res["rand"]["iops"]
             except (ValueError, KeyError) as exc:
                 errors.append(f"storage check ({where}): {exc}")
-    return NodeResult(node, hpl, stream, peak, storage, tuple(errors))
+    gpus: tuple[str, ...] | None = None
+    if "gpu" in plan.checks:
+        text = _read(d / "gpus.txt")
+        log = _read(d / "gpus.log") or ""
+        if "exit status" in log:
+            errors.append("gpu check: " + log[-300:].strip())
+        elif text is not None:
+            try:
+                gpus = tuple(g.name for g in parse_gpus(text))
+            except ValueError as exc:
+                errors.append(f"gpu check: {exc}")
+        else:
+            gpus = ()  # no nvidia-smi: no GPUs seen
+    return NodeResult(node, hpl, stream, peak, storage, tuple(errors), gpus)
+
+
+def collect_all(plan: RunPlan, job_state: str | None,
+                nodes: Sequence[NodeResult]) -> AllNodesResult:
+    """What the all-nodes job measured; the peak is the sum of the nodes' peaks (None when
+    one is unknown)."""
+    d = all_dir(plan)
+    errors: list[str] = []
+    if job_state not in (None, "COMPLETED"):
+        errors.append(f"all-nodes job ended {job_state}")
+    hpl = peak = None
+    ranks = 0
+    if all_hpl(plan):
+        text = _read(d / "hpccoutf.txt")
+        try:
+            if text is None:
+                raise ValueError("no hpccoutf.txt: " + (_read(d / "hpcc.log") or "")[-300:])
+            summary = parse_hpcc(text)
+            hpl = summary["HPL_Tflops"] * 1000
+            ranks = int(summary.get("CommWorldProcs", 0))
+            peaks = [n.peak_gflops for n in nodes]
+            peak = sum(x for x in peaks if x) if peaks and all(peaks) else None
+        except ValueError as exc:
+            errors.append(f"compute check (all nodes): {exc}")
+    many: dict[str, float] = {}
+    if "storage" in plan.checks:
+        for node in plan.nodes:
+            text = _read(d / f"fio-{node}.json")
+            try:
+                if text is None:
+                    raise ValueError("no output: " + (_read(d / f"fio-{node}.log") or "")[-300:])
+                many[node] = parse_fio(text)["seq"]["bw_mb_s"]
+            except (ValueError, KeyError) as exc:
+                errors.append(f"storage check (all nodes at once, {node}): {exc}")
+    return AllNodesResult(len(plan.nodes), ranks, hpl, peak, many, tuple(errors))
 
 
 Submit = Callable[[Sequence[str], str], int]  # (sbatch argv, script text) -> job id
@@ -212,9 +320,10 @@ Submit = Callable[[Sequence[str], str], int]  # (sbatch argv, script text) -> jo
 def run_checks(plan: RunPlan, submit: Submit, job_state: Callable[[int], str],
                node_cpus: Mapping[str, int], exe: Path | None,
                timeout_s: float, cancel: Callable[[int], None],
-               poll_s: float = 0.2) -> tuple[list[NodeResult], list[LinkResult], list[int]]:
+               poll_s: float = 0.2) -> tuple[list[NodeResult], list[LinkResult],
+                                             AllNodesResult | None, list[int]]:
     """Submit the plan's jobs, wait for them (cancel what is left at ``timeout_s``) and
-    collect the results. Returns (nodes, links, job ids)."""
+    collect the results. Returns (nodes, links, all nodes together, job ids)."""
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     part = plan.s("partition")
     common = ["--exclusive", "-o", str(plan.run_dir / "%x-%j.out")]
@@ -226,12 +335,20 @@ def run_checks(plan: RunPlan, submit: Submit, job_state: Callable[[int], str],
         jid = submit(["-J", "check-network", f"-N{len(nodes)}", "--ntasks-per-node=1",
                       "-w", ",".join(nodes), *common], network_script(plan, exe))
         jobs[jid] = "network"
-    if "compute" in plan.checks or "storage" in plan.checks:
+    if node_jobs(plan):
         for node in plan.nodes:
             ranks = int(plan.s("hpl_ranks", node_cpus.get(node, 1) or 1))
             jid = submit(["-J", f"check-{node}", "-N1", "-w", node, *common],
                          node_script(plan, node, ranks))
             jobs[jid] = node
+    if wants_all(plan):
+        ranks = min(int(plan.s("hpl_ranks", node_cpus.get(n, 1) or 1)) for n in plan.nodes)
+        after = [j for j, what in jobs.items() if what != "network"]
+        dep = ["--dependency", "afterany:" + ":".join(map(str, after))] if after else []
+        jid = submit(["-J", "check-all-nodes", f"-N{len(plan.nodes)}",
+                      f"--ntasks-per-node={ranks}", "-w", ",".join(plan.nodes), *dep, *common],
+                     all_nodes_script(plan, ranks))
+        jobs[jid] = ALL
     states: dict[int, str] = {}
     end = time.monotonic() + timeout_s
     while len(states) < len(jobs):
@@ -252,5 +369,22 @@ def run_checks(plan: RunPlan, submit: Submit, job_state: Callable[[int], str],
     links = [collect_link(plan, a, b) for a, b in plan.pairs] \
         if "network" in plan.checks and exe is not None else []
     nodes_out = [collect_node(plan, n, by_node.get(n)) for n in plan.nodes] \
-        if ("compute" in plan.checks or "storage" in plan.checks) else []
-    return nodes_out, links, list(jobs)
+        if node_jobs(plan) else []
+    together = collect_all(plan, by_node.get(ALL), nodes_out) if wants_all(plan) else None
+    return nodes_out, links, together, list(jobs)
+
+
+def node_jobs(plan: RunPlan) -> bool:
+    return bool({"compute", "storage", "gpu"} & set(plan.checks))
+
+
+def wants_all(plan: RunPlan) -> bool:
+    """The all-nodes job runs on two nodes or more when it has something to do (HPL or
+    fio at once), unless ``[checks] all_nodes = false``."""
+    return len(plan.nodes) >= 2 and bool(plan.s("all_nodes", True)) \
+        and (all_hpl(plan) or "storage" in plan.checks)
+
+
+def all_hpl(plan: RunPlan) -> bool:
+    """HPL on all nodes together: compute checks, not ``--quick``."""
+    return "compute" in plan.checks and not plan.quick

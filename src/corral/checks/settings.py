@@ -34,6 +34,12 @@ class ChecksConfig:
     max_pairs: int = 64  # more node pairs than this: a sample covering every node
     partition: str | None = None
     timeout_s: int = 1800
+    min_scaling: float = 0.5  # all nodes' HPL under this fraction of n x the median node
+    all_nodes: bool = True  # the all-nodes job (HPL together, fio from all at once)
+    interval_s: int = 0  # periodic --quick runs by the controller; 0: off
+    drain_outliers: bool = False  # the periodic runs drain the nodes they name
+    nice: int = 10000  # nice of the periodic runs' jobs (lowest priority; never preempts)
+    keep_runs: int = 50  # periodic runs kept (reports and run directories)
 
 
 def load_checks_file(path: Path) -> dict[str, Any]:

@@ -14,6 +14,13 @@ Algorithm (pure; no I/O):
   and ``min_hpl_efficiency`` is set.
 - **Storage.** Each fio result (sequential MB/s, random IOPS; local and shared) against the
   median node and ``min_seq_mb_s`` / ``min_rand_iops``.
+- **All nodes together.** HPL on every node at once against the number of nodes x the
+  median node's HPL (``scaling``, under ``min_scaling`` is a verdict naming the
+  interconnect), its efficiency against the sum of the nodes' peaks; fio from every node
+  at once on the shared filesystem: each node's share of its own solo figure against the
+  median share (``min_relative``), and the aggregate against one node alone.
+- **GPUs.** The devices ``nvidia-smi`` lists against the node's configured GPUs (count;
+  type when the configuration names one other than the generic ``gpu``).
 - A check that failed on a node is a verdict of kind ``error``.
 
 Invariant: a node with no verdict is healthy by every measurement it has; the median is
@@ -40,6 +47,7 @@ class Limits:
     min_stream_gb_s: float | None = None
     min_seq_mb_s: float | None = None
     min_rand_iops: float | None = None
+    min_scaling: float = 0.5  # all nodes' HPL under this fraction of n x the median node
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,25 @@ class NodeResult:
     stream_gb_s: float | None = None
     peak_gflops: float | None = None
     storage: Mapping[str, float] = field(default_factory=dict)  # "local_seq_mb_s", ...
+    errors: tuple[str, ...] = ()
+    gpus: tuple[str, ...] | None = None  # device names nvidia-smi listed; None: not checked
+
+    @property
+    def efficiency(self) -> float | None:
+        if self.hpl_gflops is None or not self.peak_gflops:
+            return None
+        return self.hpl_gflops / self.peak_gflops
+
+
+@dataclass(frozen=True)
+class AllNodesResult:
+    """The all-nodes job: HPL on every node together, fio from every node at once."""
+
+    nodes: int
+    ranks: int = 0
+    hpl_gflops: float | None = None
+    peak_gflops: float | None = None  # the sum of the nodes' peaks
+    many_seq_mb_s: Mapping[str, float] = field(default_factory=dict)  # node -> MB/s
     errors: tuple[str, ...] = ()
 
     @property
@@ -84,7 +111,11 @@ HINTS = {"network": "check its link speed (NIC, cable, switch port)",
          "link": "check the switch port and cable between them",
          "compute": "check CPU frequency/throttling (power-saving mode, BIOS, cooling)",
          "memory": "check its memory configuration (DIMMs, NUMA, frequency)",
-         "storage": "check its disk and mount options"}
+         "storage": "check its disk and mount options",
+         "scaling": "check the interconnect (a slow link or switch port holds every rank "
+                    "back) and the MPI transport",
+         "shared": "check the file server and the nodes' mounts of it",
+         "gpu": "check the driver (nvidia-smi), the cards and the node's configured gpus"}
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -219,14 +250,94 @@ def node_verdicts(nodes: list[NodeResult], lim: Limits) -> list[Verdict]:
     return out
 
 
-def verdicts(nodes: list[NodeResult], links: list[LinkResult], lim: Limits) -> list[Verdict]:
+ALL = "all-nodes"
+
+
+def all_nodes_verdicts(together: AllNodesResult, nodes: list[NodeResult],
+                       lim: Limits) -> list[Verdict]:
+    out = [Verdict(ALL, "error", "job", None, None, f"{ALL}: {e}") for e in together.errors]
+    k = together.nodes
+    med = _median(n.hpl_gflops for n in nodes)
+    if together.hpl_gflops is not None and med:
+        expect = k * med
+        ratio = together.hpl_gflops / expect
+        if ratio < lim.min_scaling:
+            out.append(Verdict(ALL, "scaling", "hpl_gflops", together.hpl_gflops, expect,
+                               f"{ALL}: HPL on the {k} nodes together {together.hpl_gflops:.3g}"
+                               f" Gflops, {_pct(ratio)} of {k} x the median node "
+                               f"({expect:.3g} Gflops) — {HINTS['scaling']}"))
+    eff = together.efficiency
+    if eff is not None and lim.min_hpl_efficiency is not None and eff < lim.min_hpl_efficiency:
+        out.append(Verdict(ALL, "scaling", "hpl_efficiency", eff, lim.min_hpl_efficiency,
+                           f"{ALL}: HPL efficiency {_pct(eff)} of the nodes' summed peak "
+                           f"({together.peak_gflops:.1f} Gflops), under the configured "
+                           f"{_pct(lim.min_hpl_efficiency)} — {HINTS['scaling']}"))
+    solo = {n.name: n.storage.get("shared_seq_mb_s") for n in nodes}
+    shares = {n: v / s for n, v in together.many_seq_mb_s.items()
+              if (s := solo.get(n)) and v is not None}
+    med_share = _median(shares.values())
+    for n in sorted(shares):
+        if med_share and len(shares) > 2 and shares[n] < lim.min_relative * med_share:
+            out.append(Verdict(n, "storage", "many_seq_mb_s", together.many_seq_mb_s[n],
+                               solo[n], f"{n}: fio sequential write (shared) with {k} nodes "
+                               f"at once {together.many_seq_mb_s[n]:.3g} MB/s, "
+                               f"{_pct(shares[n])} of its own alone while the median node "
+                               f"kept {_pct(med_share)} — {HINTS['storage']}"))
+    total = sum(together.many_seq_mb_s.values())
+    med_solo = _median(solo.values())
+    if together.many_seq_mb_s and med_solo and total < lim.min_relative * med_solo:
+        out.append(Verdict(ALL, "storage", "aggregate_seq_mb_s", total, med_solo,
+                           f"{ALL}: the shared filesystem took {total:.3g} MB/s from {k} nodes"
+                           f" writing at once, {_pct(total / med_solo)} of what the median "
+                           f"node wrote alone ({med_solo:.3g} MB/s) — {HINTS['shared']}"))
+    return out
+
+
+def gpu_verdicts(nodes: list[NodeResult],
+                 expected: Mapping[str, tuple[int, Mapping[str, int]]]) -> list[Verdict]:
+    """Configured GPUs (node -> (count, {type: count})) against what the node listed."""
+    out: list[Verdict] = []
+    for n in nodes:
+        if n.gpus is None:
+            continue
+        want, types = expected.get(n.name, (0, {}))
+        if len(n.gpus) != want:
+            out.append(Verdict(n.name, "gpu", "gpu_count", float(len(n.gpus)), float(want),
+                               f"{n.name}: nvidia-smi lists {len(n.gpus)} GPU(s), the "
+                               f"configuration has {want} — {HINTS['gpu']}"))
+            continue
+        named = {t: c for t, c in types.items() if t and t != "gpu"}
+        for t, c in sorted(named.items()):
+            have = sum(1 for g in n.gpus if t.lower() in g.lower().replace(" ", "_")
+                       or t.lower() in g.lower())
+            if have < c:
+                out.append(Verdict(n.name, "gpu", "gpu_type", float(have), float(c),
+                                   f"{n.name}: {have} of the {c} configured '{t}' GPU(s) "
+                                   f"found (nvidia-smi: {', '.join(n.gpus)}) — {HINTS['gpu']}"))
+    return out
+
+
+def verdicts(nodes: list[NodeResult], links: list[LinkResult], lim: Limits,
+             together: AllNodesResult | None = None,
+             expected_gpus: Mapping[str, tuple[int, Mapping[str, int]]] | None = None,
+             ) -> list[Verdict]:
     """Every outlier of a run, nodes first (sorted by subject within each kind)."""
-    return node_verdicts(nodes, lim) + network_verdicts(links, lim)
+    out = node_verdicts(nodes, lim) + network_verdicts(links, lim)
+    if together is not None:
+        out += all_nodes_verdicts(together, nodes, lim)
+    return out + gpu_verdicts(nodes, expected_gpus or {})
 
 
-def pairs_to_measure(nodes: list[str], max_pairs: int) -> list[tuple[str, str]]:
+def pairs_to_measure(nodes: list[str], max_pairs: int,
+                     leaf_of: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """All pairs when there are at most ``max_pairs``; else a sample covering every node
-    several times: node i with i+1, i+2, i+4, ... (a ring and its chords), deterministic."""
+    several times: node i with i+1, i+2, i+4, ... (a ring and its chords), deterministic.
+
+    With a topology (``leaf_of``: node -> leaf switch, from ``[[switches]]``) the sample
+    also covers every switch: each leaf with a checked node gets at least one measured
+    pair inside it (when it has two nodes) and one to another leaf (its first node with
+    the first node of the next leaf, in name order), added when the ring did not already
+    measure one. Coverage wins over ``max_pairs``: it adds at most two pairs per leaf."""
     ns = sorted(nodes)
     k = len(ns)
     every = [(ns[i], ns[j]) for i in range(k) for j in range(i + 1, k)]
@@ -243,4 +354,51 @@ def pairs_to_measure(nodes: list[str], max_pairs: int) -> list[tuple[str, str]]:
                 seen.add(key)
                 out.append(key)
         step *= 2
+    if leaf_of:
+        out += _switch_cover(ns, leaf_of, seen)
+    return out
+
+
+def _switch_cover(ns: list[str], leaf_of: Mapping[str, str],
+                  seen: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Pairs to add so that every leaf switch has an inner and an inter-switch pair."""
+    leaves: dict[str, list[str]] = {}
+    for n in ns:
+        leaves.setdefault(leaf_of.get(n, ""), []).append(n)
+    names = sorted(leaves)
+    added: list[tuple[str, str]] = []
+
+    def add(a: str, b: str) -> None:
+        key = (min(a, b), max(a, b))
+        if key not in seen:
+            seen.add(key)
+            added.append(key)
+
+    for i, leaf in enumerate(names):
+        members = leaves[leaf]
+        inner = any(leaf_of.get(a, "") == leaf and leaf_of.get(b, "") == leaf
+                    for a, b in seen)
+        if len(members) > 1 and not inner:
+            add(members[0], members[1])
+        outer = any((leaf_of.get(a, "") == leaf) != (leaf_of.get(b, "") == leaf)
+                    for a, b in seen)
+        if len(names) > 1 and not outer:
+            add(members[0], leaves[names[(i + 1) % len(names)]][0])
+    return added
+
+
+def leaf_switches(config: Mapping[str, Any]) -> dict[str, str]:
+    """Node -> leaf switch from a configuration as JSON (``GET /config``): the ``nodes`` of
+    ``[[switches]]``, and ``switch`` of ``[[nodes]]`` entries (which win)."""
+    from corral.core.parse.hostlist import expand
+
+    out: dict[str, str] = {}
+    for sw in config.get("switches") or ():
+        if sw.get("nodes"):
+            for n in expand(str(sw["nodes"])):
+                out[n] = str(sw["name"])
+    for node in config.get("nodes") or ():
+        if node.get("switch") and node.get("name"):
+            for n in expand(str(node["name"])):
+                out[n] = str(node["switch"])
     return out

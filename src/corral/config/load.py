@@ -226,6 +226,15 @@ def validate(cfg: ClusterConfig) -> None:
             raise ConfigError(f"nodes[{i}].cloud", "a cloud node needs its cpus (or "
                               "topology) and mem_mb, and no discover: it is planned on "
                               "before it exists")
+    ck = cfg.checks
+    if ck.interval_s < 0:
+        raise ConfigError("checks.interval_s", f"must be 0 (off) or more, got {ck.interval_s}")
+    if ck.keep_runs < 1:
+        raise ConfigError("checks.keep_runs", f"must be 1 or more, got {ck.keep_runs}")
+    if not -2147483645 <= ck.nice <= 2147483645:
+        raise ConfigError("checks.nice", f"out of range: {ck.nice}")
+    if not 0 < ck.min_scaling <= 1:
+        raise ConfigError("checks.min_scaling", f"must be in (0, 1], got {ck.min_scaling}")
     if not cfg.partitions:
         raise ConfigError("partitions", "at least one partition is needed")
     defaults = [p.name for p in cfg.partitions if p.default]
