@@ -122,6 +122,17 @@ class AgentDaemon:
         except OSError:
             self._affinity = set()
         self._health_task: asyncio.Task[None] | None = None
+        self._tools: dict[str, str] | None = None  # container tools' versions (a thread)
+        self._tools_sent = False
+
+        def probe() -> None:
+            from corral.agent.runtimes import discover
+
+            self._tools = {k: v["version"] for k, v in discover().items()}
+
+        import threading
+
+        threading.Thread(target=probe, name="container-tools", daemon=True).start()
         self._pulls: list[Any] = []  # corral image pull children
         self._images_sent: list[dict[str, Any]] | None = None
         self.launches = 0
@@ -284,6 +295,15 @@ class AgentDaemon:
         self._images_sent = rows
         return rows
 
+    def _tools_report(self, force: bool = False) -> dict[str, str] | None:
+        """The container tools and their versions once the probe is done (sent once)."""
+        if self._tools is None:
+            return {k: "" for k in self.containers.tools} if force else None
+        if self._tools_sent and not force:
+            return None
+        self._tools_sent = True
+        return dict(self._tools)
+
     def pull_image(self, ref: str) -> None:
         """``corral image pull``: a child process fills the cache (the agent's loop never
         waits for a registry)."""
@@ -438,8 +458,7 @@ class AgentDaemon:
         self._images_sent = None
         hello = {"t": "hello", "node": node_spec_to_json(self.spec),
                  "images": self.images_report(force=True) or [],
-                 "container_tools": {k: v.get("version", "") for k, v in
-                                     self.containers.tools.items()},
+                 "container_tools": self._tools_report(force=True) or {},
                  "running": self._running(),
                  "exits": [e.to_json() for e in self.unacked.values()],
                  "agent_version": __version__, "boot_time": _boot_time(), "pid": os.getpid(),
@@ -464,6 +483,9 @@ class AgentDaemon:
                 images = self.images_report()
                 if images is not None:
                     beat["images"] = images
+                tools = self._tools_report()
+                if tools is not None:
+                    beat["container_tools"] = tools
                 self._send(beat)
 
         async def sweeper() -> None:

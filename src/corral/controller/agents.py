@@ -280,6 +280,9 @@ class AgentHub:
                 node = self.ctl.nodes.nodes.get(conn.node)
                 if node is not None and isinstance(m.get("stats"), dict):
                     node.agent_stats = m["stats"]
+                if node is not None and isinstance(m.get("container_tools"), dict):
+                    node.container_tools = {str(k)[:64]: str(v)[:200] for k, v in
+                                            list(m["container_tools"].items())[:16]}
                 if node is not None and isinstance(m.get("images"), list):
                     node.images = images_from_agent(m["images"])
                     if refresh_preferences(self.ctl.pending.values(), self.ctl.nodes.nodes):
