@@ -13,6 +13,10 @@ switches less than a command in a worker thread makes, which is what a shell loo
 ``sbatch`` calls waits on. Everything else (and ``sbatch --wait``, which polls afterwards)
 runs in a worker thread (``corral.shims.inproc``). The caller is known by the Unix
 socket's SO_PEERCRED or the bearer token, as on every other route.
+
+A step's end (``POST /api/v1/jobs/<id>/steps/<n>/end``, the last call of every ``srun``)
+is answered here too, with the route's own checks: FastAPI's routing and middleware cost
+more than recording it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
     from corral.controller.service import Controller
 
 log = logging.getLogger(__name__)
+_STEP_END = re.compile(r"^/api/v1/jobs/([^/]{1,64})/steps/([0-9]{1,10})/end$")
 
 
 def submit_host(body: Mapping[str, Any]) -> str:
@@ -192,8 +198,36 @@ def with_shim_fast_path(asgi: Any, ctl: Controller, auth: Authenticator) -> Any:
             if corked is not None:
                 corked.uncork()
 
+    async def step_end(scope: Any, receive: Any, send_: Any, job: str, step: str) -> None:
+        """``POST /jobs/<id>/steps/<n>/end`` (every srun's last call) without FastAPI's
+        routing and middleware; the same checks as the route (``requests.StepEnd``)."""
+        from corral.controller import requests as rq
+        from corral.controller.steps import end_step
+
+        try:
+            caller = who(scope)
+            raw = await read_bounded(scope, receive, max_body)
+            try:
+                data = json.loads(raw) if raw else {}
+            except ValueError as exc:
+                raise ApiError("invalid", f"the request body is not valid JSON: {exc}"
+                               ) from None
+            body = rq.parse(rq.StepEnd, data, "a step's end")
+            out = await end_step(ctl, job, step, body, caller)
+        except ApiError as exc:
+            await send(scope, send_, exc.status, json.dumps(exc.to_json()).encode(),
+                       b"application/json")
+            return
+        await send(scope, send_, 200, json.dumps(out, separators=(",", ":")).encode(),
+                   b"application/json")
+
     async def app(scope: Any, receive: Any, send_: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != ROUTE:
+            end = (_STEP_END.match(scope["path"])
+                   if scope["type"] == "http" and scope["method"] == "POST" else None)
+            if end is not None:
+                await step_end(scope, receive, send_, end.group(1), end.group(2))
+                return
             await asgi(scope, receive, send_)
             return
         try:
