@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.multinode.hosts import ENTRY, NetnsCluster
+from tests.multinode.hosts import ENTRY, NetnsCluster, wait_for
 
 pytestmark = [pytest.mark.multinode, pytest.mark.root]
 
@@ -160,3 +160,34 @@ def test_a_throttled_cpu_is_named_as_the_compute_outlier(check_cluster: NetnsClu
     assert msg.startswith(f"{slow.name}: HPL ") and "throttling" in msg, msg
     assert "all_nodes" not in rec  # --quick compute only: no all-nodes job
     assert took < quick_limit_s(), took
+
+
+def test_periodic_quick_runs_by_the_controller(mn_cluster_factory: Any) -> None:
+    """[checks] interval_s: the controller runs --quick checks itself (its own socket,
+    nice jobs), keeps the report, and the web UI's API lists it with its files."""
+    for tool in ("hpcc", "fio", "mpicc.mpich"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (scripts/system-deps)")
+    c = mn_cluster_factory(2, settings={"checks": {
+        "interval_s": 1, "hpl_n": 400, "hpl_ranks": 1, "timeout_s": 120, "nice": 5000}})
+
+    def finished() -> list[dict[str, Any]]:
+        runs: list[dict[str, Any]] = c.client.request("GET", "/ops/checks")["runs"]
+        return [r for r in runs if "report.md" in r["files"]]
+
+    runs = wait_for(finished, 150 * max(1.0, quick_limit_s() / 60), 0.5,
+                    what="a periodic check run's report")
+    run = runs[0]
+    assert run["trigger"] == "periodic" and run["nodes"] == 2, run
+    rec = json.loads((c.state_dir / "checks" / "reports" / run["run_id"] /
+                      "result.json").read_text())
+    assert run["median_bandwidth_mb_s"] and run["median_hpl_gflops"], (run, rec["links"],
+                                                                       rec["verdicts"])
+    assert {"heatmap.png", "result.json"} <= set(run["files"]), run
+    assert rec["plan"]["quick"] and rec["plan"]["trigger"] == "periodic"
+    jobs = rec["plan"]["jobs"]
+    assert len(jobs) == 4  # network, two node jobs, all nodes at once
+    for jid in jobs:
+        job = c.job(jid)
+        assert job["spec"]["nice"] == 5000 and job["user"] == "root", job["spec"]
+    assert not [v for v in rec["verdicts"] if v["kind"] == "error"], rec["verdicts"]

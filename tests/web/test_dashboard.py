@@ -133,5 +133,34 @@ def run_browser(page: Any, c: Any, token: str, held: int, shots: Path) -> None:
     page.click('a[data-view="fairshare"]')
     page.wait_for_selector("#fs-body tr")
     assert "physics" in page.inner_text("#fs-body") and "chem" in page.inner_text("#fs-body")
+    check_page(page, c)
     c.client.cancel([long, wait, held])
     assert not errors, errors
+
+
+def check_page(page: Any, c: Any) -> None:
+    """The Checks page lists a run kept under the controller's state dir (here written
+    directly, as `corral check cluster` and the periodic task write them), its verdict,
+    and shows its heat map and report.md through the API with the token."""
+    from corral.checks.report import run_record, write_report
+    from corral.checks.verdict import Limits, LinkResult, NodeResult, verdicts
+
+    state = Path(c.client.cluster_config()["state_dir"])
+    links = [LinkResult("n1", "n2", 5.0, 1000.0), LinkResult("n1", "n3", 6.0, 90.0),
+             LinkResult("n2", "n3", 6.0, 95.0)]
+    nodes = [NodeResult(n, 10.0) for n in ("n1", "n2", "n3")]
+    rec = run_record("20260101-000000-1-001", time.time(), time.time() + 5, nodes, links,
+                     verdicts(nodes, links, Limits()), {"nodes": ["n1", "n2", "n3"],
+                                                        "checks": ["network", "compute"],
+                                                        "trigger": "periodic"})
+    write_report(rec, state / "checks" / "reports" / rec["run_id"])
+    page.click('a[data-view="checks"]')
+    row = page.wait_for_selector(f'tr[data-run="{rec["run_id"]}"]')
+    text = row.inner_text()
+    assert "periodic" in text and "outliers: n3" in text and "report.md" in text, text
+    row.query_selector("a").click()
+    page.wait_for_selector("#check-heatmap")
+    page.wait_for_selector("#check-report")
+    assert "ping-pong bandwidth heat map" in page.inner_text("#check-report")
+    assert page.eval_on_selector("#check-heatmap", "e => e.naturalWidth") > 100
+    assert "n3: ping-pong bandwidth to every peer" in page.inner_text("#check-detail")

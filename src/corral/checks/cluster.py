@@ -40,12 +40,20 @@ def _expand(expr: str) -> list[str]:
 def submitter(client: Any, run_dir: Path, prog: str,
               nice: int | None = None) -> Callable[[Sequence[str], str], int]:
     """``(sbatch argv, script) -> job id``: the script is kept as ``jobN.sh`` in the run
-    directory and submitted as ``sbatch ARGV jobN.sh`` would submit it."""
+    directory and submitted as ``sbatch ARGV jobN.sh`` would submit it. The jobs' PATH
+    starts with ``<run dir>/bin``, where Corral's ``srun`` is installed: the scripts' steps
+    must reach this controller whatever ``srun`` the caller's PATH has (a real Slurm's, or
+    none in the controller's own environment)."""
     from corral.frontends.context import local_context
     from corral.frontends.errors import SubmitError
     from corral.frontends.slurm_options import parse_sbatch
+    from corral.shims.install import install
 
     count = [0]
+    bin_dir = run_dir / "bin"
+    install(bin_dir, force=True, commands=("srun",), compiled=False)
+    env = dict(os.environ)
+    env["PATH"] = f"{bin_dir}:{env.get('PATH') or '/usr/bin:/bin'}"
 
     def submit(argv: Sequence[str], script: str) -> int:
         count[0] += 1
@@ -53,7 +61,7 @@ def submitter(client: Any, run_dir: Path, prog: str,
         path.write_text(script)
         extra = [f"--nice={nice}"] if nice else []
         try:
-            req = parse_sbatch([*argv, *extra, str(path)], local_context(prog))
+            req = parse_sbatch([*argv, *extra, str(path)], local_context(prog, env=env))
         except SubmitError as exc:
             raise CheckError(exc.message) from None
         return int(client.submit(req.submission.to_json())[0])

@@ -109,6 +109,12 @@ class Controller:
         self.power = PowerManager(self)
 
         self.health = HealthChecks(self)
+        from corral.client import SOCKET_NAME
+        from corral.controller.check_task import PeriodicChecks
+
+        self.periodic_checks = PeriodicChecks(
+            lambda: self.cfg.checks, self.state_dir,
+            lambda: Path(self.cfg.controller.socket or self.state_dir / SOCKET_NAME))
         self.reservations = ReservationTable(self)
         self.livecfg = LiveConfig(self)
         self.started_at = time.time()
@@ -217,6 +223,7 @@ class Controller:
 
     async def stop(self) -> None:
         self.term_over.set()
+        self.periodic_checks.stop()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -241,6 +248,7 @@ class Controller:
         """Time-based work: node timeouts, pruning finished jobs, a periodic cycle."""
         await self.nodes.check_timeouts(now)
         self.health.tick(now)
+        self.periodic_checks.tick(now)
         self.reservations.tick(now)
         await self.power.tick(now)
         allocations.check_keepalives(self, now)

@@ -13,6 +13,11 @@ JSON, under the API prefix so the Python client reaches them too
 - ``GET  /api/v1/ops/fairshare``  ``{"rows": [...]}`` (``corral.ops.fairshare``);
 - ``GET  /api/v1/ops/utilization?hours=24&bins=48``  ``{"summary", "series", "users",
   "accounts", "total_cpus", "total_gpus"}`` from the accounting history;
+- ``GET  /api/v1/ops/checks``  ``{"runs": [...]}``: the cluster check runs kept under the
+  controller's ``<state dir>/checks/reports`` (``corral check history``'s rows with ``ok``,
+  ``trigger``, ``files``), newest first, at most 200;
+- ``GET  /api/v1/ops/checks/{run}/{file}``  one run's ``report.md``, ``heatmap.png``,
+  ``nodes.png`` or ``result.json``;
 - ``POST /api/v1/ops/submit``  the portal's form (``corral.web.submit``), submitted as the
   caller: ``{"job_ids", "display_id"}``.
 
@@ -23,9 +28,11 @@ goes to a worker thread, through the controller's own ``history``.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -52,6 +59,26 @@ def _cluster_totals(ctl: Any) -> tuple[int, int, int]:
     nodes = ctl.nodes.nodes.values()
     return (len(ctl.nodes.nodes), sum(int(n.spec.cpus) for n in nodes),
             sum(len(n.spec.gpus) for n in nodes))
+
+
+CHECK_FILES = {"report.md": "text/markdown; charset=utf-8", "heatmap.png": "image/png",
+               "nodes.png": "image/png", "result.json": "application/json"}
+_RUN_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,80}")
+
+
+def check_runs(reports: Path, limit: int = 200) -> list[dict[str, Any]]:
+    """The kept check runs, newest first: history rows plus ok, trigger and files."""
+    from corral.checks.report import history, history_row
+
+    out = []
+    for rec in reversed(history(reports)[-limit:]):
+        row = history_row(rec)
+        row.update(ok=bool(rec.get("ok")), trigger=(rec.get("plan") or {}).get("trigger"),
+                   verdicts=[v.get("message") for v in rec.get("verdicts", [])][:20],
+                   files=sorted(n for n in CHECK_FILES
+                                if (reports / str(rec["run_id"]) / n).exists()))
+        out.append(row)
+    return out
 
 
 def priority_factors(ctl: Any, rec: Any, now: float) -> Any:
@@ -146,6 +173,29 @@ def router(ctl: Any, identity: Callable[[Request], Any]) -> APIRouter:
             "users": [x.to_json() for x in top_users(jobs, since, now, now, 10)],
             "accounts": [x.to_json() for x in usage_by(jobs, "account", since, now, now)],
         })
+
+    @r.get(PREFIX + "/checks", summary="Cluster check runs kept by the controller")
+    async def checks(request: Request) -> Response:
+        import asyncio
+
+        identity(request)
+        runs = await asyncio.get_running_loop().run_in_executor(
+            None, check_runs, ctl.state_dir / "checks" / "reports")
+        return _json({"runs": runs})
+
+    @r.get(PREFIX + "/checks/{run_id}/{name}", summary="A file of a cluster check run")
+    async def check_file(request: Request, run_id: str, name: str) -> Response:
+        identity(request)
+        media = CHECK_FILES.get(name)
+        if media is None or not _RUN_ID.fullmatch(run_id):
+            raise ApiError("not_found", f"no such check file: {run_id}/{name}")
+        path = ctl.state_dir / "checks" / "reports" / run_id / name
+        try:
+            data = path.read_bytes()
+        except OSError:
+            raise ApiError("not_found", f"no such check file: {run_id}/{name}") from None
+        return Response(data, media_type=media, headers={"X-Content-Type-Options": "nosniff",
+                                                         "Cache-Control": "no-cache"})
 
     @r.post(PREFIX + "/submit", summary="Submit from the web portal's form, as the caller",
             openapi_extra=body_of("WebSubmit"))

@@ -1,6 +1,6 @@
 // Corral dashboard: vanilla JavaScript over the controller's REST API (/api/v1).
 // Views are chosen by the URL fragment (#/queue, #/job/12, #/nodes, #/utilization,
-// #/fairshare, #/submit). Every request carries the token from `corral token`.
+// #/fairshare, #/checks, #/checks/<run>, #/submit). Every request carries the token from `corral token`.
 "use strict";
 
 const API = "/api/v1";
@@ -93,7 +93,7 @@ async function api(method, path, body) {
 
 // ---- views ----------------------------------------------------------------------------
 
-const VIEWS = ["login", "queue", "job", "nodes", "utilization", "fairshare", "submit"];
+const VIEWS = ["login", "queue", "job", "nodes", "utilization", "fairshare", "checks", "submit"];
 
 function show(view) {
   for (const v of VIEWS) $(`view-${v}`).hidden = v !== view;
@@ -327,6 +327,48 @@ async function renderFairshare() {
   }
 }
 
+async function apiBlob(path) {
+  const headers = {};
+  const token = localStorage.getItem(TOKEN_KEY);
+  if (token) headers["Authorization"] = `Bearer ${token}`;
+  const res = await fetch(API + path, { headers, cache: "no-store" });
+  if (!res.ok) throw new ApiError(res.status, "not_found", `${path}: ${res.status}`);
+  return res.blob();
+}
+
+function num(v) { return v === null || v === undefined ? "-" : Number(v).toPrecision(3); }
+
+async function renderChecks(runId) {
+  const data = await api("GET", "/ops/checks");
+  const body = clear($("checks-body"));
+  for (const r of data.runs) {
+    const verdict = r.ok ? el("span", { class: "ok", text: "ok" })
+      : el("span", { class: "bad", title: (r.verdicts || []).join("\n"), text: `outliers: ${r.outliers.join(", ")}` });
+    body.append(el("tr", { "data-run": r.run_id },
+      el("td", {}, el("a", { href: `#/checks/${encodeURIComponent(r.run_id)}`, text: r.run_id })),
+      el("td", { text: when(r.started) }), el("td", { text: r.trigger || "command" }),
+      el("td", { text: r.nodes }), el("td", { text: num(r.median_bandwidth_mb_s) }),
+      el("td", { text: num(r.median_latency_us) }), el("td", { text: num(r.median_hpl_gflops) }),
+      el("td", {}, verdict), el("td", { text: r.files.join(" ") })));
+  }
+  if (!data.runs.length) body.append(el("tr", {}, el("td", { colspan: "9", class: "muted", text: "no check runs yet (corral check cluster)" })));
+  const box = clear($("check-detail"));
+  const run = data.runs.find((r) => r.run_id === runId);
+  if (!run) return;
+  box.append(el("h2", { text: `Run ${run.run_id}` }));
+  for (const v of run.verdicts || []) box.append(el("p", { class: "bad", text: v }));
+  for (const img of ["heatmap.png", "nodes.png"]) {
+    if (!run.files.includes(img)) continue;
+    const blob = await apiBlob(`/ops/checks/${encodeURIComponent(run.run_id)}/${img}`);
+    const url = await new Promise((ok) => { const fr = new FileReader(); fr.onload = () => ok(fr.result); fr.readAsDataURL(blob); });
+    box.append(el("img", { src: url, alt: img, class: "check-plot", id: `check-${img.replace(".png", "")}` }));
+  }
+  if (run.files.includes("report.md")) {
+    const text = await (await apiBlob(`/ops/checks/${encodeURIComponent(run.run_id)}/report.md`)).text();
+    box.append(el("h3", { text: "report.md" }), el("pre", { class: "report", id: "check-report", text: text }));
+  }
+}
+
 async function submitForm(ev) {
   ev.preventDefault();
   const form = {};
@@ -361,6 +403,7 @@ async function route() {
   else if (view === "nodes") { show("nodes"); every(renderNodes); }
   else if (view === "utilization") { show("utilization"); stopTimer(); renderUtilization().catch((e) => showError(e.message)); }
   else if (view === "fairshare") { show("fairshare"); stopTimer(); renderFairshare().catch((e) => showError(e.message)); }
+  else if (view === "checks") { show("checks"); stopTimer(); renderChecks(parts[1] ? decodeURIComponent(parts[1]) : null).catch((e) => showError(e.message)); }
   else if (view === "submit") { show("submit"); stopTimer(); }
   else { show("queue"); every(renderQueue); }
 }
