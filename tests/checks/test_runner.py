@@ -20,9 +20,9 @@ from corral.checks.verdict import NodeResult
 
 FAKE_SMI = """#!/bin/sh
 case "$*" in
-  *--query-gpu=index,name,memory.total,clocks.max.sm*)
-    echo "0, NVIDIA A100-SXM4-40GB, 40960, 1410"
-    echo "1, NVIDIA A100-SXM4-40GB, 40960, [N/A]" ;;
+  *--query-gpu=index,name,memory.total,clocks.max.sm,pcie.link.width.current,pcie.link.width.max*)
+    echo "0, NVIDIA A100-SXM4-40GB, 40960, 1410, 16, 16"
+    echo "1, NVIDIA A100-SXM4-40GB, 40960, [N/A], 8, 16" ;;
   *) echo "unexpected arguments: $*" >&2; exit 9 ;;
 esac
 """
@@ -50,6 +50,12 @@ def test_gpus_listed_by_a_fake_nvidia_smi(tmp_path: Path) -> None:
     assert GPU_PROBE in node_script(p, "n1", 1)
     res = run_probe(p, f"{bin_dir}:/usr/bin:/bin")
     assert res.gpus == ("NVIDIA A100-SXM4-40GB",) * 2 and not res.errors
+    assert res.gpu_pcie == ((16.0, 16.0), (8.0, 16.0))
+    from corral.checks.verdict import Limits, verdicts
+
+    out = verdicts([res], [], Limits(), None, {"n1": (2, {"a100": 2})})
+    assert [v.message for v in out] == [
+        "n1: GPU 1 PCIe link x8 of its x16 — reseat the card, check the slot and riser"]
 
 
 def test_no_nvidia_smi_is_no_gpus_and_a_failing_one_an_error(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@
 - ``peak_gflops``: cores x GHz x double-precision flops per cycle from the CPU flags
   (avx512f+fma: 32, avx2/fma: 16, avx: 8, sse2: 4); None when the frequency is unknown.
 
-- ``parse_gpus``: ``nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm
-  --format=csv,noheader,nounits``: one GPU a line (memory MiB, clock MHz).
+- ``parse_gpus``: ``nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm,
+  pcie.link.width.current,pcie.link.width.max --format=csv,noheader,nounits``: one GPU a
+  line (memory MiB, clock MHz, PCIe lanes; ``[N/A]`` read as unknown).
 
 All raise ``ValueError`` with what is missing when the text is not what they read.
 """
@@ -147,11 +148,14 @@ class GpuProbe:
     name: str
     mem_mib: float | None
     max_sm_mhz: float | None
+    pcie_width: float | None = None  # lanes now
+    pcie_width_max: float | None = None  # lanes the card and slot can do
 
 
 def parse_gpus(text: str) -> list[GpuProbe]:
-    """The GPUs ``nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm
-    --format=csv,noheader,nounits`` listed (none for empty output)."""
+    """The GPUs ``nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm,
+    pcie.link.width.current,pcie.link.width.max --format=csv,noheader,nounits`` listed
+    (none for empty output; missing trailing columns are unknown)."""
     out: list[GpuProbe] = []
 
     def num(v: str) -> float | None:
@@ -166,7 +170,6 @@ def parse_gpus(text: str) -> list[GpuProbe]:
         parts = [x.strip() for x in line.split(",")]
         if len(parts) < 2 or not parts[0].isdigit():
             raise ValueError(f"nvidia-smi line not 'index, name, memory, clock': {line!r}")
-        out.append(GpuProbe(int(parts[0]), parts[1],
-                            num(parts[2]) if len(parts) > 2 else None,
-                            num(parts[3]) if len(parts) > 3 else None))
+        col = [num(parts[i]) if len(parts) > i else None for i in range(2, 6)]
+        out.append(GpuProbe(int(parts[0]), parts[1], *col))
     return out

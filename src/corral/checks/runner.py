@@ -163,7 +163,8 @@ def node_script(plan: RunPlan, node: str, ranks: int) -> str:
 
 
 GPU_PROBE = ("if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi --query-gpu=index,"
-             "name,memory.total,clocks.max.sm --format=csv,noheader,nounits > gpus.txt "
+             "name,memory.total,clocks.max.sm,pcie.link.width.current,pcie.link.width.max "
+             "--format=csv,noheader,nounits > gpus.txt "
              "2> gpus.log || echo \"nvidia-smi exit status $?\" >> gpus.log; "
              "else echo 'no nvidia-smi' > gpus.log; fi")
 
@@ -264,6 +265,7 @@ def collect_node(plan: RunPlan, node: str, job_state: str | None) -> NodeResult:
             except (ValueError, KeyError) as exc:
                 errors.append(f"storage check ({where}): {exc}")
     gpus: tuple[str, ...] | None = None
+    pcie: tuple[tuple[float | None, float | None], ...] = ()
     if "gpu" in plan.checks:
         text = _read(d / "gpus.txt")
         log = _read(d / "gpus.log") or ""
@@ -271,12 +273,14 @@ def collect_node(plan: RunPlan, node: str, job_state: str | None) -> NodeResult:
             errors.append("gpu check: " + log[-300:].strip())
         elif text is not None:
             try:
-                gpus = tuple(g.name for g in parse_gpus(text))
+                probed = parse_gpus(text)
+                gpus = tuple(g.name for g in probed)
+                pcie = tuple((g.pcie_width, g.pcie_width_max) for g in probed)
             except ValueError as exc:
                 errors.append(f"gpu check: {exc}")
         else:
             gpus = ()  # no nvidia-smi: no GPUs seen
-    return NodeResult(node, hpl, stream, peak, storage, tuple(errors), gpus)
+    return NodeResult(node, hpl, stream, peak, storage, tuple(errors), gpus, pcie)
 
 
 def collect_all(plan: RunPlan, job_state: str | None,

@@ -20,7 +20,10 @@ Algorithm (pure; no I/O):
   at once on the shared filesystem: each node's share of its own solo figure against the
   median share (``min_relative``), and the aggregate against one node alone.
 - **GPUs.** The devices ``nvidia-smi`` lists against the node's configured GPUs (count;
-  type when the configuration names one other than the generic ``gpu``).
+  type when the configuration names one other than the generic ``gpu``), and each GPU's
+  PCIe link width against the widest its card and slot can do (a card trained at x8 in
+  an x16 slot moves data at half the speed; the link *generation* is not judged, idle
+  GPUs lower it to save power).
 - A check that failed on a node is a verdict of kind ``error``.
 
 Invariant: a node with no verdict is healthy by every measurement it has; the median is
@@ -68,6 +71,7 @@ class NodeResult:
     storage: Mapping[str, float] = field(default_factory=dict)  # "local_seq_mb_s", ...
     errors: tuple[str, ...] = ()
     gpus: tuple[str, ...] | None = None  # device names nvidia-smi listed; None: not checked
+    gpu_pcie: tuple[tuple[float | None, float | None], ...] = ()  # (lanes, max) per GPU
 
     @property
     def efficiency(self) -> float | None:
@@ -306,6 +310,11 @@ def gpu_verdicts(nodes: list[NodeResult],
                                f"{n.name}: nvidia-smi lists {len(n.gpus)} GPU(s), the "
                                f"configuration has {want} — {HINTS['gpu']}"))
             continue
+        for i, (cur, top) in enumerate(n.gpu_pcie):
+            if cur is not None and top is not None and cur < top:
+                out.append(Verdict(n.name, "gpu", "pcie_width", cur, top,
+                                   f"{n.name}: GPU {i} PCIe link x{cur:.0f} of its x{top:.0f} "
+                                   "— reseat the card, check the slot and riser"))
         named = {t: c for t, c in types.items() if t and t != "gpu"}
         for t, c in sorted(named.items()):
             have = sum(1 for g in n.gpus if t.lower() in g.lower().replace(" ", "_")
