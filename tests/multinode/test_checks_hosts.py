@@ -191,3 +191,32 @@ def test_periodic_quick_runs_by_the_controller(mn_cluster_factory: Any) -> None:
         job = c.job(jid)
         assert job["spec"]["nice"] == 5000 and job["user"] == "root", job["spec"]
     assert not [v for v in rec["verdicts"] if v["kind"] == "error"], rec["verdicts"]
+
+
+@pytest.mark.slow
+def test_hpl_on_all_nodes_together(mn_cluster_factory: Any) -> None:
+    """A full (not --quick) compute run on two hosts: hpcc per node, then one hpcc over
+    both hosts together, judged against 2 x the median node (the hosts share this
+    machine's CPUs, so min_scaling is turned down: the measurement is what is tested)."""
+    for tool in ("hpcc", "mpirun.openmpi"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (scripts/system-deps)")
+    c = mn_cluster_factory(2, settings={"checks": {
+        "hpl_n": 300, "hpl_ranks": 1, "timeout_s": 240, "min_scaling": 0.01,
+        "min_relative": 0.1,
+        "hpcc_launch": "mpirun.openmpi --bind-to none --oversubscribe "
+                       "--mca mpi_yield_when_idle 1"}})
+    env = c.host_env()
+    env["CORRAL_STATE_DIR"] = str(c.state_dir)
+    env.pop("CORRAL_URL", None)
+    env.pop("CORRAL_TOKEN", None)
+    r = subprocess.run([sys.executable, "-c", ENTRY, "check", "cluster", "--json",
+                        "--checks", "compute"], capture_output=True, text=True, env=env,
+                       timeout=300, cwd=str(c.shared))
+    assert r.returncode in (0, 2), (r.returncode, r.stdout[-3000:], r.stderr, c.logs())
+    rec = json.loads(r.stdout)
+    assert r.returncode == 0, [v["message"] for v in rec["verdicts"]]
+    together = rec["all_nodes"]
+    assert together["ranks"] == 2 and together["hpl_gflops"] > 0, together
+    assert not together["errors"] and not rec["verdicts"], rec["verdicts"]
+    assert "HPL on 2 nodes (2 ranks)" in Path(rec["report"]).read_text()
