@@ -440,4 +440,5 @@ def test_late_replicas_start_when_resources_free_up(kube: Kube) -> None:
         assert obj["status"]["succeeded"] == 2
     finally:
         go.touch()
+        (c.work / "late-hold").touch()  # a failed run leaves no replica waiting
         c.wait_done(blocker)
