@@ -11,8 +11,14 @@ Each configuration is timed ``--runs`` times; "warm" runs reuse the core's cross
 calling it again would; "cold" runs clear them first. Medians go to
 ``bench/results/core_cycle.json`` and ``bench/results/core_cycle.md``.
 
+A deep-queue point (issue 19: 1,000 nodes, 3,000 running, **100,000 pending**, the same
+mix) follows the scaled rows, EASY only; with ``--baseline DIR`` (a ``git archive`` of
+an earlier commit) the same point is timed in DIR's code too, in a child process
+(``PYTHONPATH=DIR/src``), interleaved with this tree's, as the reference of the same run.
+
     .venv/bin/python bench/core_cycle.py            # full table (a few minutes)
     .venv/bin/python bench/core_cycle.py --quick    # 1x only, EASY only
+    .venv/bin/python bench/core_cycle.py --deep-only --baseline /tmp/base
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -95,11 +103,13 @@ def running_spec(rng: random.Random, users: list[tuple[str, str]]) -> JobSpec:
                    time_limit_s=limit)
 
 
-def scenario(scale: float, seed: int = 1) -> ClusterSnapshot:
+def scenario(scale: float, seed: int = 1, pending: int | None = None) -> ClusterSnapshot:
+    """The scenario at ``scale``; ``pending``: that many pending jobs instead of
+    10,000 x scale (the deep-queue point)."""
     rng = random.Random(seed)
     n_nodes = int(1000 * scale)
     n_running = int(3000 * scale)
-    n_pending = int(10_000 * scale)
+    n_pending = int(10_000 * scale) if pending is None else pending
     nodes = make_nodes(n_nodes)
     names = tuple(n.spec.name for n in nodes)
     parts = (Partition("batch", names, is_default=True, max_time_s=7 * 24 * HOURS),
@@ -168,13 +178,46 @@ def time_cycle(snap: ClusterSnapshot, config: SchedulerConfig, runs: int,
     return statistics.median(cpu), statistics.median(wall), stats
 
 
+DEEP_PENDING = 100_000
+
+
+def deep_point(runs: int) -> dict[str, object]:
+    """The deep-queue point in the code this process imports (EASY, warm and cold)."""
+    t0 = time.perf_counter()
+    snap = scenario(1.0, pending=DEEP_PENDING)
+    build_s = time.perf_counter() - t0
+    cfg = SchedulerConfig(backfill=BackfillMode.EASY)
+    cold, cold_wall, _ = time_cycle(snap, cfg, 1, cold=True)
+    warm, warm_wall, stats = time_cycle(snap, cfg, runs, cold=False)
+    return {"scale": 1.0, "nodes": len(snap.nodes), "running": len(snap.running),
+            "pending": len(snap.pending), "mode": "easy", "warm_s": round(warm, 4),
+            "cold_s": round(cold, 4), "warm_wall_s": round(warm_wall, 4),
+            "cold_wall_s": round(cold_wall, 4), "build_s": round(build_s, 1), **stats}
+
+
+def baseline_point(src: Path, runs: int) -> dict[str, object]:
+    env = dict(os.environ, PYTHONPATH=str(src / "src"))
+    out = subprocess.run([sys.executable, __file__, "--point-json", "--runs", str(runs)],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    got: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return got
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1x scale, EASY only")
+    ap.add_argument("--deep-only", action="store_true",
+                    help="only the 100,000-pending point (writes core_cycle_deep.*)")
+    ap.add_argument("--baseline", type=Path, help="time the deep point in DIR/src too")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved deep-point rounds")
+    ap.add_argument("--point-json", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args()
-    scales = [1.0] if args.quick else [0.25, 0.5, 1.0, 2.0]
+    if args.point_json:  # a child timing the deep point in the code on its PYTHONPATH
+        print(json.dumps(deep_point(args.runs)))
+        return 0
+    scales = [] if args.deep_only else [1.0] if args.quick else [0.25, 0.5, 1.0, 2.0]
     modes = [BackfillMode.EASY] if args.quick else [BackfillMode.EASY,
                                                     BackfillMode.CONSERVATIVE]
     rows = []
@@ -196,29 +239,59 @@ def main() -> int:
                   f"warm={warm * 1000:8.1f} ms (wall {warm_wall * 1000:.1f}) "
                   f"cold={cold * 1000:8.1f} ms (wall {cold_wall * 1000:.1f}) {stats} "
                   f"(scenario built in {build_s:.1f}s)", flush=True)
+    deep: list[dict[str, object]] = []
+    base: list[dict[str, object]] = []
+    if not args.quick:  # each in a fresh child, interleaved with the baseline's
+        here = Path(__file__).resolve().parent.parent
+        for _ in range(args.rounds):
+            deep.append(baseline_point(here, args.runs))
+            print("deep, this tree:", deep[-1], flush=True)
+            if args.baseline:
+                base.append(baseline_point(args.baseline, args.runs))
+                print("deep, baseline:", base[-1], flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"python": sys.version.split()[0], "machine": platform.machine(),
-            "runs": args.runs, "target_s": 0.5}
+            "runs": args.runs, "target_s": 0.5, "load_avg": os.getloadavg(),
+            "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "baseline": str(args.baseline) if args.baseline else None}
+    if deep:
+        rows.append(_median_row(deep))
+    if base:
+        rows.append({**_median_row(base), "mode": "easy (baseline)"})
     if not args.quick:
-        (out / "core_cycle.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2)
-                                             + "\n")
+        name = "core_cycle_deep" if args.deep_only else "core_cycle"
+        (out / f"{name}.json").write_text(json.dumps(
+            {"meta": meta, "rows": rows, "deep_rounds": deep, "baseline_rounds": base},
+            indent=2) + "\n")
         lines = ["# Scheduling cycle benchmark (`bench/core_cycle.py`)", "",
                  "One full `run_cycle` (multifactor priority + backfill + placement); median "
                  f"CPU time of {args.runs} warm runs (memos kept, as in a running controller) "
                  "and of cold runs (memos cleared); wall time in parentheses (the 2-core "
                  "machine is shared, so wall time includes other processes). Target at 1x "
-                 "with EASY: < 0.5 s.", "",
+                 "with EASY: < 0.5 s. The 100,000-pending rows: median over "
+                 f"{args.rounds} interleaved child processes (one cold run, then the warm "
+                 "runs); 'baseline' is the code of `--baseline` timed in the same run. "
+                 f"Measured {meta['measured']}, load average {meta['load_avg']}.", "",
                  "| scale | nodes | running | pending | backfill | warm ms (wall) | "
                  "cold ms (wall) | started | backfilled | tested |",
                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {r['scale']}x | {r['nodes']} | {r['running']} | {r['pending']} | "
-                         f"{r['mode']} | {r['warm_s'] * 1000:.0f} ({r['warm_wall_s'] * 1000:.0f})"
-                         f" | {r['cold_s'] * 1000:.0f} ({r['cold_wall_s'] * 1000:.0f}) | "
+                         f"{r['mode']} | {float(r['warm_s']) * 1000:.0f} "
+                         f"({float(r['warm_wall_s']) * 1000:.0f})"
+                         f" | {float(r['cold_s']) * 1000:.0f} "
+                         f"({float(r['cold_wall_s']) * 1000:.0f}) | "
                          f"{r['started']} | {r['backfilled']} | {r['tested']} |")
-        (out / "core_cycle.md").write_text("\n".join(lines) + "\n")
+        (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     return 0
+
+
+def _median_row(points: list[dict[str, object]]) -> dict[str, object]:
+    row = dict(points[0])
+    for key in ("warm_s", "cold_s", "warm_wall_s", "cold_wall_s"):
+        row[key] = statistics.median(float(str(p[key])) for p in points)
+    return row
 
 
 if __name__ == "__main__":

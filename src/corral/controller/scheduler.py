@@ -20,7 +20,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from corral.agent.launch import LaunchRequest
@@ -31,7 +31,14 @@ from corral.controller.jobscripts import launch_after_prolog, script_environment
 from corral.controller.records import JobRecord
 from corral.controller.runtimes import job_runtime
 from corral.controller.suspend import resume_ready, suspend
-from corral.core.decisions import CycleResult, Reserve, Start
+from corral.core.decisions import (
+    CycleResult,
+    PendingInfo,
+    PendingMap,
+    PendingTail,
+    Reserve,
+    Start,
+)
 from corral.core.model.job import HoldKind, JobSpec, JobState
 from corral.core.model.partition import PreemptMode
 from corral.core.model.transitions import JobEvent, job_transition
@@ -306,10 +313,21 @@ class SchedulerLoop:
         result: CycleResult = self.cycle_fn(snap, self.sched_cfg, now)
         return result, time.thread_time() - t0
 
-    async def apply(self, result: CycleResult, now: float) -> int:
-        ctl = self.ctl
-        for jid, info in result.pending.items():
-            rec = ctl.pending.get(jid)
+    def apply_reasons(self, pending: Mapping[int, PendingInfo], now: float) -> None:
+        """Each pending job's reason, priority, rank and estimated start, written to its
+        record where they changed. A ``PendingMap``'s compact tail (one reason for the
+        jobs behind the backfill test limit) is applied in bulk, without a
+        ``PendingInfo`` per job."""
+        if isinstance(pending, PendingMap):
+            self._apply_infos(pending.explicit.values(), now)
+            self._apply_tail(pending.tail, now)
+        else:
+            self._apply_infos(pending.values(), now)
+
+    def _apply_infos(self, infos: Iterable[PendingInfo], now: float) -> None:
+        get = self.ctl.pending.get
+        for info in infos:
+            rec = get(info.job_id)
             if rec is None or (rec.hold is HoldKind.ADMIN
                                and rec.reason_detail.startswith(UNEVALUABLE)):
                 continue  # its reason is the error, not the core's view of a placeholder
@@ -324,6 +342,33 @@ class SchedulerLoop:
                 rec.touch_api()
                 if rec.eligible_time is None and info.reason not in _INELIGIBLE:
                     rec.eligible_time = now
+
+    def _apply_tail(self, tail: PendingTail, now: float) -> None:
+        """``_apply_infos`` for the jobs of ``tail`` (no estimated start), in one loop."""
+        get = self.ctl.pending.get
+        reason, detail = tail.reason, tail.detail
+        eligible = reason not in _INELIGIBLE
+        for jid, rank, prio in zip(tail.job_ids, tail.ranks,
+                                   map(round, tail.priorities), strict=True):
+            rec = get(jid)
+            if rec is None or (rec.reason == reason and rec.priority == prio
+                               and rec.rank == rank and rec.est_start is None
+                               and rec.reason_detail == detail):
+                continue
+            if rec.hold is HoldKind.ADMIN and rec.reason_detail.startswith(UNEVALUABLE):
+                continue
+            rec.reason = reason
+            rec.reason_detail = detail
+            rec.priority = float(prio)
+            rec.rank = rank
+            rec.est_start = None
+            rec.touch_api()
+            if eligible and rec.eligible_time is None:
+                rec.eligible_time = now
+
+    async def apply(self, result: CycleResult, now: float) -> int:
+        ctl = self.ctl
+        self.apply_reasons(result.pending, now)
         for rej in result.rejects:
             rec = ctl.pending.get(rej.job_id)
             if rec is not None and rec.reason != rej.reason:

@@ -25,15 +25,16 @@ job that starts at once on one-core nodes is decided without building the pass
 
 Reading the result: ``starts`` (exact allocations), ``reservations`` (planned starts),
 ``preemptions``, ``rejects`` (can never run as asked), ``pending`` (a ``PendingInfo`` per
-waiting job when ``annotate_pending``), ``reserved`` (ids to pass back as
-``ClusterSnapshot.reserved``) and ``stats``.
+waiting job when ``annotate_pending``; a ``PendingMap`` when the jobs behind the backfill
+test limit come as one compact ``PendingTail``, see ``passes.tail``), ``reserved`` (ids to
+pass back as ``ClusterSnapshot.reserved``) and ``stats``.
 """
 
 from __future__ import annotations
 
 from corral.core import priority
 from corral.core.config import Ordering, PreemptType, ReservationPolicy, SchedulerConfig
-from corral.core.decisions import CycleResult, CycleStats
+from corral.core.decisions import CycleResult, CycleStats, PendingMap
 from corral.core.nodes import node_table
 from corral.core.passes.alone import start_alone
 from corral.core.passes.order import order_jobs
@@ -106,8 +107,9 @@ def _plain_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
     stats = CycleStats(len(snapshot.pending), len(snapshot.running), len(out.starts),
                        out.backfilled, len(out.reservations), len(out.preemptions),
                        len(out.rejects), out.tested)
+    pending = out.pending if out.tail is None else PendingMap(out.pending, out.tail)
     return CycleResult(tuple(out.starts), tuple(out.reservations), tuple(out.preemptions),
-                       tuple(out.rejects), out.pending, stats, tuple(out.reserved))
+                       tuple(out.rejects), pending, stats, tuple(out.reserved))
 
 
 def clear_caches() -> None:

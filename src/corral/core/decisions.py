@@ -6,11 +6,17 @@ time: signal first, kill after the grace), ``Reject`` (the job can never run as 
 a ``PendingInfo`` for every job still pending: a Slurm-style reason, the priority and the
 estimated start when the profile knows one. "Cannot run now" (a pending reason) and "can
 never run" (``Reject``) are different verdicts and never mixed.
+
+With a deep queue most pending jobs wait for one shared reason (not tested by backfill
+this cycle): those come as one ``PendingTail`` (the reason and detail once, then ids,
+ranks and priorities in queue order) inside a ``PendingMap``, which reads as the
+per-job mapping (a ``PendingInfo`` is made for a tail job only when asked for) and lets a
+shell apply the tail in bulk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -70,6 +76,66 @@ class PendingInfo:
     rank: int = 0  # position in priority order among pending jobs (1 = next)
 
 
+@dataclass(frozen=True, slots=True)
+class PendingTail:
+    """Pending jobs that wait for one shared reason and detail, with no estimated start:
+    the compact form of their ``PendingInfo`` records (``info(k)`` is job ``k``'s).
+    ``job_ids``, ``ranks`` and ``priorities`` are parallel, in queue order."""
+
+    reason: str
+    detail: str
+    job_ids: tuple[int, ...]
+    ranks: tuple[int, ...]
+    priorities: tuple[float, ...]
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    def info(self, k: int) -> PendingInfo:
+        return PendingInfo(self.job_ids[k], self.reason, self.priorities[k], None,
+                           self.detail, self.ranks[k])
+
+
+class PendingMap(Mapping[int, PendingInfo]):
+    """``CycleResult.pending`` with a compact tail: the jobs with their own
+    ``PendingInfo`` (``explicit``, in the order the pass visited them) and a
+    ``PendingTail`` (after them when iterating). Reads exactly as the per-job dict would
+    (tested against it); no job is in both."""
+
+    __slots__ = ("explicit", "tail", "_index")
+
+    def __init__(self, explicit: dict[int, PendingInfo], tail: PendingTail) -> None:
+        self.explicit = explicit
+        self.tail = tail
+        self._index: dict[int, int] | None = None
+
+    def __getitem__(self, job_id: int) -> PendingInfo:
+        got = self.explicit.get(job_id)
+        if got is not None:
+            return got
+        if self._index is None:
+            self._index = {jid: k for k, jid in enumerate(self.tail.job_ids)}
+        return self.tail.info(self._index[job_id])
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.explicit
+        yield from self.tail.job_ids
+
+    def __len__(self) -> int:
+        return len(self.explicit) + len(self.tail.job_ids)
+
+    def __contains__(self, job_id: object) -> bool:
+        if job_id in self.explicit:
+            return True
+        if self._index is None:
+            self._index = {jid: k for k, jid in enumerate(self.tail.job_ids)}
+        return job_id in self._index
+
+    def __repr__(self) -> str:
+        return (f"PendingMap({len(self.explicit)} explicit, {len(self.tail)} waiting: "
+                f"{self.tail.reason})")
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class CycleStats:
     pending: int = 0
@@ -102,7 +168,8 @@ class CycleResult:
     reservations: tuple[Reserve, ...] = ()
     preemptions: tuple[Preempt, ...] = ()
     rejects: tuple[Reject, ...] = ()
-    pending: dict[int, PendingInfo] = field(default_factory=dict)
+    # per waiting job: a dict, or a ``PendingMap`` whose tail is shared (read both alike)
+    pending: Mapping[int, PendingInfo] = field(default_factory=dict)
     stats: CycleStats = field(default_factory=CycleStats)
     # ids holding a reservation after this cycle, in the order they got it (feed back as
     # ``ClusterSnapshot.reserved``; only ReservationPolicy.HIGHEST reads it)
@@ -110,7 +177,7 @@ class CycleResult:
 
     def __init__(self, starts: tuple[Start, ...] = (), reservations: tuple[Reserve, ...] = (),
                  preemptions: tuple[Preempt, ...] = (), rejects: tuple[Reject, ...] = (),
-                 pending: dict[int, PendingInfo] | None = None,
+                 pending: Mapping[int, PendingInfo] | None = None,
                  stats: CycleStats | None = None, reserved: tuple[int, ...] = ()) -> None:
         """Fields stored through their slots (see ``_SLOTS``); ``pending`` and ``stats``
         default to a new empty dict and ``CycleStats()``, as their factories say."""

@@ -54,6 +54,7 @@ from corral.core.passes.lean import LeanWalk
 from corral.core.passes.plan import Planner
 from corral.core.passes.preemption import Preemptor
 from corral.core.passes.state import Outcome, is_unit_cluster
+from corral.core.passes.tail import TailWalk, untested_detail
 from corral.core.placement import Placement
 from corral.core.placement.select import Pick
 from corral.core.profile import Profile
@@ -62,7 +63,7 @@ from corral.core.snapshot import ClusterSnapshot
 _RUNNABLE = (PartitionState.UP, PartitionState.DRAIN)
 
 
-class Pass(LeanWalk, Planner, Preemptor):
+class Pass(LeanWalk, TailWalk, Planner, Preemptor):
     """One cycle's queue pass over a snapshot (see the module docstring)."""
 
     def plan_of(self, job: Job) -> Plan:
@@ -76,7 +77,7 @@ class Pass(LeanWalk, Planner, Preemptor):
         memo = self.table.memo.get("plans")
         if not (isinstance(memo, tuple) and memo[0] is self.config and memo[1] is snap.qos
                 and memo[2] is snap.accounts and memo[3] is snap.licenses):
-            memo = (self.config, snap.qos, snap.accounts, snap.licenses, {}, {}, {})
+            memo = (self.config, snap.qos, snap.accounts, snap.licenses, {}, {}, {}, {})
             self.table.memo["plans"] = memo
         plans: dict[int, tuple[object, int | None, Plan, list[Option], bool]] = memo[4]
         spec = job.spec
@@ -89,6 +90,7 @@ class Pass(LeanWalk, Planner, Preemptor):
             plans.clear()
             needs.clear()
             memo[6].clear()
+            memo[7].clear()
         # the options' partitions come from the table, whose partitions (and their states)
         # are fixed, so the runnable ones are memoized with the plan
         runnable = [o for o in got.options if o.partition.state in _RUNNABLE]
@@ -148,7 +150,16 @@ class Pass(LeanWalk, Planner, Preemptor):
         # behind a blocked head, a replay's queue walk skips and counts what it only
         # would count (``passes.lean``); otherwise every job in order
         lean = prefilter and max_cycle is None and not limits_on
-        for rank, job in self.walk(order, prefilter, lean, max_test, max_tpc):
+        # annotated: the jobs behind the test limit that can only wait come as one
+        # compact tail (``passes.tail``); otherwise every job in order
+        waits: dict[int, Job] | None = None  # jobs that only wait behind the limit
+        if (self.annotate and self.compact_tail and self.mode != BackfillMode.NONE
+                and max_cycle is None and not limits_on):
+            waits = memo[7]
+            jobs = self.tail_walk(order, prio, max_test)
+        else:
+            jobs = self.walk(order, prefilter, lean, max_test, max_tpc)
+        for rank, job in jobs:
             if job.admin_priority is not None:
                 pr = float(job.admin_priority)
             else:  # FCFS (``prio`` is None): -submit time, what ``priority.compute`` gives
@@ -191,8 +202,10 @@ class Pass(LeanWalk, Planner, Preemptor):
                     self.recarry(job, held)
                 if not self.annotate:
                     break
-                self.pend(job, rank, pr, R.PRIORITY,
-                          f"not tested by backfill this cycle (bf_max_job_test={max_test})")
+                if waits is not None and plain and held is None and (
+                        job.admin_priority is None):
+                    waits[id(job)] = job  # it goes into the compact tail next time
+                self.pend(job, rank, pr, R.PRIORITY, untested_detail(max_test))
                 continue
             attempts += 1
             if self.blocked:

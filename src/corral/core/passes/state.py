@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from corral.core.config import SchedulerConfig
 from corral.core.counts import CountProfile
-from corral.core.decisions import PendingInfo, Preempt, Reject, Reserve, Start
+from corral.core.decisions import PendingInfo, PendingTail, Preempt, Reject, Reserve, Start
 from corral.core.dependency import DependencyIndex
 from corral.core.ends import INF, round_up
 from corral.core.feasibility import Option
@@ -39,6 +39,7 @@ class Outcome:
     preemptions: list[Preempt] = field(default_factory=list)
     rejects: list[Reject] = field(default_factory=list)
     pending: dict[int, PendingInfo] = field(default_factory=dict)
+    tail: PendingTail | None = None  # waiting jobs left out of ``pending`` (``passes.tail``)
     reserved: list[int] = field(default_factory=list)
     backfilled: int = 0
     tested: int = 0
@@ -107,7 +108,7 @@ class PassState:
         if not (isinstance(memo, tuple) and memo[0] is self.config and memo[1] is snap.qos
                 and memo[2] is snap.accounts and memo[3] is snap.licenses):
             self.table.memo["plans"] = (self.config, snap.qos, snap.accounts, snap.licenses,
-                                        {}, {}, {})
+                                        {}, {}, {}, {})
 
     @property
     def deps(self) -> DependencyIndex:

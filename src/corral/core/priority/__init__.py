@@ -43,6 +43,7 @@ __all__ = [
 def compute(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> dict[int, float]:
     """Priority of every pending job under ``config.ordering``; higher runs first. With
     ``config.starvation_guard_s``, jobs that waited that long go first (``guard``)."""
+    prio: dict[int, float]
     if config.ordering is Ordering.MULTIFACTOR:
         prio = multifactor_priorities(snapshot, config, now)
     else:

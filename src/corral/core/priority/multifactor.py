@@ -35,12 +35,13 @@ modelled. Reference: Slurm 22.05 ``priority_multifactor.html`` and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 
 from corral.core.config import FairshareAlgorithm, Ordering, PriorityWeights, SchedulerConfig
 from corral.core.model.account import ROOT_ACCOUNT, AccountTree
-from corral.core.model.job import HoldKind, Job
+from corral.core.model.job import HoldKind, Job, JobSpec
 from corral.core.model.node import Node
 from corral.core.priority.eligibility import Eligibility
 from corral.core.priority.fs_cache import FairShareCache
@@ -48,6 +49,15 @@ from corral.core.priority.orderings import TimeLimits, requested_procs
 from corral.core.snapshot import ClusterSnapshot
 
 FACTOR_NAMES = ("age", "assoc", "fairshare", "job_size", "partition", "qos")
+
+_ID = attrgetter("id")
+_SPEC = attrgetter("spec")
+_KEY = itemgetter(1)
+# per spec, what its priority takes from the spec alone in one context: (spec,
+# association key, w_js * job size or None, w_part * partition factor, w_qos * qos
+# factor, nice, begin time, has no dependency); the spec is held, so its id stays its own
+SpecTerms = tuple[JobSpec, tuple[str, str], float | None, float, float, int, float | None,
+                  bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +105,8 @@ class _Memo:
     fs: FairShareCache = field(default_factory=FairShareCache)
     accounts_of: AccountTree | None = None
     default_acct: dict[str, str] = field(default_factory=dict)
+    spec_context: tuple[object, ...] | None = None
+    spec_terms: dict[int, SpecTerms] = field(default_factory=dict)
 
 
 _MEMO = _Memo()
@@ -147,17 +159,25 @@ class MultifactorContext:
     """Everything the factors need, computed once per call; then O(1) per job."""
 
     def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
-                 *, factors_needed: bool = True) -> None:
+                 *, factors_needed: bool = True,
+                 keys: Collection[tuple[str, str]] | None = None) -> None:
         """``factors_needed=False``: the fair-share and assoc factors are left empty when
-        both their weights are 0 (they cannot change a priority; ``explain`` needs them)."""
+        both their weights are 0 (they cannot change a priority; ``explain`` needs them).
+        ``keys``: the associations to compute them for (default: the pending jobs'); an
+        empty collection leaves them empty, for a caller that fills them itself."""
         self.now = now
         self.w: PriorityWeights = config.weights
         tree = snapshot.accounts
         self.default_acct = _default_accounts(tree)
         w = config.weights
-        if factors_needed or w.fairshare or w.assoc:
-            keys = {self.key_of(j) for j in snapshot.pending}
-            self.fairshare, self.assoc = _fairshare(tree, snapshot.usage, keys,
+        self.fairshare: dict[tuple[str, str], float]
+        self.assoc: dict[tuple[str, str], float]
+        if keys is not None and not keys:
+            self.fairshare, self.assoc = {}, {}
+        elif factors_needed or w.fairshare or w.assoc:
+            if keys is None:
+                keys = {self.key_of(j) for j in snapshot.pending}
+            self.fairshare, self.assoc = _fairshare(tree, snapshot.usage, set(keys),
                                                     config.fairshare)
         else:
             self.fairshare, self.assoc = {}, {}
@@ -270,39 +290,96 @@ class MultifactorContext:
         )
 
 
+class Priorities(dict[int, float]):
+    """Priority per pending job id, as ``compute`` returns it, that also keeps the same
+    values in the order of the ``pending`` tuple they were computed for (``values``), so
+    the queue order can sort them without looking each job up again
+    (``passes.order``). ``in_order[k]`` is the priority of ``pending[k]``."""
+
+    __slots__ = ("pending", "in_order")
+
+    def __init__(self, pending: tuple[Job, ...], in_order: list[float]) -> None:
+        super().__init__(zip(map(_ID, pending), in_order, strict=True))
+        self.pending = pending
+        self.in_order = in_order
+
+
+def _spec_terms(ctx: MultifactorContext, pending: tuple[Job, ...],
+                plain_size: bool) -> list[SpecTerms]:
+    """``SpecTerms`` of every pending job's spec, in order: kept across calls while the
+    context they depend on (weights, cluster size, partitions, QOS, default accounts)
+    compares equal, and bounded."""
+    memo = _MEMO
+    w = ctx.w
+    context = (w, ctx.node_count, ctx.cluster_cpus, ctx.parts, ctx.default_part,
+               ctx.qos_factor, ctx.default_acct, plain_size)
+    # bounded by the queue: specs of jobs long gone are not held for long
+    if memo.spec_context != context or len(memo.spec_terms) > 2 * len(pending) + 10_000:
+        memo.spec_context = context
+        memo.spec_terms = {}
+    terms = memo.spec_terms
+    got: list[SpecTerms | None] = list(map(terms.get, map(id, map(_SPEC, pending))))
+    if None in got:
+        inv_nc = 1.0 / ctx.node_count if ctx.node_count else 0.0
+        inv_cc = 1.0 / ctx.cluster_cpus if ctx.cluster_cpus else 0.0
+        default_acct = ctx.default_acct
+        for k, entry in enumerate(got):
+            if entry is not None:
+                continue
+            spec = pending[k].spec
+            entry = terms.get(id(spec))
+            if entry is None:
+                user = spec.user
+                js: float | None = None
+                if plain_size:
+                    size = (spec.nodes_min * inv_nc + requested_procs(spec) * inv_cc) * 0.5
+                    js = w.job_size * (1.0 if size > 1.0 else size)
+                entry = (spec, (spec.account or default_acct.get(user, ROOT_ACCOUNT), user), js,
+                         w.partition * ctx.partition_factor(spec.partitions),
+                         w.qos * ctx.qos_factor.get(spec.qos or "normal", 0.0), spec.nice,
+                         spec.begin_time, spec.dependency is None)
+                terms[id(spec)] = entry
+            got[k] = entry
+    return got  # type: ignore[return-value]  # no None is left
+
+
 def multifactor_priorities(
     snapshot: ClusterSnapshot, config: SchedulerConfig, now: float
-) -> dict[int, float]:
+) -> Priorities:
     """Multifactor priority of every pending job (``admin_priority`` wins when set).
 
-    Same arithmetic as ``MultifactorContext.computed`` (tests hold them equal), with the
-    common case inlined: this runs every cycle over the whole queue.
+    Same arithmetic as ``MultifactorContext.computed`` (tests hold them equal), in the
+    same order of operations, with the common case inlined and what depends on the spec
+    alone kept per spec across calls (``_spec_terms``): this runs every cycle over the
+    whole queue.
     """
-    ctx = MultifactorContext(snapshot, config, now, factors_needed=False)
-    w = ctx.w
-    w_age, w_fs, w_assoc, w_qos, w_part = w.age, w.fairshare, w.assoc, w.qos, w.partition
-    w_js = w.job_size
-    max_age = w.max_age_s
-    fairshare, assoc, qos_factor = ctx.fairshare, ctx.assoc, ctx.qos_factor
-    default_acct = ctx.default_acct
-    part_cache = ctx.part_cache
+    pending = snapshot.pending
+    w = config.weights
+    ctx = MultifactorContext(snapshot, config, now, factors_needed=False, keys=())
     plain_size = not (w.size_relative or w.favor_small) and ctx.cluster_cpus > 0
-    inv_nc = 1.0 / ctx.node_count if ctx.node_count else 0.0
-    inv_cc = 1.0 / ctx.cluster_cpus if ctx.cluster_cpus else 0.0
+    terms = _spec_terms(ctx, pending, plain_size)
+    if w.fairshare or w.assoc:
+        ctx.fairshare, ctx.assoc = _fairshare(snapshot.accounts, snapshot.usage,
+                                              set(map(_KEY, terms)), config.fairshare)
+    fairshare, assoc = ctx.fairshare, ctx.assoc
+    w_age, w_fs, w_assoc = w.age, w.fairshare, w.assoc
+    # per association, its two weighted factors (the same products as per job)
+    per_key = {key: (w_assoc * assoc.get(key, 0.0), w_fs * fairshare.get(key, 0.0))
+               for key in set(map(_KEY, terms))}
+    max_age = w.max_age_s
     none = HoldKind.NONE
-    out: dict[int, float] = {}
-    for job in snapshot.pending:
+    values: list[float] = []
+    add = values.append
+    for job, t in zip(pending, terms, strict=True):
         if job.admin_priority is not None:
-            out[job.id] = float(job.admin_priority)
+            add(float(job.admin_priority))
             continue
-        spec = job.spec
-        user = spec.user
-        key = (spec.account or default_acct.get(user, ROOT_ACCOUNT), user)
         # age (fast path: not held, no dependency, eligibility not given by the shell)
-        if job.hold is none and job.eligible_time is None and spec.dependency is None:
+        if job.hold is none and job.eligible_time is None and t[7]:
             since = job.submit_time
-            if spec.begin_time is not None and spec.begin_time > since:
-                since = spec.begin_time
+            begin = t[6]
+            if begin is not None and begin > since:
+                since = begin
             waited = now - since
             if waited <= 0:
                 age = 0.0
@@ -312,22 +389,9 @@ def multifactor_priorities(
                 age = waited / max_age
         else:
             age = ctx.age_factor(job)
-        if plain_size:
-            js = (spec.nodes_min * inv_nc + requested_procs(spec) * inv_cc) * 0.5
-            js = 1.0 if js > 1.0 else js
-        else:
-            js = ctx.size_factor(job)
-        part = part_cache.get(spec.partitions)
-        if part is None:
-            part = ctx.partition_factor(spec.partitions)
-        out[job.id] = (
-            job.site_factor
-            + w_age * age
-            + w_assoc * assoc.get(key, 0.0)
-            + w_fs * fairshare.get(key, 0.0)
-            + w_js * js
-            + w_part * part
-            + w_qos * qos_factor.get(spec.qos or "normal", 0.0)
-            - spec.nice
-        )
-    return out
+        js = t[2]
+        if js is None:
+            js = w.job_size * ctx.size_factor(job)
+        a_term, fs_term = per_key[t[1]]
+        add(job.site_factor + w_age * age + a_term + fs_term + js + t[3] + t[4] - t[5])
+    return Priorities(pending, values)
