@@ -66,3 +66,39 @@ def test_fcfs_shortcut_gives_the_order_of_the_fcfs_priorities() -> None:
                 want = order_jobs(pending, prio, reserved, policy, partitions)
                 got = order_jobs(pending, {}, reserved, policy, partitions, fcfs=True)
                 assert [j.id for j in got] == [j.id for j in want]
+
+
+def test_multifactor_order_matches_the_tuple_key() -> None:
+    """The C-level sort of ``Priorities`` (negated priority, then runs of equal
+    priorities by submit time and id) gives the tuple-key order, ties and admin
+    priorities included."""
+    import random
+    from dataclasses import replace
+
+    from builders import cluster
+
+    from corral.core import priority
+    from corral.core.config import PriorityWeights, SchedulerConfig
+    from corral.core.priority.multifactor import Priorities
+
+    rng = random.Random(7)
+    pending = []
+    for k in range(1, 400):
+        b = job(k).cpus(rng.choice([1, 2, 4])).submit(float(rng.randint(0, 30)))
+        if rng.random() < 0.05:
+            b = b.priority(rng.choice([0, 3, 10**6]))
+        pending.append(b.build())
+    snap = cluster().snapshot(pending=pending)
+    for w in (PriorityWeights(), PriorityWeights(age=0, fairshare=0, job_size=0,
+                                                 partition=0, qos=0)):
+        prio = priority.compute(snap, SchedulerConfig(weights=w), 100.0)
+        assert isinstance(prio, Priorities)
+        got = order_jobs(snap.pending, prio, (), ReservationPolicy.CURRENT_HIGHEST)
+        want = sorted(snap.pending, key=lambda j: (
+            -(prio[j.id] if j.admin_priority is None else j.admin_priority),
+            j.submit_time, j.id))
+        assert [j.id for j in got] == [j.id for j in want]
+        # the same priorities as a plain dict take the general sort: the same order
+        plain = order_jobs(replace(snap).pending, dict(prio), (),
+                           ReservationPolicy.CURRENT_HIGHEST)
+        assert [j.id for j in plain] == [j.id for j in want]

@@ -15,11 +15,13 @@ priorities every cycle. An ``admin_priority`` overrides the computed priority.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from operator import attrgetter
+from itertools import compress, count, islice
+from operator import attrgetter, eq, neg
 
 from corral.core.config import ReservationPolicy
 from corral.core.model.job import Job
 from corral.core.model.partition import Partition
+from corral.core.priority.multifactor import Priorities
 
 _ADMIN = attrgetter("admin_priority")
 # the last partitions tuple seen and its tiers (partitions are frozen records)
@@ -80,11 +82,35 @@ def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
         jobs = sorted(pending, key=lambda j: (-tier(j), -prio_of(j), j.submit_time, j.id))
     elif fcfs:
         jobs = sorted(pending, key=lambda j: (-prio_of(j), j.submit_time, j.id))
+    elif isinstance(prio, Priorities) and prio.pending is pending:
+        jobs = _by_priority(pending, prio.in_order)
     else:
         jobs = sorted(pending, key=lambda j: (
             -(get(j.id, 0.0) if j.admin_priority is None else j.admin_priority),
             j.submit_time, j.id))
     return _highest_first(jobs, reserved, policy)
+
+
+def _by_priority(pending: Sequence[Job], values: list[float]) -> list[Job]:
+    """``pending`` in (-priority, submit_time, id) order, ``values[k]`` the priority of
+    ``pending[k]`` (admin priorities included, as ``multifactor_priorities`` gives them):
+    the positions are sorted on the negated priority alone (floats, compared at C level),
+    then each run of equal priorities on (submit_time, id). The same order as the tuple
+    key, without a tuple or a lookup per job."""
+    keys = list(map(neg, values))
+    idx = sorted(range(len(keys)), key=keys.__getitem__)
+    ordered = list(map(keys.__getitem__, idx))
+    ties = list(compress(count(1), map(eq, ordered, islice(ordered, 1, None))))
+    k = 0
+    while k < len(ties):  # a run of equal keys: positions ties[k] - 1 .. ties[j]
+        lo = ties[k] - 1
+        j = k
+        while j + 1 < len(ties) and ties[j + 1] == ties[j] + 1:
+            j += 1
+        hi = ties[j] + 1
+        idx[lo:hi] = sorted(idx[lo:hi], key=lambda i: _SUBMIT_ID(pending[i]))
+        k = j + 1
+    return list(map(pending.__getitem__, idx))
 
 
 def _highest_first(jobs: list[Job], reserved: Sequence[int],
