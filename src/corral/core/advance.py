@@ -152,8 +152,10 @@ def _maintenance_reasons(out: CycleResult, jobs: list[Job],
     Slurm's ``ReqNodeNotAvail, Reserved for maintenance``."""
     maint = [r for r in live if MAINT in r.flags]
     default = snapshot.default_partition()
+    pending = out.pending
+    assert isinstance(pending, dict)  # ``_merge`` gives a dict (tails read into it)
     for job in jobs:
-        info = out.pending.get(job.id)
+        info = pending.get(job.id)
         if info is None or info.reason != R.RESOURCES:
             continue
         names = job.spec.partitions or ((default.name,) if default is not None else ())
@@ -164,7 +166,7 @@ def _maintenance_reasons(out: CycleResult, jobs: list[Job],
         limit = job.time_limit_s or job.spec.time_limit_s or config.default_time_s
         for r in maint:
             if r.start_time < now + limit and nodes & set(r.nodes):
-                out.pending[job.id] = replace(
+                pending[job.id] = replace(
                     info, reason=R.RESERVED_MAINT,
                     detail=f"nodes are reserved for maintenance by {r.name} from "
                            f"t={r.start_time:.0f} to t={r.end_time:.0f}")
