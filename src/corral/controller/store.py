@@ -381,6 +381,18 @@ class Store:
 
     # ---- operations (run in the writer thread) ---------------------------------------
 
+    def _many(self, sql: str, params: list[dict[str, Any]]) -> Op:
+        """``sql`` once per row of ``params`` at the driver level (sqlite3's
+        ``executemany`` for SQLite: even SQLAlchemy's ``exec_driver_sql`` cost more)."""
+        if self.sqlite:
+            def run_raw(conn: Connection) -> None:
+                _driver(conn).executemany(sql, params)
+            return run_raw
+
+        def run(conn: Connection) -> None:
+            conn.exec_driver_sql(sql, params)  # type: ignore[arg-type, unused-ignore]
+        return run
+
     def _param(self, name: str) -> str:
         style = self.engine.dialect.paramstyle
         return f"%({name})s" if style == "pyformat" else f":{name}"
@@ -395,14 +407,7 @@ class Store:
         sql = (f'INSERT INTO jobs ({", ".join(_q(c) for c in cols)}) VALUES '
                f'({", ".join(self._param(c) for c in cols)})')
 
-        if self.sqlite:
-            def run_raw(conn: Connection) -> None:
-                _driver(conn).executemany(sql, rows)
-            return run_raw
-
-        def run(conn: Connection) -> None:
-            conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
-        return run
+        return self._many(sql, rows)
 
     def op_update_jobs(self, rows: list[dict[str, Any]]) -> Op:
         """Rows carry ``_id`` plus the columns to set (the same keys in every row)."""
@@ -411,14 +416,7 @@ class Store:
         cols = [c for c in rows[0] if c != "_id"]
         sql = (f'UPDATE jobs SET {", ".join(f"{_q(c)} = {self._param(c)}" for c in cols)} '
                f'WHERE id = {self._param("_id")}')
-        if self.sqlite:
-            def run_raw(conn: Connection) -> None:
-                _driver(conn).executemany(sql, rows)
-            return run_raw
-
-        def run(conn: Connection) -> None:
-            conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
-        return run
+        return self._many(sql, rows)
 
     def op_insert_step(self, row: dict[str, Any]) -> Op:
         """One step row, at the driver level as ``op_insert_jobs`` (one per ``srun``: the
@@ -426,14 +424,7 @@ class Store:
         cols = list(row)
         sql = (f'INSERT INTO steps ({", ".join(_q(c) for c in cols)}) VALUES '
                f'({", ".join(self._param(c) for c in cols)})')
-        if self.sqlite:
-            def run_raw(conn: Connection) -> None:
-                _driver(conn).execute(sql, row)
-            return run_raw
-
-        def run(conn: Connection) -> None:
-            conn.exec_driver_sql(sql, row)  # type: ignore[arg-type, unused-ignore]
-        return run
+        return self._many(sql, [row])
 
     def op_update_steps(self, rows: list[dict[str, Any]]) -> Op:
         """Rows carry the key (``job_id``, ``restarts``, ``step_id``) plus
@@ -446,14 +437,7 @@ class Store:
                f"restarts = {p('restarts')} AND step_id = {p('step_id')}")
         keys = ("state", "end_time", "data", "job_id", "restarts", "step_id")
         params = [{k: row[k] for k in keys} for row in rows]
-        if self.sqlite:
-            def run_raw(conn: Connection) -> None:
-                _driver(conn).executemany(sql, params)
-            return run_raw
-
-        def run(conn: Connection) -> None:
-            conn.exec_driver_sql(sql, params)  # type: ignore[arg-type, unused-ignore]
-        return run
+        return self._many(sql, params)
 
     @staticmethod
     def op_upsert_node(name: str, spec: dict[str, Any], admin_state: str, reason: str,
@@ -478,28 +462,14 @@ class Store:
         """Idempotency keys of submissions (``key``, ``time``, ``answer``)."""
         sql = (f'INSERT INTO submit_keys ("key", "time", "answer") VALUES '
                f'({self._param("key")}, {self._param("time")}, {self._param("answer")})')
-        if self.sqlite:
-            def run_raw(conn: Connection) -> None:
-                _driver(conn).executemany(sql, rows)
-            return run_raw
-
-        def run(conn: Connection) -> None:
-            conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
-        return run
+        return self._many(sql, rows)
 
     def op_insert_events(self, rows: list[dict[str, Any]]) -> Op:
         """Job events (``id``, ``time``, ``job_id``, ``array_job_id``, ``user``, ``data``)."""
         cols = ("id", "time", "job_id", "array_job_id", "user", "data")
         sql = (f'INSERT INTO events ({", ".join(_q(c) for c in cols)}) VALUES '
                f'({", ".join(self._param(c) for c in cols)})')
-        if self.sqlite:
-            def run_raw(conn: Connection) -> None:
-                _driver(conn).executemany(sql, rows)
-            return run_raw
-
-        def run(conn: Connection) -> None:
-            conn.exec_driver_sql(sql, rows)  # type: ignore[arg-type, unused-ignore]
-        return run
+        return self._many(sql, rows)
 
     @staticmethod
     def op_save_tail(row: dict[str, Any]) -> Op:
