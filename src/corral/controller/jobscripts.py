@@ -72,23 +72,39 @@ def script_environment(rec: JobRecord, cluster_name: str) -> dict[str, str]:
 
 
 async def run_program(path: str, env: dict[str, str], timeout_s: float,
-                      args: tuple[str, ...] = ()) -> tuple[bool, str]:
-    """Run a controller-side program; (exit 0, what happened) with its output logged."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            path, *args, env=env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True, cwd="/")
-    except OSError as exc:
-        return False, f"cannot run {path}: {exc.strerror or exc}"
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(),
-                                        timeout=timeout_s if timeout_s > 0 else None)
-    except TimeoutError:
+                      args: tuple[str, ...] = (), *,
+                      keep_children: bool = False) -> tuple[bool, str]:
+    """Run a controller-side program; (exit 0, what happened) with its output logged.
+
+    By default whatever the program left in its session is killed once it ends (a
+    prolog's stray children must not outlive it). ``keep_children`` is for programs whose
+    job is to start something that stays (a power resume program starting a node's agent
+    or a cloud request, as slurmctld lets them): only the program itself is waited for,
+    its output goes through a file, and its session is killed only on a timeout."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as sink:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                path, *args, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=sink if keep_children else asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT, start_new_session=True, cwd="/")
+        except OSError as exc:
+            return False, f"cannot run {path}: {exc.strerror or exc}"
+        limit = timeout_s if timeout_s > 0 else None
+        try:
+            if keep_children:
+                await asyncio.wait_for(proc.wait(), timeout=limit)
+                sink.seek(max(0, os.fstat(sink.fileno()).st_size - 4000))
+                out = sink.read(4000)
+            else:
+                out, _ = await asyncio.wait_for(proc.communicate(), timeout=limit)
+        except TimeoutError:
+            _kill_session(proc.pid)
+            await proc.wait()
+            return False, f"timed out after {timeout_s:.0f} s"
+    if not keep_children:
         _kill_session(proc.pid)
-        await proc.wait()
-        return False, f"timed out after {timeout_s:.0f} s"
-    _kill_session(proc.pid)
     text = out[-4000:].decode(errors="replace").strip()
     if text:
         log.info("%s: %s", path, text.replace("\n", " | "))

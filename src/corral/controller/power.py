@@ -108,7 +108,7 @@ class PowerManager:
         async def go() -> None:
             ok, how = await run_program(prog, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
                                                "SLURM_CLUSTER_NAME": self.ctl.cfg.cluster_name},
-                                        timeout_s, (hosts,))
+                                        timeout_s, (hosts,), keep_children=True)
             if not ok:
                 log.warning("%s program %s %s failed: %s", what, prog, hosts, how)
 
