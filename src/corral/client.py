@@ -878,6 +878,18 @@ class Client:
         cfg: dict[str, Any] = self.request("GET", "/config")
         return cfg
 
+    def fairshare(self) -> dict[str, Any]:
+        """``{"algorithm", "rows"}``: shares, usage and factors per association (sshare;
+        ``corral.ops.schedview.fairshare_payload``)."""
+        data: dict[str, Any] = self.request("GET", "/ops/fairshare")
+        return data
+
+    def priorities(self) -> dict[str, Any]:
+        """``{"ordering", "weights", "jobs"}``: priority factors of pending jobs (sprio;
+        ``corral.ops.schedview.priorities_payload``)."""
+        data: dict[str, Any] = self.request("GET", "/ops/priorities")
+        return data
+
     def whoami(self) -> dict[str, Any]:
         """``{"user", "uid", "gid", "operator": bool, "via": "socket"|"token"}``."""
         me: dict[str, Any] = self.request("GET", "/whoami")

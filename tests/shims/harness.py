@@ -108,11 +108,12 @@ class ShimCluster:
             pass
 
 
-def start_cluster(base: Path) -> ShimCluster:
+def start_cluster(base: Path, extra_config: str = "") -> ShimCluster:
+    """``extra_config``: TOML appended to ``CONFIG`` (accounts, users, weights)."""
     c = ShimCluster(base)
     cfg = base / "corral.toml"
     c.first_job_id = random.SystemRandom().randrange(1_000_000, 60_000_000)
-    cfg.write_text(CONFIG.replace("{first_job_id}", str(c.first_job_id)))
+    cfg.write_text(CONFIG.replace("{first_job_id}", str(c.first_job_id)) + extra_config)
     up = c.run(*CORRAL, "up", "--detach", "--state-dir", str(c.state_dir), "--config",
                str(cfg), "--node-name", NODE, "--timeout", "60", timeout=90)
     if up.returncode != 0:

@@ -210,6 +210,7 @@ class AllocationRelease(Body):
 
 
 ShimCommand = Literal["sbatch", "squeue", "scancel", "sacct", "sinfo", "scontrol", "sacctmgr",
+                      "sshare",
                       "qsub", "qstat", "qdel", "srun"]
 
 

@@ -279,6 +279,16 @@ class InProcessClient:
             lambda: self.ctl.power.operator(node, action).to_api())
         return out
 
+    def fairshare(self) -> dict[str, Any]:
+        from corral.ops.schedview import fairshare_payload
+
+        return self._sync(lambda: fairshare_payload(self.ctl))
+
+    def priorities(self) -> dict[str, Any]:
+        from corral.ops.schedview import priorities_payload
+
+        return self._sync(lambda: priorities_payload(self.ctl, time.time()))
+
     def whoami(self) -> dict[str, Any]:
         out: dict[str, Any] = self.who.to_json()
         return out

@@ -143,11 +143,17 @@ def router(ctl: Any, identity: Callable[[Request], Any]) -> APIRouter:
 
     @r.get(PREFIX + "/fairshare", summary="Fair share per account and user (sshare)")
     async def fairshare(request: Request) -> Response:
-        from corral.ops.fairshare import share_rows
+        from corral.ops.schedview import fairshare_payload
 
         identity(request)
-        rows = share_rows(ctl.cfg.account_tree(), dict(ctl.usage))
-        return _json({"rows": [x.to_json() for x in rows]})
+        return _json(fairshare_payload(ctl))
+
+    @r.get(PREFIX + "/priorities", summary="Priority factors of pending jobs (sprio)")
+    async def priorities(request: Request) -> Response:
+        from corral.ops.schedview import priorities_payload
+
+        identity(request)
+        return _json(priorities_payload(ctl, time.time()))
 
     @r.get(PREFIX + "/utilization", summary="Cluster utilization over time (accounting)")
     async def utilization(request: Request, hours: float = 24.0, bins: int = 48) -> Response:

@@ -1,0 +1,169 @@
+"""sshare, sprio, sreport and sstat: Slurm 22.05's layouts (fake client), bad input, and
+each shim against a real controller with accounts, usage and pending jobs."""
+
+from __future__ import annotations
+
+import getpass
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.shims.fakes import FakeClient
+from tests.shims.harness import ShimCluster, start_cluster, stop_cluster
+from tests.shims.scenario import run
+
+ME = getpass.getuser()
+EXTRA = f"""
+[[accounts]]
+name = "physics"
+shares = 40
+
+[[accounts]]
+name = "chem"
+shares = 10
+
+[[accounts]]
+name = "organic"
+parent = "chem"
+shares = 1
+
+[[users]]
+name = "{ME}"
+accounts = ["physics", "organic"]
+
+[[users]]
+name = "alice"
+accounts = ["chem"]
+"""
+
+SHARE_ROWS: list[dict[str, Any]] = [
+    {"account": "chem", "user": "", "parent": "root", "depth": 0, "shares": 10,
+     "norm_shares": 0.2, "raw_usage": 0.0, "eff_usage": 0.0, "level_fs": None,
+     "fairshare": 1.0, "fair_tree": None},
+    {"account": "chem", "user": "alice", "parent": "chem", "depth": 1, "shares": 1,
+     "norm_shares": 0.1, "raw_usage": 0.0, "eff_usage": 0.0, "level_fs": None,
+     "fairshare": 1.0, "fair_tree": 1.0},
+    {"account": "organic", "user": "", "parent": "chem", "depth": 1, "shares": 1,
+     "norm_shares": 0.1, "raw_usage": 0.0, "eff_usage": 0.0, "level_fs": None,
+     "fairshare": 1.0, "fair_tree": None},
+    {"account": "physics", "user": "", "parent": "root", "depth": 0, "shares": 40,
+     "norm_shares": 0.8, "raw_usage": 3600.4, "eff_usage": 1.0, "level_fs": 0.8,
+     "fairshare": 0.42, "fair_tree": None},
+    {"account": "physics", "user": "bob", "parent": "physics", "depth": 1, "shares": 1,
+     "norm_shares": 0.8, "raw_usage": 3600.4, "eff_usage": 1.0, "level_fs": 1.0,
+     "fairshare": 0.42, "fair_tree": 0.5},
+]
+
+
+class ReportClient(FakeClient):
+    def fairshare(self) -> dict[str, Any]:
+        return {"algorithm": "fair_tree", "rows": [dict(r) for r in SHARE_ROWS]}
+
+    def cluster_config(self) -> dict[str, Any]:
+        return {"cluster_name": "shimtest"}
+
+
+# ---- sshare: layout ----------------------------------------------------------------------
+
+def test_sshare_default_layout_all_users() -> None:
+    out, err, rc = run("sshare", ["-a"], ReportClient())
+    assert (err, rc) == ("", 0)
+    assert out.splitlines() == [
+        "Account                    User  RawShares  NormShares    RawUsage  EffectvUsage"
+        "  FairShare ",
+        "-------------------- ---------- ---------- ----------- ----------- -------------"
+        " ---------- ",
+        "root                                          0.000000        3600      1.000000"
+        "            ",
+        " chem                                   10    0.200000           0      0.000000"
+        "            ",
+        "  chem                    alice          1    0.100000           0      0.000000"
+        "   1.000000 ",
+        "  organic                                1    0.100000           0      0.000000"
+        "            ",
+        " physics                                40    0.800000        3600      1.000000"
+        "            ",
+        "  physics                   bob          1    0.800000        3600      1.000000"
+        "   0.500000 ",
+    ]
+
+
+def test_sshare_filters_and_parsable() -> None:
+    c = ReportClient()
+    out, _, _ = run("sshare", ["-P", "-n", "-u", "bob", "-U"], c)
+    assert out == "  physics|bob|1|0.800000|3600|1.000000|0.500000\n"
+    out, _, _ = run("sshare", ["-ap", "-A", "physics", "--format=Account,User,LevelFS"], c)
+    assert out.splitlines() == ["Account|User|LevelFS|", " physics||0.800000|",
+                                "  physics|bob|1.000000|"]
+    out, _, _ = run("sshare", ["-a", "-n", "-o", "acc%8,rawu"], c)
+    assert out.splitlines()[0] == "root            3600 "
+    assert out.splitlines()[3] == "  organ+           0 "
+    # no -a: every account row, the caller's own user rows only (uid 0: root has none)
+    out, _, _ = run("sshare", ["-n", "-P", "-o", "account,user"], c)
+    assert "bob" not in out and "alice" not in out and " physics|" in out
+
+
+def test_sshare_long_has_slurm_columns() -> None:
+    out, _, _ = run("sshare", ["-l", "-a"], ReportClient())
+    head = out.splitlines()[0].split()
+    assert head == ["Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage",
+                    "EffectvUsage", "FairShare", "LevelFS", "GrpTRESMins", "TRESRunMins"]
+    organic = next(x for x in out.splitlines() if "organic" in x)
+    assert "inf" in organic and organic.endswith(" cpu=0,mem=0,energy=0,node=0,b+ ")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--bogus"], "sshare: unrecognized option '--bogus'"),
+    (["-o", "Account,Nope"], "Unknown field 'Nope'"),
+    (["extra"], "sshare: error: Unknown argument: extra"),
+    (["-M", "other"], "cluster 'other' is not known"),
+])
+def test_sshare_bad_input(argv: list[str], message: str) -> None:
+    out, err, rc = run("sshare", argv, ReportClient())
+    assert rc == 1 and message in err and out == ""
+
+
+# ---- against a real controller -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShimCluster]:
+    c = start_cluster(tmp_path_factory.mktemp("reports"), EXTRA)
+    try:
+        yield c
+    finally:
+        stop_cluster(c)
+
+
+def _sbatch(c: ShimCluster, *args: str) -> int:
+    r = c.run("sbatch", "--parsable", *args)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.strip().split(";")[0])
+
+
+@pytest.fixture(scope="module")
+def used(cluster: ShimCluster) -> int:
+    """A finished 2-CPU job charged to physics (usage for sshare/sreport)."""
+    jid = _sbatch(cluster, "-A", "physics", "-c", "2", "--wrap", "sleep 1.2")
+    cluster.wait_job(jid, lambda j: j.get("state") == "COMPLETED")
+    return jid
+
+
+def test_sshare_real_controller(cluster: ShimCluster, used: int, tmp_path: Path) -> None:
+    r = cluster.run("sshare", "-P")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "Account|User|RawShares|NormShares|RawUsage|EffectvUsage|FairShare"
+    assert lines[1].startswith("root||")
+    mine = [x.split("|") for x in lines if f"|{ME}|" in x]
+    assert [m[0] for m in mine] == ["   organic", "  physics"]  # chem > organic > me
+    physics = next(m for m in mine if m[0] == "  physics")
+    assert int(physics[4]) >= 2 and 0 < float(physics[6]) < 1  # usage charged; factor
+    assert not any("|alice|" in x for x in lines)
+    r = cluster.run("sshare", "-a", "-n", "-P", "-o", "account,user,rawshares")
+    assert "  chem|alice|1" in r.stdout.splitlines()
+    assert re.search(r"^ chem\|\|10$", r.stdout, re.M)
+    bad = cluster.run("sshare", "--nope")
+    assert bad.returncode == 1 and "unrecognized option '--nope'" in bad.stderr
