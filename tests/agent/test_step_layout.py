@@ -107,6 +107,8 @@ def test_task_environment_has_slurm_step_variables() -> None:
     ({"ntasks": -1}, "ntasks must be a non-negative"),
     ({"output": 5}, "output must be a string"),
     ({"task_env": {"0": {"A": 2}}}, "task_env"),
+    ({"task_prolog": "rel/path"}, "task_prolog must be an absolute path"),
+    ({"task_epilog": 3}, "task_epilog must be a string"),
 ])
 def test_launch_validation_names_the_field(change: dict[str, object], field: str) -> None:
     with pytest.raises(ValueError, match=field):
@@ -139,6 +141,7 @@ def test_srun_refuses_or_warns_about_what_it_does_not_apply() -> None:
     assert any("--exact is not enforced" in w for w in warnings("--exact"))
     assert any("only the distribution over nodes" in w for w in warnings("-m", "block:cyclic"))
     assert warnings("--overlap") == [] and warnings("-m", "cyclic:block") == []
+    assert warnings("--task-prolog=/x", "--task-epilog=/y") == []  # they run (stepd)
     for ok in ("", "none", "per_task:2", "map_gpu:0,1", "verbose,map_gpu:1"):
         check_gpu_bind(ok)
     for bad in ("closest", "single:1", "mask_gpu:0x3", "per_task:x"):

@@ -183,7 +183,45 @@ def test_what_the_compiled_one_leaves_to_python() -> None:
                             False, (), None) is None
     assert stepbin.plan_for(_launch(1, ["true"], io_addr="[::1]:5"), req, "n1", {}, False,
                             (), None) is None
+    assert stepbin.plan_for(_launch(1, ["true"], task_prolog="/bin/true"), req, "n1", {},
+                            False, (), None) is None
+    assert stepbin.plan_for(_launch(1, ["true"], task_epilog="/bin/true"), req, "n1", {},
+                            False, (), None) is None
     bad_env = _launch(1, ["true"], env={"A=B": "x"})
     assert stepbin.plan_for(bad_env, req, "n1", {}, False, (), None) is None
     with pytest.raises(ValueError):
         stepbin.plan_for({"job_id": 1}, req, "n1", {}, False, (), None)
+
+
+def _prog(path: Path, text: str) -> str:
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_task_prolog_and_epilog_around_each_task(tmp_path: Path) -> None:
+    """srun --task-prolog/--task-epilog in the (Python) step process: the prolog's
+    export/unset/print lines change each task's environment and output; the epilog runs
+    after each task with its variables, before its exit is reported."""
+    prolog = _prog(tmp_path / "tp", "#!/bin/sh\necho \"export FROM_TP=p$SLURM_PROCID\"\n"
+                   "echo 'unset DROP_ME'\necho \"print hi $SLURM_PROCID\"\necho other\n")
+    epilog = _prog(tmp_path / "te", f"#!/bin/sh\necho \"$SLURM_PROCID $FROM_TP\" > "
+                   f"{tmp_path}/te-$SLURM_PROCID\n")
+    frames = run_step("py", ["sh", "-c", "echo task $SLURM_PROCID $FROM_TP ${DROP_ME:-none}; "
+                             f"cat {tmp_path}/te-$SLURM_PROCID 2>/dev/null; exit 0"],
+                      env={"PATH": "/usr/bin:/bin", "DROP_ME": "x"},
+                      task_prolog=prolog, task_epilog=epilog)
+    out = {t: b"".join(p for k, tt, p in frames if k == sp.STDOUT and tt == t).decode()
+           for t in (0, 1)}
+    assert out == {0: "hi 0\ntask 0 p0 none\n", 1: "hi 1\ntask 1 p1 none\n"}
+    # the epilog ran after the task (which did not see its file) with the task's variables
+    assert (tmp_path / "te-0").read_text() == "0 \n" and \
+        (tmp_path / "te-1").read_text() == "1 \n"
+    assert {json.loads(p)["exit_code"] for k, _t, p in frames if k == sp.EXIT} == {0}
+    # a prolog that fails ends the task with its status; the command never runs
+    bad = _prog(tmp_path / "bad", "#!/bin/sh\necho nope\nexit 3\n")
+    frames = run_step("py", ["sh", "-c", "echo ran"], task_prolog=bad, ntasks=1, tasks=[[0]])
+    assert not [f for f in frames if f[0] == sp.STDOUT]
+    err = b"".join(p for k, _t, p in frames if k == sp.STDERR)
+    assert b"slurmstepd: error: TaskProlog failed status=exit 3" in err
+    assert [json.loads(p)["exit_code"] for k, _t, p in frames if k == sp.EXIT] == [3]

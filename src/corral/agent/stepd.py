@@ -17,7 +17,9 @@ process. It runs as root until each task's fork, and:
 4. relays task stdout/stderr to srun (or the task writes its file), srun's stdin to the
    tasks that read it, signals from srun to every task's process group; a pty step runs
    task 0 on a pseudo-terminal with the window size srun reports;
-5. reports each task's exit (``EXIT``) and, when all are gone, the node's usage
+5. runs srun's ``--task-prolog`` in each task's process before its exec and
+   ``--task-epilog`` after each task ended (``_task_prolog``, ``_task_epilog``);
+6. reports each task's exit (``EXIT``) and, when all are gone, the node's usage
    (``DONE``: CPU time and peak RSS of its tasks), then exits.
 
 If srun's connection breaks, the tasks are killed (a step lives as long as its srun).
@@ -63,6 +65,7 @@ class _Task:
         self.status: int | None = None
         self.cpu_s = 0.0
         self.rss_kb = 0
+        self.env: dict[str, str] = {}  # its environment (srun --task-epilog runs with it)
 
 
 def expand(pattern: str, launch: sp.StepLaunch, task: int, node_index: int,
@@ -199,6 +202,7 @@ class StepProcess:
         self.container: Any = None  # a container step: its plan (corral.agent.container)
         self.root = ""  # ... and the root its tasks chroot into
         self.container_error = ""  # ... or why it could not be set up (tasks fail with it)
+        self.log: Any = None  # the supervisor's log (a failed --task-epilog is told there)
 
     # ---- connection to srun ---------------------------------------------------------------
     def connect(self) -> None:
@@ -242,6 +246,7 @@ class StepProcess:
         except cpubind.CpuBindError:
             bind = cpubind.Binding((), {})
         env.update(bind.env)
+        task.env = env
         in_mode = self._stdin_mode(task)
         pipes: dict[str, tuple[int, int]] = {}
         if in_mode == "pty":
@@ -373,6 +378,9 @@ class StepProcess:
                 stage = "container"
                 raise OSError(errno.EINVAL, self.container_error)
             env["SLURM_TASK_PID"] = str(os.getpid())
+            if self.launch.task_prolog:
+                stage = "TaskProlog"
+                self._task_prolog(env)
             argv = self.launch.argv
             stage = f"execve(): {argv[0]}"
             os.execvpe(argv[0], argv, env)
@@ -383,6 +391,38 @@ class StepProcess:
             finally:
                 os._exit(2 if isinstance(exc, OSError) and exc.errno == errno.ENOENT else 1)
         os._exit(1)
+
+    def _task_prolog(self, env: dict[str, str]) -> None:
+        """srun's ``--task-prolog`` in the task's process, already the user, in its
+        directory, with its output files open: as the cluster's TaskProlog for a batch
+        script (``jobscripts``), its ``export``/``unset`` lines change ``env`` and its
+        ``print`` lines go to the task's standard output. A failure ends the task with
+        the prolog's status (slurmstepd's ``TaskProlog failed status=N``)."""
+        from corral.agent import jobscripts
+
+        res = jobscripts.run_program(self.launch.task_prolog, [], dict(env),
+                                     self.req.script_timeout_s, cwd=os.getcwd())
+        if not res.ok:
+            os.write(2, f"slurmstepd: error: TaskProlog failed status={res.describe()}\n"
+                     .encode())
+            os._exit(res.status if 0 < res.status < 256 else 1)
+        prints = jobscripts.apply_task_prolog(res.output, env)
+        if prints:
+            os.write(1, "".join(line + "\n" for line in prints).encode())
+
+    def _task_epilog(self, task: _Task) -> None:
+        """srun's ``--task-epilog`` after ``task`` ended, as the user, with the task's
+        environment, before its exit is reported (as slurmstepd does)."""
+        from corral.agent import jobscripts
+
+        creds = (self.req.uid, self.req.gid, self.groups) if self.switch_user else None
+        env = dict(task.env, SLURM_TASK_PID=str(task.pid))
+        res = jobscripts.run_program(self.launch.task_epilog, [], env,
+                                     self.req.script_timeout_s, creds=creds,
+                                     cwd=self.launch.cwd)
+        if not res.ok and self.log is not None:
+            self.log(f"step {self.launch.step_id} task {task.gid}: TaskEpilog "
+                     f"{self.launch.task_epilog}: {res.describe()}")
 
     # ---- relay ----------------------------------------------------------------------------
     def _close_fd(self, fd: int) -> None:
@@ -450,6 +490,8 @@ class StepProcess:
                     t.status = status
                     t.cpu_s = ru.ru_utime + ru.ru_stime
                     t.rss_kb = ru.ru_maxrss
+                    if self.launch.task_epilog:
+                        self._task_epilog(t)
                     self.last_exit = time.monotonic()
                     code = os.waitstatus_to_exitcode(status)
                     self.send(sp.EXIT, t.gid, sp.encode_json(
@@ -576,6 +618,7 @@ def main(launch_json: dict[str, Any], req: LaunchRequest, node_name: str,
             iso.attach(os.getpid())
         proc = StepProcess(launch, req, node_name, node_env, iso, switch_user, groups,
                            core_cpus)
+        proc.log = log
         if launch.container:
             proc.container, proc.root, proc.container_error = step_container(
                 launch, req, node_name, groups, jdir, containers)

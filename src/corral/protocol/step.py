@@ -106,6 +106,8 @@ class StepLaunch:
     extra_env: dict[str, str] = field(default_factory=dict)
     task_env: dict[str, dict[str, str]] = field(default_factory=dict)  # "task id" -> vars
     container: str = ""  # ContainerSpec text: the tasks run in that image (corral.containers)
+    task_prolog: str = ""  # srun --task-prolog: run as the user before each task (its
+    task_epilog: str = ""  # export/unset/print lines apply), --task-epilog after each task
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _FIELDS}
@@ -147,9 +149,12 @@ class StepLaunch:
         if flat != list(range(d["ntasks"])):
             raise ValueError("step launch: tasks must number 0..ntasks-1, each once")
         for key in ("cwd", "io_addr", "io_key", "cpu_bind", "distribution", "job_name",
-                    "gpu_bind", "container"):
+                    "gpu_bind", "container", "task_prolog", "task_epilog"):
             if key in d and not isinstance(d[key], str):
                 raise ValueError(f"step launch: {key} must be a string")
+        for key in ("task_prolog", "task_epilog"):
+            if d.get(key) and (not d[key].startswith("/") or "\0" in d[key]):
+                raise ValueError(f"step launch: {key} must be an absolute path")
         for key in ("output", "error", "input"):
             if d.get(key) is not None and not isinstance(d[key], str):
                 raise ValueError(f"step launch: {key} must be a string or null")

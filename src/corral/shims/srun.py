@@ -9,7 +9,8 @@ the step in it and ends it with the step's exit status.
 
 ``--mpi=pmix|pmi2|openmpi`` starts the ranks through Open MPI's ``mpirun`` (which
 provides the PMIx wire-up); ``--mpi=none`` (the default) starts plain processes, each
-seeing its rank in ``SLURM_PROCID``. Accepted and ignored, as on a single node:
+seeing its rank in ``SLURM_PROCID``. ``--task-prolog``/``--task-epilog`` run on each
+node around each task (``corral.agent.stepd``). Accepted and ignored, as on a single node:
 ``--cpu-bind``, ``--exclusive``, ``--overlap``, ``-u``, ``-v`` (beyond messages).
 """
 
@@ -158,11 +159,6 @@ def step_warnings(opts: SlurmOptions) -> list[str]:
         if given:
             out.append(f"srun: warning: --{flag} is not enforced between steps: this step "
                        "shares the job's CPUs with its other running steps")
-    for flag in ("task_prolog", "task_epilog"):
-        if opts.extra.get(flag):
-            out.append(f"srun: warning: --{flag.replace('_', '-')} is not run for steps "
-                       "(the cluster's [scripts] task_prolog/task_epilog run for batch "
-                       "scripts only)")
     dist = opts.extra.get("distribution") or ""
     levels = dist.split(",", 1)[0].split(":")[1:]
     if any(level not in ("block", "*", "") for level in levels):
@@ -174,7 +170,10 @@ def step_warnings(opts: SlurmOptions) -> list[str]:
 def launch_mode(env: dict[str, str], nodes: list[str], opts: SlurmOptions) -> str:
     """"agents" when the step runs anywhere but here (or a pty is asked for), "local"
     when all its tasks run on this node: srun is then already inside the job's share of
-    it and starts the tasks itself (``CORRAL_SRUN_LAUNCH`` forces either)."""
+    it and starts the tasks itself (``CORRAL_SRUN_LAUNCH`` forces either). A step with
+    ``--task-prolog``/``--task-epilog`` always goes through the agents."""
+    if opts.extra.get("task_prolog") or opts.extra.get("task_epilog"):
+        return "agents"  # the node's step process runs them around each task
     forced = env.get("CORRAL_SRUN_LAUNCH", "")
     if forced in ("agents", "local"):
         return forced
@@ -343,7 +342,18 @@ def remote_step(ctx: Context, client: Any, opts: SlurmOptions, command: list[str
         kill_on_bad_exit="kill_on_bad_exit" in opts.extra, pty="pty" in opts.extra,
         label="label" in opts.extra, job_name=opts.job_name or env.get("SLURM_JOB_NAME", ""),
         on_listen=on_listen, gpus_per_task=opts.gpus_per_task[0] if opts.gpus_per_task else 0,
-        gpu_bind=opts.extra.get("gpu_bind") or "", container=step_container(opts))
+        gpu_bind=opts.extra.get("gpu_bind") or "", container=step_container(opts),
+        task_prolog=task_program(opts, "task_prolog", ctx.cwd),
+        task_epilog=task_program(opts, "task_epilog", ctx.cwd))
+
+
+def task_program(opts: SlurmOptions, key: str, cwd: str) -> str:
+    """srun's ``--task-prolog``/``--task-epilog`` as an absolute path ("" for none): a
+    relative one is taken from srun's working directory, as the nodes see it."""
+    path = opts.extra.get(key) or ""
+    if not path or path.lower() == "none":
+        return ""
+    return os.path.normpath(os.path.join(opts.chdir or cwd, path))
 
 
 def step_container(opts: SlurmOptions) -> str:

@@ -100,6 +100,8 @@ class RemoteStep:
     gpus_per_task: int = 0
     gpu_bind: str = ""
     container: str = ""  # ContainerSpec text (srun --container-image): tasks in that image
+    task_prolog: str = ""  # srun --task-prolog / --task-epilog (absolute paths on the nodes)
+    task_epilog: str = ""
     stdout_fd: int = 1
     stderr_fd: int = 2
     stdin_fd: int = 0
@@ -135,6 +137,10 @@ class RemoteStep:
                   "task_env": self.task_env}
         if self.container:
             launch["container"] = self.container
+        if self.task_prolog:
+            launch["task_prolog"] = self.task_prolog
+        if self.task_epilog:
+            launch["task_epilog"] = self.task_epilog
         return {"name": self.name, "argv": self.argv, "ntasks": self.ntasks,
                 "nodes": self.nodes, "num_cpus": self.ntasks * max(1, self.cpus_per_task),
                 "start_time": time.time(), "pid": os.getpid(), "launch": launch}
