@@ -58,7 +58,29 @@ SHARE_ROWS: list[dict[str, Any]] = [
 ]
 
 
+def _prio_job(jid: int, user: str, uid: int, age: float, fs: float, part: str = "debug"
+              ) -> dict[str, Any]:
+    w = {"age": 1000, "assoc": 0, "fairshare": 10000, "job_size": 1000, "partition": 1000,
+         "qos": 0}
+    v = {"age": age, "assoc": 0.0, "fairshare": fs, "job_size": 0.125, "partition": 1.0,
+         "qos": 0.0}
+    factors = {k: {"value": v[k], "weight": w[k], "contribution": v[k] * w[k]} for k in w}
+    total = sum(f["contribution"] for f in factors.values())
+    return {"id": jid, "user": user, "uid": uid, "account": "physics", "partition": part,
+            "qos": "normal", "factors": factors, "site": 0, "nice": 0, "total": total,
+            "admin_priority": None}
+
+
+PRIO_JOBS = [_prio_job(12, "root", 0, 0.0105, 0.5), _prio_job(9, "bob", 1001, 1.0, 0.25),
+             _prio_job(15, "root", 0, 0.0, 1.0, "debug,batch")]
+
+
 class ReportClient(FakeClient):
+    def priorities(self) -> dict[str, Any]:
+        return {"ordering": "multifactor", "jobs": [dict(j) for j in PRIO_JOBS],
+                "weights": {"age": 1000, "assoc": 0, "fairshare": 10000, "job_size": 1000,
+                            "partition": 1000, "qos": 0, "max_age_s": 604800}}
+
     def fairshare(self) -> dict[str, Any]:
         return {"algorithm": "fair_tree", "rows": [dict(r) for r in SHARE_ROWS]}
 
@@ -126,6 +148,59 @@ def test_sshare_bad_input(argv: list[str], message: str) -> None:
     assert rc == 1 and message in err and out == ""
 
 
+# ---- sprio: layout ---------------------------------------------------------------------
+
+def test_sprio_default_drops_zero_weight_columns() -> None:
+    out, err, rc = run("sprio", [], ReportClient())
+    assert (err, rc) == ("", 0)
+    assert out.splitlines() == [
+        "          JOBID PARTITION   PRIORITY       SITE        AGE  FAIRSHARE    JOBSIZE"
+        "  PARTITION",
+        "              9 debug           4625          0       1000       2500        125"
+        "       1000",
+        "             12 debug           6135          0         10       5000        125"
+        "       1000",
+        "             15 batch          11125          0          0      10000        125"
+        "       1000",
+        "             15 debug          11125          0          0      10000        125"
+        "       1000",
+    ]
+
+
+def test_sprio_norm_long_weights_and_filters() -> None:
+    c = ReportClient()
+    out, _, _ = run("sprio", ["-n", "-h", "-j12"], c)
+    assert out == ("             12 debug      0.4719615          0  0.0105000  0.5000000"
+                   "  0.1250000  1.0000000\n")
+    out, _, _ = run("sprio", ["-l", "-u", "root", "-p", "batch"], c)
+    head, row = out.splitlines()
+    assert head.split() == ["JOBID", "PARTITION", "USER", "PRIORITY", "SITE", "AGE", "ASSOC",
+                            "FAIRSHARE", "JOBSIZE", "PARTITION", "QOS", "NICE", "TRES"]
+    assert row.split() == ["15", "batch", "root", "11125", "0", "0", "0", "10000", "125",
+                           "1000", "0", "0"]
+    out, _, _ = run("sprio", ["-w"], c)
+    assert out.splitlines()[1] == ("        Weights                               1       1000"
+                                   "      10000       1000       1000")
+    out, _, _ = run("sprio", ["-h", "-o", "%i|%u|%Y", "-S", "-Y"], c)
+    assert out.splitlines() == ["15|root|11125", "15|root|11125", "12|root|6135",
+                                "9|bob|4625"]
+    out, _, rc = run("sprio", ["-j", "99"], c)  # -j's argument is optional: 99 is extra
+    assert rc == 1
+    out, _, rc = run("sprio", ["-j99"], c)
+    assert (out, rc) == ("Unable to find jobs matching user/id(s) specified\n", 0)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--bogus"], "sprio: unrecognized option '--bogus'"),
+    (["-jx"], "sprio: error: Invalid job id: x"),
+    (["-u", "no-such-user-xyz"], "sprio: error: Invalid user: no-such-user-xyz"),
+    (["-M", "other"], "'other' can't be reached now"),
+])
+def test_sprio_bad_input(argv: list[str], message: str) -> None:
+    out, err, rc = run("sprio", argv, ReportClient())
+    assert rc == 1 and message in err and out == ""
+
+
 # ---- against a real controller -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -167,3 +242,25 @@ def test_sshare_real_controller(cluster: ShimCluster, used: int, tmp_path: Path)
     assert re.search(r"^ chem\|\|10$", r.stdout, re.M)
     bad = cluster.run("sshare", "--nope")
     assert bad.returncode == 1 and "unrecognized option '--nope'" in bad.stderr
+
+
+def test_sprio_real_controller(cluster: ShimCluster) -> None:
+    held = _sbatch(cluster, "-A", "physics", "--hold", "--wrap", "true")
+    other = _sbatch(cluster, "-A", "organic", "-c", "4", "--hold", "--wrap", "true")
+    try:
+        r = cluster.run("sprio", "-l")
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[0].split()[:5] == ["JOBID", "PARTITION", "USER", "PRIORITY", "SITE"]
+        rows = {int(x.split()[0]): x.split() for x in lines[1:]}
+        assert {held, other} <= set(rows)
+        assert rows[held][1:3] == ["debug", ME]
+        # fair share: physics has used CPU time, organic none -> organic's factor is higher
+        n = cluster.run("sprio", "-n", "-h", "-o", "%i %f", f"-j{held},{other}").stdout
+        fs = {int(a): float(b) for a, b in (x.split() for x in n.splitlines())}
+        assert fs[other] >= fs[held]
+        w = cluster.run("sprio", "-w", "-h").stdout.split()
+        assert w[0] == "Weights" and "10000" in w  # PriorityWeightFairshare default
+        assert cluster.run("sprio", "--nope").returncode == 1
+    finally:
+        cluster.run("scancel", str(held), str(other))

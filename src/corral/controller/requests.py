@@ -210,7 +210,7 @@ class AllocationRelease(Body):
 
 
 ShimCommand = Literal["sbatch", "squeue", "scancel", "sacct", "sinfo", "scontrol", "sacctmgr",
-                      "sshare",
+                      "sshare", "sprio",
                       "qsub", "qstat", "qdel", "srun"]
 
 

@@ -1,0 +1,225 @@
+"""``sprio``: the multifactor priority of pending jobs, factor by factor, as Slurm 22.05.
+
+Data: ``client.priorities()`` (``corral.ops.schedview``): the scheduler's own breakdown
+(``corral.core.priority.explain_all``) of every pending job, with the weights.
+
+Layout (Slurm's ``sprio.c``): the default format is ``%.15i %9r %.10Y %.10S`` followed by
+one ``%.10<letter>`` column per factor whose weight is not zero (age ``A``, assoc ``B``,
+fairshare ``F``, job size ``J``, partition ``P``, QOS ``Q``; TRES weights are not modelled
+so ``%20T`` never shows); ``-l`` prints every factor plus ``%.8u`` and ``%.11N`` (nice);
+``-n``/``--norm`` the normalized factors (lower-case letters, seven decimals). Weighted
+values print rounded to whole numbers, the priority truncated to an integer as Slurm's
+``uint32`` priority is. One row per partition a job may run in.
+
+Options: ``-h``/``--noheader``, ``-j``/``--jobs[=list]`` (optional argument: ``-j12,13``),
+``-u``/``--user``, ``-p``/``--partition``, ``-o``/``--format``, ``-S``/``--sort``
+(letters, ``-`` descending; default job id), ``-w``/``--weights`` (the weights row),
+``-l``, ``-n``, ``-M`` (this cluster), ``-v``, ``-V``, ``--usage``/``--help``. No job
+matching ``-j``/``-u`` prints ``Unable to find jobs matching user/id(s) specified``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_long
+from corral.shims import squeue_fields as qf
+from corral.shims.context import Context
+from corral.shims.users import UserError, resolve_users
+
+R, N, OPT = Arg.REQUIRED, Arg.NONE, Arg.OPTIONAL
+TABLE = OptionTable.of([
+    Opt("clusters", ("clusters", "cluster"), "M", R),
+    Opt("federation", ("federation",), None, N),
+    Opt("format", ("format",), "o", R),
+    Opt("help", ("help",), None, N),
+    Opt("jobs", ("jobs",), "j", OPT),
+    Opt("local", ("local",), None, N),
+    Opt("long", ("long",), "l", N),
+    Opt("noheader", ("noheader",), "h", N),
+    Opt("norm", ("norm",), "n", N),
+    Opt("partition", ("partition",), "p", R),
+    Opt("sibling", ("sibling",), None, N),
+    Opt("sort", ("sort",), "S", R),
+    Opt("usage", ("usage",), None, N),
+    Opt("user", ("user", "users"), "u", R),
+    Opt("verbose", ("verbose",), "v", N),
+    Opt("version", ("version",), "V", N),
+    Opt("weights", ("weights",), "w", N),
+])
+VERSION = "slurm 22.05.8"
+USAGE = ("Usage: sprio [-j jid[s]] [-u user_name[s]] [-o format] [-p partitions]\n"
+         "     [--federation] [--local] [--sibling] [--usage] [-hlnvVw]")
+FACTORS = (("A", "age", "AGE"), ("B", "assoc", "ASSOC"), ("F", "fairshare", "FAIRSHARE"),
+           ("J", "job_size", "JOBSIZE"), ("P", "partition", "PARTITION"),
+           ("Q", "qos", "QOS"))
+NOT_FOUND = "Unable to find jobs matching user/id(s) specified"
+Row = dict[str, Any]
+
+
+def _weighted(name: str) -> qf.Getter:
+    def get(r: Row, now: float) -> str:
+        f = (r.get("factors") or {}).get(name)
+        if r.get("_weights"):
+            return str(int(f["weight"])) if f else "0"
+        return f"{float(f['contribution']):.0f}" if f else "0"
+    return get
+
+
+def _normal(name: str) -> qf.Getter:
+    def get(r: Row, now: float) -> str:
+        f = (r.get("factors") or {}).get(name)
+        if r.get("_weights"):
+            return str(int(f["weight"])) if f else "0"
+        return f"{float(f['value']):.7f}" if f else "0.0000000"
+    return get
+
+
+def _priority(r: Row, now: float) -> str:
+    return "" if r.get("_weights") else str(max(0, int(float(r["total"]))))
+
+
+def _priority_norm(r: Row, now: float) -> str:
+    if r.get("_weights"):
+        return ""
+    total_w = sum(int(f["weight"]) for f in (r.get("factors") or {}).values())
+    return f"{float(r['total']) / total_w:.7f}" if total_w else "0.0000000"
+
+
+def _plain(key: str, weights_text: str = "") -> qf.Getter:
+    def get(r: Row, now: float) -> str:
+        if r.get("_weights"):
+            return weights_text
+        v = r.get(key)
+        return "" if v is None else str(v)
+    return get
+
+
+def _site(r: Row, now: float) -> str:
+    return "1" if r.get("_weights") else str(int(r.get("site") or 0))
+
+
+FIELDS: dict[str, tuple[str, qf.Getter]] = {
+    "i": ("JOBID", lambda r, now: "Weights" if r.get("_weights") else str(r["id"])),
+    "r": ("PARTITION", _plain("_partition")),
+    "u": ("USER", _plain("user")),
+    "o": ("ACCOUNT", _plain("account")),
+    "n": ("QOSNAME", _plain("qos")),
+    "c": ("CLUSTER", _plain("_cluster")),
+    "Y": ("PRIORITY", _priority),
+    "y": ("PRIORITY", _priority_norm),
+    "S": ("SITE", _site),
+    "N": ("NICE", lambda r, now: "" if r.get("_weights") else str(int(r.get("nice") or 0))),
+    "T": ("TRES", lambda r, now: ""),
+    "t": ("TRES", lambda r, now: ""),
+}
+for _letter, _name, _head in FACTORS:
+    FIELDS[_letter] = (_head, _weighted(_name))
+    FIELDS[_letter.lower()] = (_head, _normal(_name))
+
+
+def default_format(weights: dict[str, Any], *, long: bool, norm: bool) -> str:
+    def letter(x: str) -> str:
+        return x.lower() if norm else x
+
+    if long:
+        cols = " ".join(f"%.10{letter(f[0])}" for f in FACTORS)
+        return (f"%.15i %9r %.8u %.10{letter('Y')} %.10S {cols} %.11N "
+                f"%.20{letter('T')}")
+    fmt = f"%.15i %9r %.10{letter('Y')} %.10S"
+    for key, name, _head in FACTORS:
+        if int(weights.get(name) or 0):
+            fmt += f" %.10{letter(key)}"
+    return fmt
+
+
+def _split(values: list[str]) -> list[str]:
+    out: list[str] = []
+    for v in values:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return out
+
+
+def _sort(rows: list[Row], spec: str, now: float) -> None:
+    rows.sort(key=lambda r: (int(r["id"]), str(r["_partition"])))
+    for word in reversed([w.strip() for w in spec.split(",") if w.strip()]):
+        desc = word.startswith("-")
+        letter = word.lstrip("+-")[:1]
+        field = FIELDS.get(letter)
+        if field is None:
+            continue
+        get = field[1]
+
+        def key(r: Row, g: qf.Getter = get) -> tuple[int, float, str]:
+            text = g(r, now)
+            try:
+                return (0, float(text), "")
+            except ValueError:
+                return (1, 0.0, text)
+        rows.sort(key=key, reverse=desc)
+
+
+def run(ctx: Context, client: Any) -> None:
+    try:
+        parsed, positional = getopt_long(ctx.argv, TABLE, "sprio", stop_at_positional=False)
+    except GetoptError as exc:
+        raise ctx.fail(f"{exc.message}\nTry \"sprio --help\" for more information") from None
+    opts: dict[str, list[str]] = {}
+    for p in parsed:
+        opts.setdefault(p.opt.key, []).append(p.value or "")
+    if positional:
+        raise ctx.fail(f"sprio: error: Unknown argument: {positional[0]}\n"
+                       "Try \"sprio --help\" for more information")
+    if "help" in opts or "usage" in opts:
+        ctx.print(USAGE)
+        return
+    if "version" in opts:
+        ctx.print(VERSION)
+        return
+    cluster = str((client.ping() or {}).get("cluster") or "corral")
+    for want in _split(opts.get("clusters", [])):
+        if want.lower() != cluster.lower():
+            raise ctx.fail(f"sprio: error: '{want}' can't be reached now, or it is an "
+                           "invalid entry for --cluster.  Use 'sacctmgr list clusters' to "
+                           "see available clusters.")
+    ids: set[int] = set()
+    for w in _split(opts.get("jobs", [])):
+        if not w.isdigit():
+            raise ctx.fail(f"sprio: error: Invalid job id: {w}")
+        ids.add(int(w))
+    try:
+        uids = resolve_users(_split(opts.get("user", []))) if "user" in opts else None
+    except UserError as exc:
+        raise ctx.fail(f"sprio: error: Invalid user: {exc.word}") from None
+    parts = set(_split(opts.get("partition", [])))
+    data = client.priorities()
+    from corral.shims.slurmfmt import fill_default_partition
+
+    fill_default_partition(list(data.get("jobs") or ()), client)
+    weights: dict[str, Any] = data.get("weights") or {}
+    fmt = opts["format"][-1] if "format" in opts else \
+        default_format(weights, long="long" in opts, norm="norm" in opts)
+    items = qf.parse_format(fmt, FIELDS)
+    header = "noheader" not in opts
+    if "weights" in opts:
+        w_row: Row = {"_weights": True, "id": 0, "_partition": "", "factors": {
+            name: {"weight": int(weights.get(name) or 0)} for _k, name, _h in FACTORS}}
+        for line in qf.render(items, [w_row], ctx.now, header):
+            ctx.print(line)
+        return
+    rows: list[Row] = []
+    for j in data.get("jobs") or ():
+        if ids and int(j["id"]) not in ids:
+            continue
+        if uids is not None and int(j.get("uid", -1)) not in uids:
+            continue
+        for part in str(j.get("partition") or "").split(",") or [""]:
+            if parts and part not in parts:
+                continue
+            rows.append({**j, "_partition": part, "_cluster": cluster})
+    if not rows and (ids or uids is not None):
+        ctx.print(NOT_FOUND)
+        return
+    _sort(rows, opts["sort"][-1] if "sort" in opts else "", ctx.now)
+    for line in qf.render(items, rows, ctx.now, header):
+        ctx.print(line)
