@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import getpass
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.shims.fakes import FakeClient
+from tests.shims.fakes import FakeClient, job
 from tests.shims.harness import ShimCluster, start_cluster, stop_cluster
 from tests.shims.scenario import run
 
@@ -85,7 +86,29 @@ class ReportClient(FakeClient):
         return {"algorithm": "fair_tree", "rows": [dict(r) for r in SHARE_ROWS]}
 
     def cluster_config(self) -> dict[str, Any]:
-        return {"cluster_name": "shimtest"}
+        return {"cluster_name": "shimtest", "accounts": [
+            {"name": "physics", "shares": 40}, {"name": "chem", "shares": 10},
+            {"name": "organic", "parent": "chem", "shares": 1}],
+            "users": [{"name": "bob", "accounts": ["physics"]},
+                      {"name": "alice", "accounts": ["chem"]}]}
+
+
+def _at(day: int, hour: int) -> float:
+    return time.mktime((2026, 11, day, hour, 0, 0, 0, 0, -1))
+
+
+def history_client() -> ReportClient:
+    """Yesterday (scenario NOW is 2026-11-29 22:11): root on physics 4 CPUs 10-12h, bob
+    on organic 2 CPUs from 23h the day before to 01h (one hour inside), alice outside."""
+    recs = [
+        job(1, user="root", account="physics", num_cpus=4, state="COMPLETED",
+            start_time=_at(28, 10), end_time=_at(28, 12)),
+        job(2, user="bob", account="organic", num_cpus=2, state="COMPLETED",
+            start_time=_at(27, 23), end_time=_at(28, 1)),
+        job(3, user="alice", account="chem", num_cpus=8, state="COMPLETED",
+            start_time=_at(29, 1), end_time=_at(29, 2)),
+    ]
+    return ReportClient(recs, nodes=[{"name": "n1", "cpus": 8}])
 
 
 # ---- sshare: layout ----------------------------------------------------------------------
@@ -201,6 +224,87 @@ def test_sprio_bad_input(argv: list[str], message: str) -> None:
     assert rc == 1 and message in err and out == ""
 
 
+# ---- sreport: layout ---------------------------------------------------------------------
+
+BANNER = "-" * 80
+
+
+def test_sreport_cluster_utilization_layout() -> None:
+    out, err, rc = run("sreport", ["cluster", "utilization"], history_client())
+    assert (err, rc) == ("", 0)
+    assert out.splitlines() == [
+        BANNER, "Cluster Utilization 2026-11-28T00:00:00 - 2026-11-28T23:59:59",
+        "Usage reported in CPU Minutes", BANNER,
+        "  Cluster     Allocated          Down     PLND Down          Idle      Reserved"
+        "      Reported ",
+        "--------- ------------- ------------- ------------- ------------- -------------"
+        " ------------- ",
+        " shimtest           600             0             0         10920             0"
+        "         11520 ",
+    ]
+    out, _, _ = run("sreport", ["-t", "percent", "-nP", "cluster", "util"], history_client())
+    assert out == "shimtest|5.21%|0.00%|0.00%|94.79%|0.00%|100.00%\n"
+    out, _, _ = run("sreport", ["-t", "hourper", "-p", "cluster", "utilization",
+                                "start=2026-11-28T10:00", "end=2026-11-28T11:30",
+                                "format=cluster,alloc,reported"], history_client())
+    assert out.splitlines()[1:] == [  # the end is rounded down to the hour: 10-11h
+        "Cluster Utilization 2026-11-28T10:00:00 - 2026-11-28T10:59:59",
+        "Usage reported in CPU Hours/Percentage of Total", BANNER,
+        "Cluster|Allocated|Reported|", "shimtest|4(50.00%)|8(100.00%)|"]
+
+
+def test_sreport_account_utilization_by_user() -> None:
+    out, _, rc = run("sreport", ["cluster", "AccountUtilizationByUser"], history_client())
+    lines = out.splitlines()
+    assert rc == 0 and lines[1] == ("Cluster/Account/User Utilization 2026-11-28T00:00:00 - "
+                                    "2026-11-28T23:59:59 (86400 secs)")
+    assert lines[4:6] == [
+        "  Cluster         Account     Login     Proper Name       Used     Energy ",
+        "--------- --------------- --------- --------------- ---------- ---------- "]
+    rows = [x.split() for x in lines[6:]]
+    assert [r[1:] for r in rows if len(r) == 4] == [  # account rows (no login)
+        ["root", "600", "0"], ["chem", "120", "0"], ["organic", "120", "0"],
+        ["physics", "480", "0"]]
+    assert ["shimtest", "organic", "bob"] == [r for r in rows if "bob" in r][0][:3]
+    assert ["shimtest", "physics", "root", "root", "480", "0"] in rows  # gecos: root
+    out, _, _ = run("sreport", ["-nP", "cluster", "acc", "tree", "accounts=organic"],
+                    history_client())
+    assert out.startswith("shimtest|  organic||0|") is False
+    assert out.splitlines()[0] == "shimtest|  organic|||120|0"
+
+
+def test_sreport_user_topusage() -> None:
+    out, _, rc = run("sreport", ["user", "topusage", "-t", "hours"], history_client())
+    lines = out.splitlines()
+    assert rc == 0 and lines[1].startswith("Top 10 Users 2026-11-28T00:00:00 - ")
+    assert lines[2] == "Usage reported in CPU Hours"
+    assert lines[4].split() == ["Cluster", "Login", "Proper", "Name", "Account", "Used",
+                                "Energy"]
+    rows = [x.split() for x in lines[6:]]
+    assert [(r[1], r[-3], r[-2]) for r in rows] == [("root", "physics", "8"),
+                                                   ("bob", "organic", "2")]
+    out, _, _ = run("sreport", ["-nP", "user", "top", "topcount=1", "group"],
+                    history_client())
+    assert out.count("\n") == 1 and out.startswith("shimtest|root|")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--bogus", "cluster", "utilization"], "sreport: unrecognized option '--bogus'"),
+    (["cluster"], "sreport: error: no report given"),
+    (["cluster", "nothing"], "Not valid report nothing"),
+    (["cluster", "utilization", "start=garbage"], "sreport: error:"),
+    (["cluster", "utilization", "bogus=1"], " Unknown condition: bogus=1"),
+    (["cluster", "utilization", "format=cluster,nope"], " Unknown field 'nope'"),
+    (["-t", "fortnights", "cluster", "utilization"], "unknown time format fortnights"),
+    (["-T", "gres/gpu", "cluster", "utilization"], "cpu only"),
+    (["user", "topusage", "topcount=0"], "Invalid topcount value: 0"),
+    (["cluster", "utilization", "clusters=other"], "cluster 'other' is not known"),
+])
+def test_sreport_bad_input(argv: list[str], message: str) -> None:
+    out, err, rc = run("sreport", argv, history_client())
+    assert rc == 1 and message in err and out == ""
+
+
 # ---- against a real controller -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -264,3 +368,20 @@ def test_sprio_real_controller(cluster: ShimCluster) -> None:
         assert cluster.run("sprio", "--nope").returncode == 1
     finally:
         cluster.run("scancel", str(held), str(other))
+
+
+def test_sreport_real_controller(cluster: ShimCluster, used: int) -> None:
+    r = cluster.run("sreport", "-t", "seconds", "-nP", "cluster", "utilization",
+                    "start=now-1hour", "end=now+1hour")
+    assert r.returncode == 0, r.stderr
+    fields = r.stdout.strip().split("|")
+    assert fields[0] == "shimtest" and int(fields[1]) >= 2  # the 2-CPU job's seconds
+    alloc, idle, reported = int(fields[1]), int(fields[4]), int(fields[-1])
+    assert reported >= alloc + idle - 1 and reported > 0  # 8 CPUs since the hour began
+    r = cluster.run("sreport", "-nP", "-t", "seconds", "user", "topusage",
+                    "start=now-1hour", "end=now+1hour")
+    assert r.returncode == 0 and r.stdout.startswith(f"shimtest|{ME}|"), r.stdout
+    r = cluster.run("sreport", "-nP", "-t", "sec", "cluster", "AccountUtilizationByUser",
+                    "start=now-1hour", "end=now+1hour", "format=account,login,used")
+    assert f"physics|{ME}|" in r.stdout and "root||" in r.stdout
+    assert cluster.run("sreport", "cluster", "bogus").returncode == 1

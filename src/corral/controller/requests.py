@@ -210,7 +210,7 @@ class AllocationRelease(Body):
 
 
 ShimCommand = Literal["sbatch", "squeue", "scancel", "sacct", "sinfo", "scontrol", "sacctmgr",
-                      "sshare", "sprio",
+                      "sshare", "sprio", "sreport",
                       "qsub", "qstat", "qdel", "srun"]
 
 

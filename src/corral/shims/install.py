@@ -29,7 +29,7 @@ from corral.shims.launcher_build import BuildError, build_launcher, command_bina
 
 MARKER = "# corral-shim"
 SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "sacct", "scontrol",
-                  "sacctmgr", "sshare", "sprio")
+                  "sacctmgr", "sshare", "sprio", "sreport")
 PBS_COMMANDS = ("qsub", "qstat", "qdel")
 COMMANDS = SLURM_COMMANDS + PBS_COMMANDS
 PYTHON_ONLY = frozenset({"salloc"})  # interactive: lean.py's local path

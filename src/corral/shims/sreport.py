@@ -1,0 +1,376 @@
+"""``sreport``: accounting reports from the controller's job history, as Slurm 22.05.
+
+Reports (names case-insensitive, abbreviated as Slurm allows):
+
+- ``cluster utilization``: ``Cluster Allocated Down PLND Down Idle Reserved Reported``.
+  Allocated is the CPU time jobs held inside the window (``corral.ops.accounting``'s
+  rule: a job charges its CPUs for every second of its run inside the window); Reported
+  is the CPUs configured now times the window (node history is not kept, so Down and
+  PLND Down are 0, as is Reserved: Slurm's idle time held for waiting jobs); Idle is the
+  rest.
+- ``cluster AccountUtilizationByUser``: ``Cluster Account Login Proper Name Used
+  Energy``: ``root`` (every job), then each account (its jobs and its sub-accounts') and
+  its users, in the association tree's order (users before sub-accounts); accounts
+  without usage are listed with 0, as Slurm lists every association. ``tree`` indents
+  accounts by depth.
+- ``user topusage``: ``Cluster Login Proper Name Account Used Energy``, the
+  ``topcount=N`` (10) largest users; one row per user and account unless ``group``.
+
+Window: ``start=``/``end=`` (Slurm's date forms; default yesterday 00:00 to today
+00:00), both rounded down to the hour; the banner prints ``end - 1s``. One deliberate
+difference: an end later than now is cut at now, not at now's hour as Slurm does (its
+hourly rollup has not run yet; Corral reads the live history, so the current hour counts).
+Time units: ``-t`` ``seconds|minutes|hours|percent`` and ``secper|minper|hourper``
+(value and percentage), prefixes accepted; Slurm divides with integer arithmetic, so
+does this. Energy is not measured (0). ``-n`` drops the banner and
+the header, ``-p``/``-P`` as everywhere; ``format=``, ``users=``, ``accounts=`` filter and
+choose columns; ``cluster(s)=`` and ``-M`` name this cluster only. Only CPU is reported
+(``-T`` other than ``cpu`` is refused).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_long
+from corral.shims.context import Context
+from corral.shims.printfields import Column, FormatError, choose, render
+from corral.shims.slurmtime import DateError, parse_date
+
+R, N = Arg.REQUIRED, Arg.NONE
+TABLE = OptionTable.of([
+    Opt("all_clusters", ("all_clusters",), "a", N),
+    Opt("cluster", ("cluster", "clusters"), "M", R),
+    Opt("federation", ("federation",), None, N),
+    Opt("help", ("help", "usage"), "h", N),
+    Opt("local", ("local",), None, N),
+    Opt("noheader", ("noheader",), "n", N),
+    Opt("parsable", ("parsable",), "p", N),
+    Opt("parsable2", ("parsable2",), "P", N),
+    Opt("quiet", ("quiet",), "Q", N),
+    Opt("time", ("time",), "t", R),
+    Opt("tres", ("tres",), "T", R),
+    Opt("verbose", ("verbose",), "v", N),
+    Opt("version", ("version",), "V", N),
+])
+VERSION = "slurm 22.05.8"
+USAGE = ("sreport [<OPTION>] [<COMMAND>]\n"
+         "    Valid <OPTION> values are:\n"
+         "     -a or --all_clusters: Use all clusters instead of current\n"
+         "     -M or --cluster: Report on the named cluster\n"
+         "     -n or --noheader: Don't print header when listing results\n"
+         "     -p or --parsable: '|' delimited output with a trailing '|'\n"
+         "     -P or --parsable2: '|' delimited output without a trailing '|'\n"
+         "     -t <time_format>: Second, Minute, Hour, Percent, SecPer, MinPer, HourPer\n"
+         "    Valid <COMMAND> values are: cluster utilization|AccountUtilizationByUser, "
+         "user topusage")
+BANNER = "-" * 80
+# -t word -> (seconds per unit, percent?, value too?, what the banner says)
+TIME_FORMATS: list[tuple[str, int, bool, bool, str]] = [
+    ("seconds", 1, False, True, "CPU Seconds"),
+    ("minutes", 60, False, True, "CPU Minutes"),
+    ("hours", 3600, False, True, "CPU Hours"),
+    ("percent", 1, True, False, "Percentage of Total"),
+    ("secper", 1, True, True, "CPU Seconds/Percentage of Total"),
+    ("minper", 60, True, True, "CPU Minutes/Percentage of Total"),
+    ("hourper", 3600, True, True, "CPU Hours/Percentage of Total"),
+]
+Row = dict[str, Any]
+
+
+class Units:
+    def __init__(self, word: str) -> None:
+        low = word.lower()
+        hit = next((t for t in TIME_FORMATS if t[0].startswith(low) and low), None)
+        if hit is None and low in ("s", "m", "h", "p"):
+            hit = next(t for t in TIME_FORMATS if t[0][0] == low)
+        if hit is None:
+            raise ValueError(word)
+        self.div, self.percent, self.value, self.label = hit[1], hit[2], hit[3], hit[4]
+        self.width = 29 if self.percent and self.value else 13  # Slurm's field lengths
+
+    def text(self, secs: float, total: float) -> str:
+        num = str(int(secs) // self.div)
+        if not self.percent:
+            return num
+        pct = f"{100.0 * secs / total:.2f}%" if total > 0 else "0.00%"
+        return f"{num}({pct})" if self.value else pct
+
+
+def _period(ctx: Context, kv: dict[str, str]) -> tuple[float, float]:
+    now = ctx.now
+    lt = time.localtime(now)
+    today = time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
+    try:
+        start = parse_date(kv["start"], now) if "start" in kv else today - 86400
+        end = parse_date(kv["end"], now) if "end" in kv else today
+    except DateError as exc:
+        raise ctx.fail(f"sreport: error: {exc}") from None
+
+    def hour(t: float) -> float:
+        x = time.localtime(t)
+        return time.mktime((x.tm_year, x.tm_mon, x.tm_mday, x.tm_hour, 0, 0, 0, 0, -1))
+
+    start, end = hour(start), min(hour(end), now)  # live data: no wait for a rollup
+    if end <= start:
+        raise ctx.fail("sreport: error: The start time must be before the end time "
+                       f"(start {_when(start)}, end {_when(end)})")
+    return start, end
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+def _gecos(user: str) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwnam(user).pw_gecos.split(",")[0]
+    except KeyError:
+        return ""
+
+
+def _charges(client: Any, start: float, end: float, now: float) -> list[tuple[str, str, float]]:
+    """(user, account, CPU-seconds inside the window) of every job that ran in it."""
+    from corral.ops.jobs import acct_jobs
+
+    out = []
+    for j in acct_jobs(client.history(all_users=True, since=start, until=end)):
+        secs = j.cpus * j.overlap_s(start, end, now)
+        if secs > 0:
+            out.append((j.user, j.account or "", secs))
+    return out
+
+
+def _used(units: Units, total: float) -> Callable[[Row], str]:
+    return lambda r: units.text(r["used"], total)
+
+
+def _cluster_util(ctx: Context, client: Any, cluster: str, units: Units, kv: dict[str, str],
+                  start: float, end: float) -> tuple[list[str], list[Column], list[Row]]:
+    cpus = sum(int(n.get("cpus") or 0) for n in client.nodes())
+    reported = cpus * (end - start)
+    alloc = sum(c[2] for c in _charges(client, start, end, ctx.now))
+    alloc = min(alloc, reported)
+    row = {"cluster": cluster, "alloc": alloc, "down": 0.0, "pdown": 0.0,
+           "idle": max(0.0, reported - alloc), "resv": 0.0, "over": 0.0,
+           "reported": reported}
+
+    def t(key: str) -> Callable[[Row], str]:
+        return lambda r: units.text(r[key], reported)
+
+    w = units.width
+    cols = [
+        Column("Cluster", 9, lambda r: r["cluster"], ("cluster",)),
+        Column("Allocated", w, t("alloc"), ("allocated",), 2),
+        Column("Down", w, t("down"), ("down",), 1),
+        Column("PLND Down", w, t("pdown"), ("plndown", "plnddown", "planneddown"), 2),
+        Column("Idle", w, t("idle"), ("idle",), 1),
+        Column("Reserved", w, t("resv"), ("reserved",), 3),
+        Column("Reported", w, t("reported"), ("reported",), 3),
+        Column("Overcommitted", w, t("over"), ("overcommitted",), 1),
+    ]
+    banner = [f"Cluster Utilization {_when(start)} - {_when(end - 1)}"]
+    return banner, cols, [row]
+
+
+def _tree(cfg: dict[str, Any]) -> list[tuple[str, int]]:
+    """(account, depth) for root and every configured account, in tree order."""
+    kids: dict[str, list[str]] = {}
+    for a in cfg.get("accounts") or ():
+        kids.setdefault(a.get("parent") or "root", []).append(a["name"])
+    out = [("root", 0)]
+
+    def visit(name: str, depth: int) -> None:
+        for k in sorted(kids.get(name, ())):
+            out.append((k, depth))
+            visit(k, depth + 1)
+    visit("root", 1)
+    return out
+
+
+def _by_user_cols(cluster: str, units: Units, total: float, *, account_first: bool
+                  ) -> list[Column]:
+    used_w = units.width if units.percent and units.value else 10
+    acct = Column("Account", 15, lambda r: r["account_text"], ("accounts",), 1)
+    login = Column("Login", 9, lambda r: r["user"], ("login",), 1)
+    proper = Column("Proper Name", 15, lambda r: r["proper"], ("propername",), 1)
+    tail = [Column("Used", used_w, _used(units, total), ("used",), 1),
+            Column("Energy", 10, lambda r: "0", ("energy",), 1)]
+    head = Column("Cluster", 9, lambda r: cluster, ("cluster",), 1)
+    return [head, acct, login, proper] + tail if account_first else \
+        [head, login, proper, acct] + tail
+
+
+def _account_by_user(ctx: Context, client: Any, cluster: str, units: Units,
+                     kv: dict[str, str], start: float, end: float, tree_view: bool
+                     ) -> tuple[list[str], list[Column], list[Row]]:
+    cfg = client.cluster_config()
+    parent = {a["name"]: a.get("parent") or "root" for a in cfg.get("accounts") or ()}
+    order = _tree(cfg)
+    depth = dict(order)
+    acct_use: dict[str, float] = {}
+    user_use: dict[tuple[str, str], float] = {}
+    total = 0.0
+    for user, account, secs in _charges(client, start, end, ctx.now):
+        account = account or "root"
+        if account not in depth:
+            order.append((account, 1))
+            depth[account] = 1
+        total += secs
+        user_use[(account, user)] = user_use.get((account, user), 0.0) + secs
+        a: str | None = account
+        while a and a != "root":
+            acct_use[a] = acct_use.get(a, 0.0) + secs
+            a = parent.get(a)
+    acct_use["root"] = total
+    users_of: dict[str, set[str]] = {}
+    for u in cfg.get("users") or ():
+        for a in u.get("accounts") or ():
+            users_of.setdefault(a, set()).add(u["name"])
+    for a, u in user_use:
+        users_of.setdefault(a, set()).add(u)
+    want_users = set(_list(kv.get("users", "")))
+    want_accts = set(_list(kv.get("accounts", "")))
+    rows: list[Row] = []
+    for name, d in order:
+        shown = (" " * d + name) if tree_view else name
+        if not want_accts or name in want_accts:
+            if not want_users:
+                rows.append({"account_text": shown, "user": "", "proper": "",
+                             "used": acct_use.get(name, 0.0)})
+            for u in sorted(users_of.get(name, ())):
+                if not want_users or u in want_users:
+                    rows.append({"account_text": shown, "user": u, "proper": _gecos(u),
+                                 "used": user_use.get((name, u), 0.0)})
+    reported = sum(int(n.get("cpus") or 0) for n in client.nodes()) * (end - start)
+    cols = _by_user_cols(cluster, units, reported, account_first=True)
+    banner = [f"Cluster/Account/User Utilization {_when(start)} - {_when(end - 1)} "
+              f"({int(end - start)} secs)"]
+    return banner, cols, rows
+
+
+def _top_usage(ctx: Context, client: Any, cluster: str, units: Units, kv: dict[str, str],
+               start: float, end: float, group: bool
+               ) -> tuple[list[str], list[Column], list[Row]]:
+    count_text = kv.get("topcount", "10")
+    if not count_text.isdigit() or int(count_text) < 1:
+        raise ctx.fail(f"sreport: error: Invalid topcount value: {count_text}")
+    count = int(count_text)
+    want_users = set(_list(kv.get("users", "")))
+    want_accts = set(_list(kv.get("accounts", "")))
+    use: dict[tuple[str, str], float] = {}
+    for user, account, secs in _charges(client, start, end, ctx.now):
+        if (want_users and user not in want_users) or \
+                (want_accts and account not in want_accts):
+            continue
+        key = (user, "" if group else account)
+        use[key] = use.get(key, 0.0) + secs
+    accounts: dict[str, list[str]] = {}
+    if group:
+        for user, account, _secs in _charges(client, start, end, ctx.now):
+            if user in {k[0] for k in use} and account not in accounts.setdefault(user, []):
+                accounts[user].append(account)
+    ranked = sorted(use.items(), key=lambda kv_: (-kv_[1], kv_[0]))[:count]
+    rows = [{"user": u, "proper": _gecos(u),
+             "account_text": ",".join(sorted(accounts.get(u, []))) if group else a,
+             "used": secs} for (u, a), secs in ranked]
+    reported = sum(int(n.get("cpus") or 0) for n in client.nodes()) * (end - start)
+    cols = _by_user_cols(cluster, units, reported, account_first=False)
+    banner = [f"Top {count} Users {_when(start)} - {_when(end - 1)} "
+              f"({int(end - start)} secs)"]
+    return banner, cols, rows
+
+
+def _list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _matches(word: str, full: str, min_len: int) -> bool:
+    low = word.lower()
+    return len(low) >= min(min_len, len(full)) and full.lower().startswith(low)
+
+
+def run(ctx: Context, client: Any) -> None:
+    try:
+        parsed, words = getopt_long(ctx.argv, TABLE, "sreport", stop_at_positional=False)
+    except GetoptError as exc:
+        raise ctx.fail(f"{exc.message}\nTry \"sreport --help\" for more information") \
+            from None
+    opts: dict[str, list[str]] = {}
+    for p in parsed:
+        opts.setdefault(p.opt.key, []).append(p.value or "")
+    if "help" in opts:
+        ctx.print(USAGE)
+        return
+    if "version" in opts:
+        ctx.print(VERSION)
+        return
+    try:
+        units = Units(opts["time"][-1] if "time" in opts else "minutes")
+    except ValueError as exc:
+        raise ctx.fail(f"sreport: error: unknown time format {exc}") from None
+    for tres in _list(",".join(opts.get("tres", []))):
+        if tres.lower() != "cpu":
+            raise ctx.fail(f"sreport: error: TRES {tres} is not reported by Corral's sreport"
+                           " (cpu only)")
+    if len(words) < 2:
+        raise ctx.fail("sreport: error: no report given (interactive mode is not "
+                       "supported by Corral's sreport)\n" + USAGE.splitlines()[-1].strip())
+    kind, report, rest = words[0], words[1], words[2:]
+    kv: dict[str, str] = {}
+    flags: set[str] = set()
+    for w in rest:
+        key, eq, value = w.partition("=")
+        low = key.lower()
+        if not eq:
+            flags.add(low)
+            continue
+        name = next((n for n, m in (("start", 1), ("end", 1), ("format", 1),
+                                    ("clusters", 1), ("users", 1), ("accounts", 2),
+                                    ("topcount", 1)) if _matches(low, n, m)), None)
+        if name is None:
+            raise ctx.fail(f" Unknown condition: {w}\n Use keyword set to modify value")
+        kv[name] = value
+    cfg = client.cluster_config()
+    cluster = str(cfg.get("cluster_name") or "corral")
+    for want in _list(kv.get("clusters", "")) + _list(",".join(opts.get("cluster", []))):
+        if want.lower() != cluster.lower():
+            raise ctx.fail(f"sreport: error: cluster '{want}' is not known (Corral's sreport"
+                           " reports this cluster only)")
+    start, end = _period(ctx, kv)
+    if _matches(kind, "cluster", 2) and _matches(report, "utilization", 2):
+        banner, cols, rows = _cluster_util(ctx, client, cluster, units, kv, start, end)
+    elif _matches(kind, "cluster", 2) and _matches(report, "accountutilizationbyuser", 1):
+        banner, cols, rows = _account_by_user(ctx, client, cluster, units, kv, start, end,
+                                              "tree" in flags)
+    elif _matches(kind, "user", 1) and _matches(report, "topusage", 1):
+        banner, cols, rows = _top_usage(ctx, client, cluster, units, kv, start, end,
+                                        "group" in flags)
+    elif not any(_matches(kind, k, 2) for k in ("cluster", "user", "job", "reservation")):
+        raise ctx.fail(f"sreport: error: invalid keyword: {kind}")
+    else:
+        raise ctx.fail(f"Not valid report {report}\nValid cluster reports are, "
+                       "\"AccountUtilizationByUser\" and \"Utilization\"\nValid user "
+                       "reports are, \"TopUsage\"\n(Corral's sreport has these three)")
+    if "format" in kv:
+        try:
+            cols = choose(cols, kv["format"])
+        except FormatError as exc:
+            raise ctx.fail(f" Unknown field '{exc.word}'") from None
+    else:
+        cols = [c for c in cols if c.name != "Overcommitted"]  # not in Slurm's default
+    header = "noheader" not in opts
+    mode = "parsable2" if "parsable2" in opts else "parsable" if "parsable" in opts \
+        else "fixed"
+    if header:
+        ctx.print(BANNER)
+        for line in banner:
+            ctx.print(line)
+        ctx.print(f"Usage reported in {units.label}")
+        ctx.print(BANNER)
+    for line in render(cols, rows, header=header, mode=mode):
+        ctx.print(line)
