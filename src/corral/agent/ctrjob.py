@@ -9,8 +9,8 @@ node's fault: the node stays up.
 Images by kind: ``docker`` from the cache (``corral.agent.images``); ``dir`` used in
 place as the overlay's lower layer; ``bundle`` (Slurm's ``--container``): its
 ``config.json`` is read with the job user's credentials, its ``root.path`` is the lower
-layer and its ``process.env`` the image environment; ``sif`` needs Apptainer's runtime,
-which this node path does not drive (refused with that reason).
+layer and its ``process.env`` the image environment; ``sif`` needs Apptainer
+(``corral.agent.apptainer`` runs batch jobs; here, in srun steps, it is refused).
 """
 
 from __future__ import annotations
@@ -126,8 +126,9 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
     elif ref.kind == "bundle":
         lower, image_cfg = _bundle(ref.canonical, req.uid, req.gid, groups)
     elif ref.kind == "sif":
-        raise PrepareError(f"SIF images ({ref.canonical}) are not supported by this node's "
-                           "runtime; use a docker:// image or a root filesystem directory")
+        raise PrepareError(f"SIF images ({ref.canonical}) are not supported in srun steps yet "
+                           "(batch jobs run them with Apptainer); use a docker:// image or a "
+                           "root filesystem directory")
     else:
         raise PrepareError(f"no container named {spec.name!r} in job {req.job_id}")
     try:

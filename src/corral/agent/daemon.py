@@ -126,9 +126,9 @@ class AgentDaemon:
         self._tools_sent = False
 
         def probe() -> None:
-            from corral.agent.runtimes import discover
+            from corral.agent.runtimes import versions
 
-            self._tools = {k: v["version"] for k, v in discover().items()}
+            self._tools = versions(self.containers.tools)
 
         import threading
 

@@ -2,8 +2,10 @@
 supervisor gets for container jobs (``ContainerSettings``).
 
 Found on ``PATH`` (plus ``/usr/sbin``, where Debian puts runc): ``runc``, ``crun``,
-``skopeo`` (pulls), ``podman`` and ``apptainer`` (reported, not used to run jobs). The
-runtime that runs jobs: ``[containers] runtime`` (``auto``: runc, else crun). crun is
+``skopeo`` (pulls), ``podman`` (reported) and ``apptainer`` (or the program at
+``[containers] apptainer``: SIF images, ``corral.agent.apptainer``). What runs registry
+images and directories: ``[containers] runtime`` (``auto``: runc, else crun, else
+apptainer). crun is
 only chosen where it can run on this cgroup layout (it refuses hybrid hosts whose cgroup2
 still holds a controller, see ``../shared/platform/README.md``).
 """
@@ -46,6 +48,12 @@ def discover(path: str | None = None, *, versions: bool = True) -> dict[str, dic
     return out
 
 
+def versions(tools: dict[str, dict[str, str]]) -> dict[str, str]:
+    """``{tool: version}`` of the tools ``settings`` chose (the configured apptainer
+    included); each program is started once."""
+    return {k: _version(v["path"]) for k, v in tools.items()}
+
+
 def _crun_usable() -> bool:
     """crun refuses hybrid hosts whose cgroup2 still offers a controller."""
     try:
@@ -60,6 +68,8 @@ class ContainerSettings:
     """What a supervisor needs to run container jobs (JSON through the fork server)."""
 
     runtime: str = ""  # path of the OCI runtime ("" when there is none)
+    apptainer: str = ""  # path of the apptainer program ("" when there is none)
+    engine: str = "oci"  # what runs registry images and directories: oci | apptainer
     skopeo: str = ""
     cache_dir: str = ""
     cache_max_mb: int = 20480
@@ -85,19 +95,27 @@ class ContainerSettings:
 def settings(cfg: ContainersConfig, state_dir: str, node: str,
              tools: dict[str, dict[str, str]] | None = None) -> ContainerSettings:
     """The supervisors' settings from ``[containers]`` and what is installed here."""
-    found = discover(versions=False) if tools is None else tools
+    found = dict(discover(versions=False) if tools is None else tools)
+    if cfg.apptainer:  # configured: used even when another apptainer is on PATH
+        found["apptainer"] = {"path": cfg.apptainer, "version": ""} \
+            if os.access(cfg.apptainer, os.X_OK) else {}
+        if not found["apptainer"]:
+            del found["apptainer"]
+    apptainer = found.get("apptainer", {}).get("path", "")
     runtime = ""
     choice = cfg.runtime
-    if choice == "auto":
-        if "runc" in found:
-            runtime = found["runc"]["path"]
-        elif "crun" in found and _crun_usable():
-            runtime = found["crun"]["path"]
-    elif choice in found:
-        runtime = found[choice]["path"]
+    if choice in ("runc", "crun"):
+        runtime = found.get(choice, {}).get("path", "")
+    elif "runc" in found:  # auto, apptainer: OCI bundles and srun steps still need one
+        runtime = found["runc"]["path"]
+    elif "crun" in found and _crun_usable():
+        runtime = found["crun"]["path"]
+    engine = "apptainer" if choice == "apptainer" or (choice == "auto" and not runtime
+                                                       and apptainer) else "oci"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in node)
     return ContainerSettings(
-        runtime=runtime, skopeo=found.get("skopeo", {}).get("path", ""),
+        runtime=runtime, apptainer=apptainer, engine=engine,
+        skopeo=found.get("skopeo", {}).get("path", ""),
         cache_dir=cfg.cache_dir or os.path.join(state_dir, "images"),
         cache_max_mb=cfg.cache_max_mb, insecure=tuple(cfg.insecure_registries),
         default_mounts=tuple(cfg.default_mounts), mount_home=cfg.mount_home,

@@ -84,6 +84,7 @@ from corral.agent.proctree import (
 from corral.agent.vm import job as vmjob
 
 if TYPE_CHECKING:
+    from corral.agent.apptainer import AptPlan
     from corral.agent.ctrjob import Prepared
 
 WAKE_SIGNALS = frozenset({signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT,
@@ -171,6 +172,7 @@ class Supervisor:
         self.prolog_ran = False
         self.truncated_output = False  # the TaskProlog's print lines opened the output
         self.container: Prepared | None = None  # a container job's plan (ctrjob.py)
+        self.apt: AptPlan | None = None  # an Apptainer job's plan (apptainer.py)
         global _own_ticks
         if _own_ticks is None:
             _own_ticks = start_ticks(os.getpid())
@@ -318,6 +320,9 @@ class Supervisor:
             if self.container is not None:
                 stage = "container"
                 self.exec_container(env, keep_fd)  # does not return
+            if self.apt is not None:
+                stage = "apptainer"
+                self.exec_apptainer(keep_fd)  # does not return
             if self.cfg.switch_user:
                 stage = f"switching to uid {self.req.uid} gid {self.req.gid}"
                 os.setgroups(list(self.cfg.groups))
@@ -450,6 +455,39 @@ class Supervisor:
         os.execve(p.runtime, p.argv(), {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:"
                                                 "/usr/bin:/sbin:/bin"})
 
+    def exec_apptainer(self, keep_fd: int) -> NoReturn:
+        """The job child of an Apptainer job (in the job's cgroups, CPU affinity set):
+        it becomes the user for good, opens its files as the user, then execs
+        ``apptainer exec`` (unprivileged: a user namespace of that user)."""
+        from corral.agent.container import SCRIPT_FD
+
+        assert self.apt is not None
+        p = self.apt
+        os.setgroups(list(p.groups))
+        os.setgid(p.gid)
+        os.setuid(p.uid)
+        try:
+            in_fd = os.open(self.stdin_path, os.O_RDONLY)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            if self.req.open_mode != "append" and not self.truncated_output:
+                flags |= os.O_TRUNC
+            out_fd = os.open(self.stdout_path, flags, 0o644)
+            err_fd = out_fd
+            if self.stderr_path != self.stdout_path:
+                err_fd = os.open(self.stderr_path, flags, 0o644)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot open {exc.filename}: {exc.strerror}") from None
+        os.dup2(in_fd, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        if keep_fd >= 0:
+            os.dup2(keep_fd, SCRIPT_FD)  # the script, /dev/fd/3 inside
+        for fd in {in_fd, out_fd, err_fd, keep_fd}:
+            if fd > SCRIPT_FD or (fd > 2 and keep_fd < 0):
+                os.close(fd)
+        os.chdir(p.cwd)
+        os.execve(p.argv[0], p.argv, p.env)
+
     def prepare_container(self, text: str, argv: list[str], env: dict[str, str],
                           script: bool) -> str | None:
         """Find the image (pulling it when the node has none: status PULLING) and plan the
@@ -463,6 +501,7 @@ class Supervisor:
         except ContainerError as exc:
             return f"bad container: {exc}"
         settings = ContainerSettings.from_text(self.cfg.containers)
+        from corral.agent import apptainer
 
         def progress(note: str) -> None:  # the latest pull note replaces the one before
             if self.run.notes and self.run.notes[-1].startswith(("pulling ", "unpacking ")):
@@ -486,6 +525,18 @@ class Supervisor:
             if lay.tracking:
                 mounts["tracking"] = lay.tracking
             rel = cgroup_rel(cg.dirs, mounts)
+        if apptainer.wanted(spec, settings):
+            try:
+                self.apt = apptainer.prepare(spec, self.req, settings, command=argv, env=env,
+                                             groups=self.cfg.groups, progress=progress,
+                                             cancelled=cancelled)
+            except apptainer.AptError as exc:
+                return None if self.run.ending else str(exc)
+            how = ("unpacked" if spec.image.kind == "sif" else "pulled") if self.apt.pulled \
+                else "cached"
+            self.run.notes.append(f"container {spec.image.canonical} (apptainer" + (
+                f", {self.apt.digest[:19]}, {how})" if self.apt.digest else ")"))
+            return None
         try:
             self.container = prepare(
                 spec, self.req, settings, jdir=self.jdir, node=self.cfg.node_name,
@@ -501,6 +552,9 @@ class Supervisor:
 
     def container_done(self) -> None:
         """After the job: the runtime's leftovers and the image pin."""
+        if self.apt is not None and self.apt.pin_fd >= 0:
+            os.close(self.apt.pin_fd)
+            self.apt.pin_fd = -1
         c, self.container = self.container, None
         if c is None:
             return
@@ -934,7 +988,8 @@ class Supervisor:
         if failure is None and run.main_status is not None:
             code = os.waitstatus_to_exitcode(run.main_status)
             exit_code, sig = (code, 0) if code >= 0 else (0, -code)
-            if self.container is not None and 128 < exit_code < 128 + 65:
+            if (self.container is not None or self.apt is not None) \
+                    and 128 < exit_code < 128 + 65:
                 exit_code, sig = 0, exit_code - 128  # the runtime reports 128 + signal
         usage = self.iso.usage() if self.iso is not None else None
         cpu_s = run.cpu_s

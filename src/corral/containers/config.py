@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-RUNTIMES = ("auto", "runc", "crun")
+RUNTIMES = ("auto", "runc", "crun", "apptainer")
 
 
 @dataclass(frozen=True, slots=True)
 class ContainersConfig:
     enabled: bool = True  # false: container jobs are refused at submit
-    # the OCI runtime that runs the unpacked images: auto (runc, else crun), runc, crun
+    # what runs registry images and directories: auto (runc, else crun, else apptainer),
+    # runc, crun, apptainer (SIF images always need apptainer)
     runtime: str = "auto"
+    # the apptainer program (a real one, or scripts/apptainer-sid on Debian 12); default:
+    # apptainer on PATH
+    apptainer: str | None = None
     cache_dir: str | None = None  # node image cache; default <agent state dir>/images
     cache_max_mb: int = 20480  # LRU eviction above this (images in use are kept)
     # registries images may come from (host[:port]); empty: any
@@ -43,6 +47,8 @@ def check(cfg: ContainersConfig) -> list[tuple[str, str]]:
         out.append(("cache_max_mb", "must not be negative"))
     if cfg.cache_dir is not None and not cfg.cache_dir.startswith("/"):
         out.append(("cache_dir", f"must be an absolute path, got {cfg.cache_dir!r}"))
+    if cfg.apptainer is not None and not cfg.apptainer.startswith("/"):
+        out.append(("apptainer", f"must be an absolute path, got {cfg.apptainer!r}"))
     if cfg.pull_timeout_s <= 0:
         out.append(("pull_timeout_s", "must be positive"))
     if cfg.writable_tmp_mb < 1:

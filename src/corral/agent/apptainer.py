@@ -1,0 +1,326 @@
+"""Container jobs run by Apptainer: ``.sif`` images always, and registry images or root
+filesystem directories where ``[containers] runtime = "apptainer"`` (or ``auto`` finds no
+OCI runtime).
+
+Policy:
+
+- **As the user, unprivileged.** The job child drops to the job's uid, gid and groups
+  *before* it starts ``apptainer exec``; Apptainer then runs in a user namespace of that
+  user (never root for users), with no-new-privileges. It is started inside the job's
+  cgroups with the job's CPU affinity, so memory, cores and pids limits hold inside; no
+  ``--memory``/``--cpus`` is passed (Apptainer would make a cgroup of its own).
+- **Sandbox directories, cached.** A SIF image is never mounted for a job (an
+  unprivileged SIF mount needs squashfuse and ``/dev/fuse``, which many hosts keep
+  0600). The agent unpacks it once into the node image cache (``corral.agent.images``)
+  as a sandbox directory stored under the sha256 of the SIF file: every user's job with
+  the same SIF content shares that tree, it counts in the cache's LRU cap and shows in
+  ``corral images``. The file is opened *by the user* (a child with the user's ids sends
+  the descriptor back), copied into the cache while hashed (root converts its own copy:
+  swapping the user's file afterwards changes nothing), and the tree loses setuid/setgid
+  bits and device nodes before it is renamed into place. A SIF whose path, inode, size
+  and ctime are unchanged is not hashed again. A SIF that is not world-readable is not
+  put where every user could read it: Apptainer runs that file itself, as the user
+  (which needs squashfuse and a usable ``/dev/fuse``).
+- Registry images come from the same cache (``skopeo`` pull, layers unpacked once by
+  digest) and run as sandbox directories; their ``Env`` reaches the job through
+  ``APPTAINERENV_*`` (names given with ``--container-env`` keep the job's value).
+- Binds: home (``--no-home`` when the job or ``mount_home`` says no), the submit
+  directory, ``default_mounts`` and ``--container-mounts`` (``ro`` kept). ``--writable``
+  is ``--writable-tmpfs``. ``--container-name`` and ``--container-remap-root`` are
+  refused with Apptainer (a reason the job ends FAILED with).
+
+The ``apptainer`` program is a real one found on ``PATH`` or ``[containers] apptainer``
+(e.g. ``scripts/apptainer-sid``, Apptainer of a Debian sid root run with bubblewrap).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from corral.agent.images import ImageCache, ImageError, _dir_size, _write_json
+from corral.agent.launch import LaunchRequest
+from corral.agent.runtimes import ContainerSettings
+from corral.containers.spec import ContainerError, ContainerSpec, Mount, parse_mounts
+
+_CHUNK = 1 << 20
+
+
+class AptError(Exception):
+    """Why an Apptainer job cannot start (its end reason; never the node's fault)."""
+
+
+@dataclass
+class AptPlan:
+    argv: list[str]  # program, "exec", options, image, command...
+    env: dict[str, str]
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    cwd: str
+    pin_fd: int = -1  # holds the cached tree for the job's life
+    digest: str = ""
+    pulled: bool = False  # pulled or unpacked for this job (a cold start)
+    binds: list[str] = field(default_factory=list)
+
+
+def wanted(spec: ContainerSpec, settings: ContainerSettings) -> bool:
+    """Apptainer runs this container: a SIF, or any image where it is the engine."""
+    kind = spec.image.kind
+    return kind == "sif" or (settings.engine == "apptainer" and kind in ("docker", "dir"))
+
+
+def open_as_user(path: str, uid: int, gid: int, groups: tuple[int, ...]) -> int:
+    """A read-only descriptor of ``path`` opened by a child with the user's identity."""
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            parent.close()
+            if os.geteuid() == 0:
+                os.setgroups(list(groups))
+                os.setgid(gid)
+                os.setuid(uid)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+                socket.send_fds(child, [b"ok"], [fd])
+            except OSError as exc:
+                child.send(f"{exc.strerror or exc}".encode()[:500])
+            code = 0
+        except BaseException:  # noqa: B036 - the parent reports "cannot open"
+            code = 1
+        finally:
+            os._exit(code)
+    child.close()
+    try:
+        msg, fds, _flags, _addr = socket.recv_fds(parent, 1024, 1)
+    finally:
+        parent.close()
+        os.waitpid(pid, 0)
+    if not fds:
+        why = msg.decode(errors="replace") or "cannot open"
+        raise AptError(f"SIF image {path}: {why} (as user {uid})")
+    return fds[0]
+
+
+def _stat_key(path: str, st: os.stat_result) -> str:
+    return f"{path}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
+
+
+def _strip(tree: str) -> None:
+    """No setuid/setgid bits and no device nodes in a tree root made from user data."""
+    for dirpath, dirnames, filenames in os.walk(tree):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                os.unlink(p)
+            elif not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o6000:
+                os.chmod(p, stat.S_IMODE(st.st_mode) & ~0o6000)
+
+
+def _lock(cache: ImageCache, name: str, timeout_s: float) -> int:
+    fd = os.open(os.path.join(cache.root, "locks", f"{name}.lock"),
+                 os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise AptError("timed out waiting for another unpack of the image") from None
+            time.sleep(0.05)
+
+
+def sif_sandbox(cache: ImageCache, settings: ContainerSettings, path: str, fd: int,
+                progress: Callable[[str], None] | None = None) -> tuple[str, str, bool]:
+    """``(digest, rootfs, unpacked now)`` of the SIF read from ``fd``."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise AptError(f"SIF image {path}: not a regular file")
+    key = _stat_key(path, st)
+    memo = os.path.join(cache.root, "refs",
+                        "sif-" + hashlib.sha256(key.encode()).hexdigest()[:40] + ".json")
+    digest = ""
+    try:
+        with open(memo) as fh:
+            rec = json.load(fh)
+        if rec.get("key") == key:
+            digest = str(rec.get("digest") or "")
+    except (OSError, ValueError):
+        pass
+    if digest:
+        have = cache._load(digest, path)
+        if have is not None:
+            cache._add_ref(digest, path)
+            return digest, have.rootfs, False
+    tmp = os.path.join(cache.root, "tmp", uuid.uuid4().hex)
+    os.mkdir(tmp, 0o700)
+    try:
+        copy = os.path.join(tmp, "image.sif")
+        h = hashlib.sha256()
+        with open(copy, "wb") as out:
+            while True:
+                chunk = os.read(fd, _CHUNK)
+                if not chunk:
+                    break
+                h.update(chunk)
+                out.write(chunk)
+        digest = "sha256:" + h.hexdigest()
+        lock = _lock(cache, f"img-{h.hexdigest()[:32]}", settings.pull_timeout_s)
+        try:
+            have = cache._load(digest, path)
+            made = have is None
+            if have is None:
+                if progress:
+                    progress(f"unpacking {path}")
+                _unpack_sif(cache, settings, copy, digest, tmp)
+                have = cache._load(digest, path)
+                if have is None:
+                    raise AptError(f"unpacked {path} but cannot read it back")
+            cache._add_ref(digest, path)
+        finally:
+            os.close(lock)
+        _write_json(memo, {"key": key, "digest": digest})
+        return digest, have.rootfs, made
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _unpack_sif(cache: ImageCache, settings: ContainerSettings, sif: str, digest: str,
+                tmp: str) -> None:
+    stage = os.path.join(tmp, "tree")
+    os.makedirs(stage, mode=0o755)
+    rootfs = os.path.join(stage, "rootfs")
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "CORRAL_APPTAINER_BINDS": cache.root, "HOME": tmp}
+    try:
+        res = subprocess.run([settings.apptainer, "-q", "build", "--force", "--sandbox",
+                              rootfs, sif], cwd=tmp, env=env, stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True,
+                             timeout=settings.pull_timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise AptError(f"cannot unpack the SIF image: {exc}") from None
+    if res.returncode != 0 or not os.path.isdir(rootfs):
+        raise AptError(f"not a usable SIF image: {_why(res.stderr + res.stdout, res.returncode)}")
+    _strip(rootfs)
+    os.chmod(rootfs, 0o755)
+    _write_json(os.path.join(stage, "image.json"), {})
+    _write_json(os.path.join(stage, "meta.json"),
+                {"digest": digest, "refs": [], "size_bytes": _dir_size(rootfs),
+                 "created": time.time(), "kind": "sif"})
+    open(os.path.join(stage, "used"), "a").close()
+    dest = cache.image_dir(digest)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(stage, dest)
+
+
+def _why(text: str, code: int) -> str:
+    """The telling line of Apptainer's output (its FATAL/ERROR line, colours removed)."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    bad = [ln for ln in lines if ln.startswith(("FATAL", "ERROR"))]
+    pick = (bad or lines or [f"exit code {code}"])[-1]
+    for prefix in ("FATAL:", "ERROR:"):
+        pick = pick.removeprefix(prefix).strip()
+    return pick[:400]
+
+
+def _bind_arg(m: Mount) -> str:
+    return f"{m.source}:{m.target}:{'ro' if m.readonly else 'rw'}"
+
+
+def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings, *,
+            command: list[str], env: dict[str, str], groups: tuple[int, ...],
+            progress: Callable[[str], None] | None = None,
+            cancelled: Callable[[], bool] | None = None) -> AptPlan:
+    """The image found (pulled or unpacked into the cache when missing) and the
+    ``apptainer exec`` command line of the job; raises ``AptError`` with the reason."""
+    if not settings.apptainer:
+        raise AptError(f"{spec.image.canonical} needs Apptainer, which this node does not "
+                       "have ([containers] apptainer, or apptainer on PATH)")
+    if spec.name:
+        raise AptError("--container-name is not supported with Apptainer images")
+    if spec.remap_root:
+        raise AptError("--container-remap-root is not supported with Apptainer images")
+    ref = spec.image
+    groups = groups or (req.gid,)
+    cache = ImageCache(settings.cache_dir, settings.cache_max_mb, insecure=settings.insecure,
+                       skopeo=settings.skopeo or "skopeo",
+                       pull_timeout_s=settings.pull_timeout_s)
+    pin, digest, pulled = -1, "", False
+    image_env: list[str] = []
+    entry: list[str] = []
+    if ref.kind == "sif":
+        fd = open_as_user(ref.canonical, req.uid, req.gid, groups)
+        try:
+            if os.fstat(fd).st_mode & 0o004:
+                digest, image, pulled = sif_sandbox(cache, settings, ref.canonical, fd,
+                                                    progress)
+            else:  # private to its owner: not unpacked where every user can read it
+                image = ref.canonical
+        except OSError as exc:
+            raise AptError(f"image cache {settings.cache_dir}: {exc}") from None
+        finally:
+            os.close(fd)
+        if digest:
+            pin = cache.pin(digest)
+            cache.evict(keep=digest)
+    elif ref.kind == "docker":
+        try:
+            img, pin = cache.acquire(ref, progress=progress, cancelled=cancelled)
+        except ImageError as exc:
+            raise AptError(f"image pull failed: {exc}") from None
+        except OSError as exc:
+            raise AptError(f"image cache {settings.cache_dir}: {exc}") from None
+        image, digest, pulled = img.rootfs, img.digest, not img.cached
+        image_env = [str(e) for e in img.config.get("Env") or []]
+        if spec.entrypoint:
+            entry = [str(a) for a in img.config.get("Entrypoint") or []]
+    elif ref.kind == "dir":
+        image = ref.canonical  # the user's own tree: Apptainer reads it as the user
+    else:
+        raise AptError(f"{ref.canonical}: Apptainer runs SIF images, registry images and "
+                       "directories, not OCI bundles")
+    try:
+        defaults = tuple(m for text in settings.default_mounts for m in parse_mounts(text))
+    except ContainerError as exc:
+        if pin >= 0:
+            os.close(pin)
+        raise AptError(f"[containers] default_mounts: {exc}") from None
+    opts: list[str] = []
+    if not (spec.mount_home and settings.mount_home):
+        opts.append("--no-home")
+    binds = []
+    if os.path.isdir(req.workdir) and req.workdir != "/":
+        binds.append(f"{req.workdir}:{req.workdir}:rw")
+    binds += [_bind_arg(m) for m in (*defaults, *spec.mounts)]
+    for b in binds:
+        opts += ["--bind", b]
+    opts += ["--pwd", spec.workdir or req.workdir]
+    if spec.writable:
+        opts.append("--writable-tmpfs")
+    out_env = dict(env)
+    for item in image_env:
+        name, sep, value = item.partition("=")
+        if sep and name not in spec.env and name.isidentifier():
+            out_env[f"APPTAINERENV_{name}"] = value
+    out_env["CORRAL_APPTAINER_BINDS"] = settings.cache_dir  # read by the sid wrapper only
+    out_env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    argv = [settings.apptainer, "-q", "exec", *opts, image, *entry, *command]
+    return AptPlan(argv=argv, env=out_env, uid=req.uid, gid=req.gid, groups=groups,
+                   cwd=req.workdir, pin_fd=pin, digest=digest, pulled=pulled, binds=binds)

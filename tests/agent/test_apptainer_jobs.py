@@ -1,0 +1,188 @@
+"""Apptainer jobs on a real runner: real Apptainer (a real ``apptainer`` on PATH, or
+Debian sid's through ``scripts/apptainer-sid``), a SIF built here from the busybox image
+the registry tests push, the job as a real unprivileged user in its real cgroup."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.agent.runner import JobRunner
+from corral.agent.runtimes import settings
+from corral.containers.config import ContainersConfig
+from corral.containers.spec import ContainerSpec, parse_image
+from tests.agent.conftest import CGROUP_ROOT, kill_leftovers, make_request, wait_exits
+from tests.registry import Registry, require_containers, running_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+SID_ROOT = os.environ.get("CORRAL_APPTAINER_ROOT", "/var/cache/corral/apptainer-sid")
+
+
+def apptainer_program() -> str:
+    """A real apptainer on PATH, else the sid-root wrapper; skip (with the reason) when
+    neither can run."""
+    real = shutil.which("apptainer")
+    if real:
+        return real
+    if not os.access(os.path.join(SID_ROOT, "usr/bin/apptainer"), os.X_OK):
+        pytest.skip(f"no apptainer on PATH and no sid root at {SID_ROOT} "
+                    "(scripts/apptainer-rootfs builds it: root and a Debian mirror)")
+    if shutil.which("bwrap") is None:
+        pytest.skip("bwrap is missing (apt-get install bubblewrap)")
+    return str(ROOT / "scripts" / "apptainer-sid")
+
+
+@pytest.fixture(scope="module")
+def images() -> Iterator[tuple[Registry, Path, str]]:
+    """(registry, directory holding bb.sif, apptainer program): the SIF is made by
+    ``apptainer build`` from the busybox image pushed to the loopback registry."""
+    require_containers()
+    program = apptainer_program()
+    d = Path(tempfile.mkdtemp(prefix="corral-apt-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    with running_registry() as reg:
+        ref = reg.push_busybox("test/abb:1", os_name="Corral Apptainer Image")
+        res = subprocess.run([program, "-q", "build", "--no-https", str(d / "bb.sif"), ref],
+                             capture_output=True, text=True, timeout=120, check=False,
+                             cwd=d, env={**os.environ, "HOME": str(d)})
+        assert res.returncode == 0, res.stderr
+        os.chmod(d / "bb.sif", 0o644)
+        yield reg, d, program
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def arunner(tmp_path: Path, images: tuple[Registry, Path, str]) -> Iterator[JobRunner]:
+    reg, d, program = images
+    cc = ContainersConfig(runtime="apptainer", apptainer=program,
+                          insecure_registries=(reg.host,), cache_dir=str(d / "cache"))
+    st = settings(cc, str(tmp_path), "aptnode")
+    assert st.engine == "apptainer" and st.apptainer == program
+    r = JobRunner(tmp_path / "state", cgroup_root=CGROUP_ROOT, node_name="aptnode",
+                  containers=st)
+    yield r
+    for jid in r.running():
+        r.cancel(jid, grace_s=0)
+    r.close()
+    kill_leftovers(tmp_path / "state")
+
+
+def work(d: Path) -> Path:
+    w = d / "work"
+    w.mkdir(exist_ok=True)
+    os.chmod(w, 0o1777)
+    return w
+
+
+def launch(r: JobRunner, jid: int, w: Path, user: tuple[str, int, int, int], script: str,
+           image: str, **kw: object) -> None:
+    name, uid, gid, _supp = user
+    r.launch(make_request(jid, w, script, user=name, uid=uid, gid=gid,
+                          stdout=str(w / f"out-{jid}.txt"), env={"SLURM_JOB_ID": str(jid)},
+                          extra={"container": ContainerSpec(parse_image(image)).to_text()},
+                          **kw))
+
+
+def notes(r: JobRunner, jid: int) -> list[str]:
+    return list((r.status(jid) or {}).get("notes") or [])
+
+
+PROBE = ("#!/bin/sh\n. /etc/os-release; echo \"os=$NAME\"\necho \"ids=$(id -u) $(id -g)\"\n"
+         "echo \"cwd=$(pwd) job=$SLURM_JOB_ID\"\ngrep -c . /proc/self/cgroup >/dev/null\n"
+         "echo \"cg=$(grep -m1 job_ /proc/self/cgroup)\"\n"
+         "grep -q 'NoNewPrivs:.1' /proc/self/status && echo nnp\n"
+         "echo hi > made-inside.txt\nexit 4\n")
+
+
+def test_sif_job_is_the_image_as_the_user_then_a_cache_hit(
+        arunner: JobRunner, images: tuple[Registry, Path, str],
+        test_user: tuple[str, int, int, int]) -> None:
+    _reg, d, _program = images
+    w = work(d)
+    launch(arunner, 1, w, test_user, PROBE, str(d / "bb.sif"), mem_mb=256)
+    ex = wait_exits(arunner, 1, 60)[1]
+    out = (w / "out-1.txt").read_text()
+    assert (ex.state, ex.exit_code) == ("FAILED", 4), (ex, out)
+    assert "os=Corral Apptainer Image" in out, out
+    assert f"ids={test_user[1]} {test_user[2]}" in out, out
+    assert f"cwd={w} job=1" in out and "nnp" in out, out
+    assert "job_1" in out.split("cg=", 1)[1], out  # inside the job's own cgroup
+    assert (w / "made-inside.txt").stat().st_uid == test_user[1]
+    assert any("(apptainer, sha256:" in n and "unpacked" in n for n in notes(arunner, 1))
+    # the second job with the same SIF starts from the cached sandbox
+    launch(arunner, 2, w, test_user, "#!/bin/sh\n. /etc/os-release; echo $NAME\n",
+           str(d / "bb.sif"))
+    ex = wait_exits(arunner, 1, 60)[2]
+    assert ex.state == "COMPLETED", ex
+    assert "Corral Apptainer Image" in (w / "out-2.txt").read_text()
+    n2 = notes(arunner, 2)
+    assert any("cached" in n for n in n2) and not any("unpacked" in n for n in n2), n2
+    trees = list((d / "cache" / "images").iterdir())
+    assert len(trees) == 1, trees
+    setuid = [p for p in trees[0].rglob("*") if not p.is_symlink() and p.stat().st_mode & 0o6000]
+    assert not setuid, setuid
+
+
+def test_registry_image_through_apptainer(arunner: JobRunner,
+                                          images: tuple[Registry, Path, str],
+                                          test_user: tuple[str, int, int, int]) -> None:
+    reg, d, _program = images
+    w = work(d)
+    launch(arunner, 11, w, test_user, PROBE, reg.ref("test/abb:1"))
+    ex = wait_exits(arunner, 1, 60)[11]
+    out = (w / "out-11.txt").read_text()
+    assert ex.exit_code == 4 and "os=Corral Apptainer Image" in out, (ex, out)
+    assert f"ids={test_user[1]} {test_user[2]}" in out, out
+    assert any("pulled" in n for n in notes(arunner, 11))
+
+
+def test_limits_cancel_and_signals_hold_in_apptainer(
+        arunner: JobRunner, images: tuple[Registry, Path, str],
+        test_user: tuple[str, int, int, int]) -> None:
+    _reg, d, _program = images
+    w = work(d)
+    sif = str(d / "bb.sif")
+    hog = '#!/bin/sh\nawk "BEGIN{s=\\"x\\"; while(1){s=s s}}"\n'
+    launch(arunner, 31, w, test_user, hog, sif, mem_mb=64)
+    launch(arunner, 32, w, test_user, "#!/bin/sh\nkill -TERM $$\n", sif)
+    launch(arunner, 33, w, test_user, "#!/bin/sh\necho started\nexec sleep 300\n", sif)
+    out33 = w / "out-33.txt"
+    deadline = time.monotonic() + 30
+    while "started" not in (out33.read_text() if out33.exists() else ""):
+        assert time.monotonic() < deadline, "job 33 did not start"
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    arunner.cancel(33, grace_s=5)
+    ex = wait_exits(arunner, 3, 60)
+    assert ex[31].state == "OUT_OF_MEMORY" and ex[31].max_rss_mb <= 64.5, ex[31]
+    assert (ex[32].state, ex[32].signal) == ("FAILED", 15), ex[32]  # 128+15 is the signal
+    assert ex[33].state == "CANCELLED" and time.monotonic() - t0 < 5, ex[33]
+
+
+def test_bad_sif_fails_the_job_with_its_reason(arunner: JobRunner,
+                                               images: tuple[Registry, Path, str],
+                                               test_user: tuple[str, int, int, int]) -> None:
+    _reg, d, _program = images
+    w = work(d)
+    launch(arunner, 21, w, test_user, "#!/bin/sh\ntrue\n", str(d / "none.sif"))
+    ex = wait_exits(arunner, 1, 30)[21]
+    assert (ex.state, ex.exit_code) == ("FAILED", 1), ex
+    assert ex.reason == (f"SIF image {d}/none.sif: No such file or directory "
+                         f"(as user {test_user[1]})"), ex.reason
+    (d / "junk.sif").write_bytes(b"not a sif\n" * 100)
+    os.chmod(d / "junk.sif", 0o644)
+    launch(arunner, 22, w, test_user, "#!/bin/sh\ntrue\n", str(d / "junk.sif"))
+    ex = wait_exits(arunner, 1, 30)[22]
+    assert ex.state == "FAILED" and ex.reason.startswith("not a usable SIF image: "), ex.reason
+    shutil.copy(d / "bb.sif", d / "private.sif")
+    os.chmod(d / "private.sif", 0o600)  # root's: the user cannot read it, so no job may
+    launch(arunner, 23, w, test_user, "#!/bin/sh\ntrue\n", str(d / "private.sif"))
+    ex = wait_exits(arunner, 1, 30)[23]
+    assert ex.state == "FAILED" and "Permission denied (as user" in ex.reason, ex.reason
