@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -19,24 +18,8 @@ from corral.agent.runtimes import settings
 from corral.containers.config import ContainersConfig
 from corral.containers.spec import ContainerSpec, parse_image
 from tests.agent.conftest import CGROUP_ROOT, kill_leftovers, make_request, wait_exits
+from tests.apptainer import build_sif, require_apptainer
 from tests.registry import Registry, require_containers, running_registry
-
-ROOT = Path(__file__).resolve().parents[2]
-SID_ROOT = os.environ.get("CORRAL_APPTAINER_ROOT", "/var/cache/corral/apptainer-sid")
-
-
-def apptainer_program() -> str:
-    """A real apptainer on PATH, else the sid-root wrapper; skip (with the reason) when
-    neither can run."""
-    real = shutil.which("apptainer")
-    if real:
-        return real
-    if not os.access(os.path.join(SID_ROOT, "usr/bin/apptainer"), os.X_OK):
-        pytest.skip(f"no apptainer on PATH and no sid root at {SID_ROOT} "
-                    "(scripts/apptainer-rootfs builds it: root and a Debian mirror)")
-    if shutil.which("bwrap") is None:
-        pytest.skip("bwrap is missing (apt-get install bubblewrap)")
-    return str(ROOT / "scripts" / "apptainer-sid")
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +27,12 @@ def images() -> Iterator[tuple[Registry, Path, str]]:
     """(registry, directory holding bb.sif, apptainer program): the SIF is made by
     ``apptainer build`` from the busybox image pushed to the loopback registry."""
     require_containers()
-    program = apptainer_program()
+    program = require_apptainer()
     d = Path(tempfile.mkdtemp(prefix="corral-apt-", dir="/tmp"))
     os.chmod(d, 0o755)
     with running_registry() as reg:
         ref = reg.push_busybox("test/abb:1", os_name="Corral Apptainer Image")
-        res = subprocess.run([program, "-q", "build", "--no-https", str(d / "bb.sif"), ref],
-                             capture_output=True, text=True, timeout=120, check=False,
-                             cwd=d, env={**os.environ, "HOME": str(d)})
-        assert res.returncode == 0, res.stderr
-        os.chmod(d / "bb.sif", 0o644)
+        build_sif(program, ref, d / "bb.sif")
         yield reg, d, program
     shutil.rmtree(d, ignore_errors=True)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from corral.containers.spec import ContainerSpec, parse_image
+from tests.apptainer import build_sif, find_apptainer
 from tests.e2e.cluster import TEST_CONFIG, Cluster, corral, wait_for
 from tests.e2e.conftest import USER
 from tests.registry import Registry, require_containers, running_registry
@@ -38,6 +39,9 @@ def ccluster(registry: Registry, test_user: pwd.struct_passwd) -> Iterator[Clust
     os.chmod(root, 0o755)
     config = TEST_CONFIG + (f'\n[containers]\ninsecure_registries = ["{registry.host}"]\n'
                             f'cache_dir = "{root}/images"\n')
+    program, _why = find_apptainer()
+    if program:
+        config += f'apptainer = "{program}"\n'  
     c = Cluster(root, config)
     c.up()
     try:
@@ -108,3 +112,31 @@ def test_image_pull_on_the_nodes(ccluster: Cluster, registry: Registry) -> None:
         return any(row["image"] == ref for row in rows)
 
     wait_for(listed, 60, what="the pre-pulled image in corral images")
+
+
+def test_sif_job_runs_with_apptainer(ccluster: Cluster, registry: Registry,
+                                     test_user: pwd.struct_passwd) -> None:
+    program, why = find_apptainer()
+    if not program:
+        pytest.skip(why)
+    env = dict(os.environ, CORRAL_SOCKET=str(ccluster.sock))
+    sif = build_sif(program, registry.ref("e2e/bb:1"), ccluster.root / "e2e.sif")
+    spec = ContainerSpec(parse_image(str(sif))).to_text()
+    out = ccluster.work / "sif-%j.out"
+    jid = ccluster.submit(". /etc/os-release; echo os=$NAME uid=$(id -u) job=$SLURM_JOB_ID",
+                          user=USER, stdout=str(out), extra={"container": spec})
+    job = ccluster.wait_done(jid, timeout=60)
+    assert job["state"] == "COMPLETED", (job, ccluster.logs())
+    text = (ccluster.work / f"sif-{jid}.out").read_text()
+    assert text.strip() == f"os=Corral E2E Image uid={test_user.pw_uid} job={jid}", text
+    shown = corral("show", str(jid), env=env).stdout
+    assert "apptainer" in shown and "unpacked" in shown, shown
+
+    def listed() -> bool:  # the SIF's sandbox is in the node's cache, under its sha256
+        rows = json.loads(corral("images", "--json", env=env).stdout)
+        return any(row["image"] == str(sif) and row["digest"].startswith("sha256:")
+                   for row in rows)
+
+    wait_for(listed, 30, what="the SIF in corral images")
+    node = ccluster.client.nodes()[0]
+    assert "apptainer" in (node.get("container_tools") or {}), node

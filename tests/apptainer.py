@@ -1,0 +1,45 @@
+"""Apptainer for the tests: a real ``apptainer`` on PATH, else Debian sid's through
+``scripts/apptainer-sid`` (the root ``scripts/apptainer-rootfs`` builds; see
+docs/containers.md), and SIF images built from the loopback registry's images."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SID_ROOT = os.environ.get("CORRAL_APPTAINER_ROOT", "/var/cache/corral/apptainer-sid")
+
+
+def find_apptainer() -> tuple[str, str]:
+    """(program, "") or ("", why there is none)."""
+    real = shutil.which("apptainer")
+    if real:
+        return real, ""
+    if not os.access(os.path.join(SID_ROOT, "usr/bin/apptainer"), os.X_OK):
+        return "", (f"no apptainer on PATH and no sid root at {SID_ROOT} "
+                    "(scripts/apptainer-rootfs builds it: root and a Debian mirror)")
+    if shutil.which("bwrap") is None:
+        return "", "bwrap is missing (apt-get install bubblewrap)"
+    return str(ROOT / "scripts" / "apptainer-sid"), ""
+
+
+def require_apptainer() -> str:
+    program, why = find_apptainer()
+    if not program:
+        pytest.skip(why)
+    return program
+
+
+def build_sif(program: str, ref: str, dest: Path) -> Path:
+    """``apptainer build dest ref`` from a plain-HTTP loopback registry; world-readable."""
+    res = subprocess.run([program, "-q", "build", "--no-https", str(dest), ref],
+                         capture_output=True, text=True, timeout=120, check=False,
+                         cwd=dest.parent, env={**os.environ, "HOME": str(dest.parent)})
+    assert res.returncode == 0, res.stderr
+    os.chmod(dest, 0o644)
+    return dest
