@@ -370,7 +370,7 @@ def test_power_saving_keys_and_cloud_nodes_map(tmp_path: Path) -> None:
         "ClusterName=elastic\nSuspendProgram=/usr/sbin/node-stop\n"
         "ResumeProgram=/usr/sbin/node-start\nSuspendTime=600\nSuspendTimeout=45\n"
         "ResumeTimeout=900\nSuspendExcNodes=head[1-2]\nSuspendExcParts=debug\n"
-        "ResumeRate=10\n"
+        "ResumeRate=10\nSuspendRate=0\n"
         "NodeName=head[1-2] CPUs=4 RealMemory=1000\n"
         "NodeName=cloud[1-8] CPUs=16 RealMemory=64000 State=CLOUD\n"
         "PartitionName=debug Nodes=head[1-2]\nPartitionName=burst Nodes=cloud[1-8] "
@@ -386,4 +386,5 @@ def test_power_saving_keys_and_cloud_nodes_map(tmp_path: Path) -> None:
     assert (p.suspend_exc_nodes, p.suspend_exc_parts) == ("head[1-2]", ("debug",))
     nodes = cfg.node_configs()
     assert nodes["cloud3"].cloud and not nodes["head1"].cloud
-    assert "ResumeRate" in res.stderr and "State=CLOUD" not in res.stderr
+    assert (p.resume_rate, p.suspend_rate) == (10, 0)  # nodes per minute; 0: no limit
+    assert "ResumeRate" not in res.stderr and "State=CLOUD" not in res.stderr

@@ -1,6 +1,7 @@
 """``[power]`` of ``corral.toml``: Slurm's power saving and cloud nodes (``SuspendProgram``,
 ``ResumeProgram``, ``SuspendTime``, ``SuspendTimeout``, ``ResumeTimeout``,
-``SuspendExcNodes``, ``SuspendExcParts``). ``docs/lifecycle.md`` says what each does."""
+``SuspendExcNodes``, ``SuspendExcParts``, ``ResumeRate``, ``SuspendRate``).
+``docs/lifecycle.md`` says what each does."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ class PowerConfig:
     resume_timeout_s: int = 300  # a resumed node not registered by then is DOWN
     suspend_exc_nodes: str = ""  # host list never powered down
     suspend_exc_parts: tuple[str, ...] = ()  # partitions whose nodes are never powered down
+    resume_rate: int = 300  # ResumeRate: nodes resumed per minute at most (0: no limit)
+    suspend_rate: int = 60  # SuspendRate: nodes powered down per minute at most (0: none)
 
     @property
     def enabled(self) -> bool:
@@ -33,6 +36,9 @@ def check_power(p: PowerConfig) -> list[tuple[str, str]]:
                     "nodes must be resumable)"))
     if p.suspend_time_s is not None and not p.suspend_program:
         out.append(("power.suspend_program", "is required with suspend_time_s"))
+    for name in ("resume_rate", "suspend_rate"):
+        if getattr(p, name) < 0:
+            out.append((f"power.{name}", "must be 0 (no limit) or more nodes per minute"))
     if p.resume_timeout_s <= 0 or p.suspend_timeout_s <= 0:
         out.append(("power", "resume_timeout_s and suspend_timeout_s must be more than 0"))
     return out

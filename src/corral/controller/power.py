@@ -18,6 +18,12 @@ A node's power state (``NodeRecord.power``): ``""`` (on), ``POWERED_DOWN``,
 - ``[[nodes]] cloud = true`` (``State=CLOUD``): a node that does not exist until resumed;
   it starts POWERED_DOWN.
 - ``scontrol update nodename=N state=power_down|power_up`` runs the programs at once.
+- ``resume_rate`` / ``suspend_rate`` (Slurm's ``ResumeRate``/``SuspendRate``, nodes per
+  minute, 0: no limit) bound how many nodes are resumed / powered down in any 60 s
+  (``RateWindow``): when more are due, the first go (the nodes of the jobs started first;
+  the nodes idle longest) and the rest wait in order until the window has room again
+  (checked every tick). A node waiting for its resume whose job went away is not resumed.
+  Operator actions go at once and count in the window.
 
 The programs run on the controller's host as its user, stdin ``/dev/null``, output to the
 controller's log, killed after the timeouts (``corral.controller.jobscripts.run_program``);
@@ -29,6 +35,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from corral.config.power import PowerConfig
@@ -47,10 +55,44 @@ POWERING_DOWN = "POWERING_DOWN"
 SUFFIX = {POWERED_DOWN: "~", POWERING_UP: "#", POWERING_DOWN: "%"}
 
 
+class RateWindow:
+    """At most ``per_min`` actions in any ``window_s`` seconds (a sliding window over the
+    times of the last ones); ``per_min`` is read per call, so a reload applies at once.
+    Pure: time is an argument."""
+
+    def __init__(self, window_s: float = 60.0) -> None:
+        self.window_s = window_s
+        self._times: deque[float] = deque()
+
+    def room(self, per_min: int, now: float) -> int | None:
+        """How many may go now; None: no limit."""
+        if per_min <= 0:
+            return None
+        while self._times and self._times[0] <= now - self.window_s:
+            self._times.popleft()
+        return max(0, per_min - len(self._times))
+
+    def take(self, count: int, per_min: int, now: float) -> int:
+        """How many of ``count`` go now (recorded as gone)."""
+        room = self.room(per_min, now)
+        n = count if room is None else min(count, room)
+        self.note(n, now)
+        return n
+
+    def note(self, count: int, now: float) -> None:
+        """``count`` went now whatever the limit (operator actions)."""
+        self._times.extend([now] * count)
+        while len(self._times) > 100_000:  # an unlimited rate keeps no long history
+            self._times.popleft()
+
+
 class PowerManager:
-    def __init__(self, ctl: Controller) -> None:
+    def __init__(self, ctl: Controller, clock: Callable[[], float] = time.time) -> None:
         self.ctl = ctl
-        self._resume: set[str] = set()
+        self.clock = clock  # wall-clock seconds (a test passes its own)
+        self._resume: dict[str, None] = {}  # due for a resume, in order (ResumeRate)
+        self.resume_window = RateWindow()
+        self.suspend_window = RateWindow()
 
     @property
     def cfg(self) -> PowerConfig:
@@ -65,21 +107,37 @@ class PowerManager:
         for name in rec.allocation.node_names:
             node = self.ctl.nodes.nodes.get(name)
             if node is not None and node.power == POWERED_DOWN:
-                self._resume.add(name)
+                self._resume[name] = None
 
-    def flush(self) -> None:
-        """Resume the nodes this cycle's starts need (one program run)."""
+    @property
+    def waiting(self) -> list[str]:
+        """Nodes due for a resume that wait for room in ``resume_rate``."""
+        return list(self._resume)
+
+    def flush(self, now: float | None = None) -> None:
+        """Resume the nodes the starts need (one program run), as many as ``resume_rate``
+        lets go now; the others stay due, in order, for a later call (every tick)."""
         if not self._resume:
             return
-        names, self._resume = sorted(self._resume), set()
-        self.resume(names)
+        now = self.clock() if now is None else now
+        nodes = self.ctl.nodes.nodes
+        due = [n for n in self._resume
+               if n in nodes and nodes[n].power == POWERED_DOWN and nodes[n].jobs]
+        n = self.resume_window.take(len(due), self.cfg.resume_rate, now)
+        go, rest = due[:n], due[n:]
+        self._resume = dict.fromkeys(rest)
+        if rest:
+            log.info("ResumeRate %d/min: %d node(s) wait for the next minute: %s",
+                     self.cfg.resume_rate, len(rest), ",".join(rest))
+        if go:
+            self.resume(sorted(go), now)
 
-    def resume(self, names: list[str]) -> None:
+    def resume(self, names: list[str], now: float | None = None) -> None:
         if not self.cfg.resume_program:
             log.warning("nodes %s need resuming but [power] resume_program is not set",
                         names)
             return
-        now = time.time()
+        now = self.clock() if now is None else now
         for name in names:
             node = self.ctl.nodes.nodes[name]
             node.power = POWERING_UP
@@ -87,8 +145,8 @@ class PowerManager:
             self.ctl.nodes.save(node)
         self._run(self.cfg.resume_program, names, "resume", self.cfg.resume_timeout_s)
 
-    def suspend(self, names: list[str]) -> None:
-        now = time.time()
+    def suspend(self, names: list[str], now: float | None = None) -> None:
+        now = self.clock() if now is None else now
         for name in names:
             node = self.ctl.nodes.nodes[name]
             node.power = POWERING_DOWN
@@ -164,8 +222,13 @@ class PowerManager:
                     node.idle_since = now
                 elif now - node.idle_since >= cfg.suspend_time_s and not self.excluded(node):
                     idle.append(node.name)
+        self.flush(now)  # the resumes that waited for room in resume_rate
         if idle:
-            self.suspend(idle)
+            # the nodes idle longest first; the rest wait for room in suspend_rate
+            idle.sort(key=lambda n: (nodes.nodes[n].idle_since or now, n))
+            idle = idle[:self.suspend_window.take(len(idle), cfg.suspend_rate, now)]
+        if idle:
+            self.suspend(idle, now)
         if failed:
             await self.ctl.persist(updates=failed)
             self.ctl.sched.trigger()
@@ -177,6 +240,8 @@ class PowerManager:
         if action == "up":
             if node.power != POWERED_DOWN:
                 raise ApiError("conflict", f"node {name} is not powered down")
+            self._resume.pop(name, None)
+            self.resume_window.note(1, self.clock())
             self.resume([name])
         elif action == "down":
             if node.power:
@@ -185,6 +250,7 @@ class PowerManager:
                 raise ApiError("conflict", f"node {name} runs jobs; drain it first")
             if not self.cfg.suspend_program:
                 raise ApiError("invalid", "[power] suspend_program is not set")
+            self.suspend_window.note(1, self.clock())
             self.suspend([name])
         else:
             raise ApiError("invalid", f"unknown power action {action!r} (up, down)")

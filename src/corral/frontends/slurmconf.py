@@ -594,14 +594,15 @@ def _global(line: ConfLine, key: str, value: str, data: dict[str, Any], sched: d
                 power[target] = value
             elif kind == "list":
                 power[target] = [x.strip() for x in value.split(",") if x.strip()]
+            elif kind == "int":  # nodes per minute; 0: no limit
+                if int(value) < 0:
+                    raise ValueError(value)
+                power[target] = int(value)
             elif kind == "time":
                 if value.strip() in ("-1", "NONE", "INFINITE"):
                     power.pop(target, None)
                 else:
                     power[target] = int(value)
-        elif low in ("resumerate", "suspendrate"):
-            c.skip(line, key, value, "no rate limit: every node that is due is resumed "
-                   "or suspended at once")
         elif low == "maildomain":
             data.setdefault("scripts", {})["mail_domain"] = value
         elif low == "prologepilogtimeout":
@@ -656,7 +657,9 @@ _POWER_KEYS = {"suspendprogram": ("suspend_program", "s"),
                "suspendtimeout": ("suspend_timeout_s", "time"),
                "resumetimeout": ("resume_timeout_s", "time"),
                "suspendexcnodes": ("suspend_exc_nodes", "s"),
-               "suspendexcparts": ("suspend_exc_parts", "list")}
+               "suspendexcparts": ("suspend_exc_parts", "list"),
+               "resumerate": ("resume_rate", "int"),
+               "suspendrate": ("suspend_rate", "int")}
 
 
 #: slurm.conf program keys -> ``[scripts]`` keys.

@@ -1,0 +1,122 @@
+"""ResumeRate / SuspendRate (``[power] resume_rate`` / ``suspend_rate``): the power manager
+with a clock of the test's own, real resume and suspend programs (scripts that record
+their host list), and the controller's node records behind a minimal controller."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from corral.config.power import PowerConfig, check_power
+from corral.controller.power import (
+    POWERED_DOWN,
+    POWERING_DOWN,
+    POWERING_UP,
+    PowerManager,
+    RateWindow,
+)
+from corral.controller.records import NodeRecord
+from corral.core.model.node import NodeSpec, NodeState
+
+
+def test_rate_window_counts_the_last_minute() -> None:
+    w = RateWindow()
+    assert w.take(5, 3, now=100.0) == 3  # 3 per minute: 3 go, 2 wait
+    assert w.take(2, 3, now=130.0) == 0  # still within the minute
+    assert w.room(3, now=159.9) == 0
+    assert w.take(2, 3, now=160.0) == 2  # the first three are a minute old
+    assert w.take(9, 0, now=160.0) == 9  # 0: no limit
+    w.note(1, now=200.0)  # an operator's action counts
+    assert w.room(3, now=225.0) == 2 and w.room(3, now=260.0) == 3
+    assert check_power(PowerConfig(resume_rate=-1))[0][0] == "power.resume_rate"
+
+
+def _prog(path: Path) -> str:
+    path.write_text(f'#!/bin/sh\necho "$1" >> {path}.log\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def _ctl(tmp: Path, names: list[str], **power: Any) -> Any:
+    cfg = PowerConfig(resume_program=_prog(tmp / "resume"),
+                      suspend_program=_prog(tmp / "suspend"), **power)
+    nodes = {n: NodeRecord(spec=NodeSpec(name=n), state=NodeState.IDLE) for n in names}
+    triggers: list[int] = []
+    return SimpleNamespace(
+        cfg=SimpleNamespace(power=cfg, cluster_name="t"),
+        nodes=SimpleNamespace(nodes=nodes, save=lambda n: None, get=nodes.__getitem__),
+        sched=SimpleNamespace(trigger=lambda: triggers.append(1)), jobs={})
+
+
+async def _runs(log: Path, count: int) -> list[str]:
+    """The program's runs once ``count`` are there (each is one host list)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lines = log.read_text().split() if log.exists() else []
+        if len(lines) >= count:
+            return lines
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{log}: {count} runs expected")
+
+
+def test_resume_rate_lets_the_rest_wait_for_the_next_minute(tmp_path: Path) -> None:
+    names = [f"c{i}" for i in range(1, 6)]
+
+    async def go() -> None:
+        ctl = _ctl(tmp_path, names, resume_rate=2)
+        clock = [1000.0]
+        pm = PowerManager(ctl, clock=lambda: clock[0])
+        for i, n in enumerate(names):  # five jobs, one powered-down node each
+            node = ctl.nodes.nodes[n]
+            node.power, node.jobs = POWERED_DOWN, {i + 1}
+            pm.started(SimpleNamespace(allocation=SimpleNamespace(node_names=[n])))
+        ctl.nodes.nodes["c5"].jobs = set()  # its job ended before its turn: never resumed
+        pm.flush()
+        assert [ctl.nodes.nodes[n].power for n in names] == [POWERING_UP] * 2 + \
+            [POWERED_DOWN] * 3
+        assert pm.waiting == ["c3", "c4"]
+        assert await _runs(tmp_path / "resume.log", 1) == ["c[1-2]"]
+        clock[0] += 59
+        await pm.tick(clock[0])
+        assert pm.waiting == ["c3", "c4"]  # no room yet
+        clock[0] += 1
+        await pm.tick(clock[0])  # a minute after the first resumes
+        assert pm.waiting == [] and ctl.nodes.nodes["c4"].power == POWERING_UP
+        assert ctl.nodes.nodes["c4"].power_deadline == clock[0] + 300
+        assert ctl.nodes.nodes["c5"].power == POWERED_DOWN
+        assert await _runs(tmp_path / "resume.log", 2) == ["c[1-2]", "c[3-4]"]
+
+    asyncio.run(go())
+
+
+def test_suspend_rate_powers_down_the_longest_idle_first(tmp_path: Path) -> None:
+    names = ["n1", "n2", "n3"]
+
+    async def go() -> None:
+        ctl = _ctl(tmp_path, names, suspend_rate=1, suspend_time_s=10)
+        pm = PowerManager(ctl, clock=lambda: 0.0)
+        for n, since in (("n1", 50.0), ("n2", 20.0), ("n3", 30.0)):
+            node = ctl.nodes.nodes[n]
+            node.connected, node.idle_since = True, since
+        await pm.tick(100.0)
+        powers = {n: ctl.nodes.nodes[n].power for n in names}
+        assert powers == {"n1": "", "n2": POWERING_DOWN, "n3": ""}  # idle since 20
+        assert await _runs(tmp_path / "suspend.log", 1) == ["n2"]
+        await pm.tick(130.0)
+        assert ctl.nodes.nodes["n3"].power == ""  # one a minute
+        await pm.tick(160.0)
+        assert ctl.nodes.nodes["n3"].power == POWERING_DOWN
+        assert ctl.nodes.nodes["n1"].power == ""
+        assert await _runs(tmp_path / "suspend.log", 2) == ["n2", "n3"]
+        # unlimited: every node that is due goes at once
+        ctl.cfg.power = PowerConfig(resume_program=ctl.cfg.power.resume_program,
+                                    suspend_program=ctl.cfg.power.suspend_program,
+                                    suspend_time_s=10, suspend_rate=0)
+        await pm.tick(161.0)
+        assert ctl.nodes.nodes["n1"].power == POWERING_DOWN
+        assert await _runs(tmp_path / "suspend.log", 3) == ["n2", "n3", "n1"]
+
+    asyncio.run(go())
