@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "corral.cli.jobs",  # submit, queue, show, cancel, hold, release, requeue, history, update
     "corral.cli.nodes",  # nodes, drain, resume
     "corral.cli.reservations",  # reservation list/create/update/delete
+    "corral.cli.accounts",  # account list/add/modify/delete/assoc, account user ...
     "corral.cli.events",  # events (job state changes)
     "corral.cli.images",  # images, image pull
     "corral.cli.audit",  # audit (operators)

@@ -42,7 +42,13 @@ _BIG = 1 << 62
 def run(ctx: Context, client: Any) -> None:
     flags: set[str] = set()
     words: list[str] = []
-    for a in ctx.argv:
+    argv: list[str] = []
+    for a in ctx.argv:  # clustered short flags, as getopt takes them: -nP is -n -P
+        if len(a) > 2 and a[0] == "-" and a[1] != "-" and all(ch in "inPpQv" for ch in a[1:]):
+            argv.extend(f"-{ch}" for ch in a[1:])
+        else:
+            argv.append(a)
+    for a in argv:
         if a in ("-i", "--immediate"):
             flags.add("i")
         elif a in ("-n", "--noheader"):
