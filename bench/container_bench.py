@@ -14,14 +14,18 @@ shared machine falls on all alike):
 - **podman run**: ``podman run --rm`` of the same image from podman's own storage
   (``--network none``, runc, the host's ulimits in a private ``containers.conf``).
 
-Apptainer is not installable on this machine's Debian (see ``../shared/platform``); its
-column is left out rather than faked.
+- **apptainer exec by hand** (where Apptainer is there: a real one, or Debian sid's
+  through ``scripts/apptainer-sid``): ``apptainer exec`` of the same unpacked tree as a
+  sandbox directory;
+- **corral SIF warm**: a job whose image is a ``.sif`` built from the same image, run by
+  the agent with Apptainer from its cached sandbox (the bench's jobs are root's, so this
+  is Apptainer's privileged path, as the by-hand side).
 
 Each side's start is the same command inside the container: ``touch $START_FILE``; the
 mtime (nanoseconds) minus the wall clock just before the submit/exec is the
 submit-to-start time. Results: ``bench/results/container_bench.{json,md}``.
 
-Run (root; docker-registry, skopeo, runc, podman, busybox installed):
+Run (root; docker-registry, skopeo, runc, podman, busybox installed; Apptainer optional):
 ``.venv/bin/python bench/container_bench.py --warm 20 --cold 5`` (about a minute).
 """
 
@@ -48,6 +52,7 @@ from corral.client import Client  # noqa: E402
 from corral.containers.spec import ContainerSpec, parse_image  # noqa: E402
 from corral.core.model.job import JobSpec  # noqa: E402
 from corral.submission import JobSubmission  # noqa: E402
+from tests.apptainer import build_sif, find_apptainer  # noqa: E402
 from tests.registry import running_registry  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -90,22 +95,24 @@ def wait_file(path: Path, timeout_s: float = 60.0) -> int:
 
 class Bench:
     def __init__(self, work: Path, ref: str, cache: Path, client: Client,
-                 podman_env: dict[str, str]) -> None:
+                 podman_env: dict[str, str], apptainer: str = "", sif: str = "") -> None:
         self.work, self.ref, self.cache, self.client = work, ref, cache, client
         self.podman_env = podman_env
         self.spec = ContainerSpec(parse_image(ref)).to_text()
+        self.sif_spec = ContainerSpec(parse_image(sif)).to_text() if sif else ""
+        self.apptainer = apptainer
         self.n = 0
 
     def _file(self) -> Path:
         self.n += 1
         return self.work / f"start-{self.n}"
 
-    def corral(self) -> float:
+    def corral(self, sif: bool = False) -> float:
         f = self._file()
         sub = JobSubmission(spec=JobSpec(name="ctr", user="root", time_limit_s=60),
                             argv=("/bin/touch", str(f)), workdir=str(self.work),
                             env={"PATH": "/bin"}, stdout="/dev/null",
-                            extra={"container": self.spec})
+                            extra={"container": self.sif_spec if sif else self.spec})
         t0 = time.time_ns()
         jid = self.client.submit(sub)[0]
         start = wait_file(f)
@@ -118,8 +125,9 @@ class Bench:
 
     def evict(self) -> None:
         c = ImageCache(str(self.cache), 1 << 20)
-        for e in c.entries():
-            if not c.remove(e["digest"]):
+        canonical = parse_image(self.ref).canonical
+        for e in c.entries():  # the registry image only (the SIF's sandbox stays warm)
+            if canonical in e["refs"] and not c.remove(e["digest"]):
                 raise RuntimeError("the image is still in use")
 
     def runc(self, rootfs: str) -> float:
@@ -140,6 +148,15 @@ class Bench:
                         str(b), f"bench-{self.n}"], check=True, stdin=subprocess.DEVNULL)
         start = wait_file(f)
         shutil.rmtree(b, ignore_errors=True)
+        return (start - t0) / 1e9
+
+    def apptainer_exec(self, rootfs: str) -> float:
+        f = self._file()
+        t0 = time.time_ns()
+        subprocess.run([self.apptainer, "-q", "exec", rootfs, "/bin/touch", str(f)],
+                       check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, cwd=self.work)
+        start = wait_file(f)
         return (start - t0) / 1e9
 
     def podman(self, image: str) -> float:
@@ -184,7 +201,14 @@ def main() -> None:
     podman_image = ""
     with running_registry() as reg:
         ref = reg.push_busybox("bench/bb:1", os_name="bench")
-        (base / "corral.toml").write_text(CONFIG.format(host=reg.host, cache=cache))
+        apptainer, why = find_apptainer()
+        sif = ""
+        if apptainer:
+            sif = str(build_sif(apptainer, ref, base / "bench.sif"))
+        else:
+            print(f"container_bench: no Apptainer sides: {why}", file=sys.stderr)
+        (base / "corral.toml").write_text(CONFIG.format(host=reg.host, cache=cache) + (
+            f'apptainer = "{apptainer}"\n' if apptainer else ""))
         up = subprocess.run([sys.executable, "-c", ENTRY, "up", "--detach", "--state-dir",
                              str(state), "--config", str(base / "corral.toml"),
                              "--node-name", "bench"], env=env, capture_output=True,
@@ -203,8 +227,10 @@ def main() -> None:
                     if time.monotonic() > deadline:
                         sys.exit("the node did not come up")
                     time.sleep(0.05)
-                b = Bench(work, ref, cache, client, podman_env)
+                b = Bench(work, ref, cache, client, podman_env, apptainer, sif)
                 b.corral()  # warm-up: the image into the cache, the fork server warm
+                if sif:
+                    b.corral(sif=True)  # the SIF's sandbox into the cache
                 rootfs = ImageCache(str(cache), 1 << 20).lookup(
                     parse_image(ref).canonical)
                 assert rootfs is not None
@@ -212,9 +238,14 @@ def main() -> None:
                 b.podman(podman_image)
                 sides: dict[str, list[float]] = {"corral_warm": [], "runc_by_hand": [],
                                                  "podman_run": [], "corral_cold": []}
+                base_order = ["corral_warm", "runc_by_hand", "podman_run"]
+                if apptainer:
+                    b.apptainer_exec(rootfs.rootfs)
+                    base_order += ["apptainer_exec", "corral_sif_warm"]
+                    sides.update({"apptainer_exec": [], "corral_sif_warm": []})
                 for i in range(max(args.warm, args.cold)):
-                    order = ["corral_warm", "runc_by_hand", "podman_run"]
-                    order = order[i % 3:] + order[:i % 3]
+                    k = i % len(base_order)
+                    order = base_order[k:] + base_order[:k]
                     for side in order:
                         if i >= args.warm:
                             continue
@@ -222,6 +253,10 @@ def main() -> None:
                             sides[side].append(b.corral())
                         elif side == "runc_by_hand":
                             sides[side].append(b.runc(rootfs.rootfs))
+                        elif side == "apptainer_exec":
+                            sides[side].append(b.apptainer_exec(rootfs.rootfs))
+                        elif side == "corral_sif_warm":
+                            sides[side].append(b.corral(sif=True))
                         else:
                             sides[side].append(b.podman(podman_image))
                     if i < args.cold:
@@ -250,7 +285,11 @@ def main() -> None:
                        "load_avg": os.getloadavg()},
            "image": "busybox-static tree, one layer (2 MB)", "sides": results,
            "ratios": {"corral_warm_p50_over_runc_p50": round(warm / runc, 2),
-                      "corral_warm_p50_over_podman_p50": round(warm / podman, 2)},
+                      "corral_warm_p50_over_podman_p50": round(warm / podman, 2),
+                      **({"corral_sif_warm_p50_over_apptainer_exec_p50": round(
+                          results["corral_sif_warm"]["p50_s"]
+                          / results["apptainer_exec"]["p50_s"], 2)}
+                         if "apptainer_exec" in results else {})},
            "target": {"warm_p90_le_1s": results["corral_warm"]["p90_s"] <= 1.0},
            "command": "bench/container_bench.py " + " ".join(sys.argv[1:])}
     Path(args.out + ".json").write_text(json.dumps(out, indent=1) + "\n")
@@ -262,7 +301,10 @@ def main() -> None:
     md = ("# Container job submit-to-start (bench/container_bench.py)\n\n" + "\n".join(rows)
           + f"\n\ncorral warm p50 / runc by hand p50: {r['corral_warm_p50_over_runc_p50']}x; "
           f"/ podman run p50: {r['corral_warm_p50_over_podman_p50']}x. "
-          f"Load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}.\n")
+          + (f"corral SIF warm p50 / apptainer exec p50: "
+             f"{r['corral_sif_warm_p50_over_apptainer_exec_p50']}x. "
+             if "corral_sif_warm_p50_over_apptainer_exec_p50" in r else "")
+          + f"Load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}.\n")
     Path(args.out + ".md").write_text(md)
     print(md)
 
