@@ -122,6 +122,29 @@ def test_registry_image_through_apptainer(arunner: JobRunner,
     assert any("pulled" in n for n in notes(arunner, 11))
 
 
+def test_private_sif_runs_directly_not_from_the_cache(
+        arunner: JobRunner, images: tuple[Registry, Path, str],
+        test_user: tuple[str, int, int, int]) -> None:
+    """A SIF only its owner may read is never unpacked into the shared cache: Apptainer
+    runs the file itself as the user (squashfuse; skipped where /dev/fuse is closed)."""
+    _reg, d, _program = images
+    if not os.path.exists("/dev/fuse") or os.stat("/dev/fuse").st_mode & 0o006 != 0o006:
+        pytest.skip("/dev/fuse is not open to users: an unprivileged SIF mount cannot work")
+    w = work(d)
+    mine = d / "mine.sif"
+    shutil.copy(d / "bb.sif", mine)
+    os.chown(mine, test_user[1], test_user[2])
+    os.chmod(mine, 0o600)
+    cached = d / "cache" / "images"
+    before = sorted(p.name for p in cached.iterdir()) if cached.exists() else []
+    launch(arunner, 41, w, test_user, "#!/bin/sh\n. /etc/os-release; echo $NAME\n", str(mine))
+    ex = wait_exits(arunner, 1, 60)[41]
+    assert ex.state == "COMPLETED", (ex, (w / "out-41.txt").read_text())
+    assert "Corral Apptainer Image" in (w / "out-41.txt").read_text()
+    assert f"container {mine} (apptainer)" in notes(arunner, 41)
+    assert (sorted(p.name for p in cached.iterdir()) if cached.exists() else []) == before
+
+
 def test_limits_cancel_and_signals_hold_in_apptainer(
         arunner: JobRunner, images: tuple[Registry, Path, str],
         test_user: tuple[str, int, int, int]) -> None:
