@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.apptainer import build_sif, find_apptainer
 from tests.e2e import test_multinode_steps as mn
 from tests.registry import Registry, require_containers, running_registry
 
@@ -30,8 +31,10 @@ def two(tmp_path_factory: pytest.TempPathFactory,
     root = tmp_path_factory.mktemp("ctrsteps")
     os.chmod(root, 0o755)
     cl = mn.TwoNodes(root)
+    program, _why = find_apptainer()
     (root / "corral.toml").write_text(
-        mn.CONFIG + f'\n[containers]\ninsecure_registries = ["{registry.host}"]\n')
+        mn.CONFIG + f'\n[containers]\ninsecure_registries = ["{registry.host}"]\n'
+        + (f'apptainer = "{program}"\n' if program else ""))
     try:
         cl.up()
         yield cl
@@ -90,3 +93,23 @@ def test_named_container_keeps_its_changes_for_later_steps(two: mn.TwoNodes,
     assert named == ["named kept-ma", "named kept-mb"], out
     assert "fresh" in out and "unknown=1" in out, out
     assert "no container named 'other'" in out, out
+
+
+def test_two_node_srun_in_a_sif(two: mn.TwoNodes, registry: Registry) -> None:
+    """A .sif in srun steps: each node unpacks it once (Apptainer) into its own cache and
+    runs the tasks on that tree as for a registry image."""
+    program, why = find_apptainer()
+    if not program:
+        pytest.skip(why)
+    sif = build_sif(program, registry.ref("steps/bb:1"), two.work / "steps.sif")
+    script = ("#!/bin/bash\n"
+              f"srun -N2 -n2 --container-image={sif} sh -c '. /etc/os-release; "
+              "echo task $SLURM_PROCID $SLURMD_NODENAME \"$NAME\" $(id -u)'\n")
+    jid = two.sbatch(script, "-N2", "-n2", "-o", str(two.work / "sif-%j.out"))
+    job = two.wait_done(jid, 90)
+    out = (two.work / f"sif-{jid}.out").read_text()
+    assert job["state"] == "COMPLETED", (job, out, two.logs())
+    tasks = sorted(line for line in out.splitlines() if line.startswith("task "))
+    me = os.geteuid()  # sbatch runs as the test's user
+    assert tasks == [f"task 0 ma Corral Step Image {me}",
+                     f"task 1 mb Corral Step Image {me}"], out

@@ -9,8 +9,9 @@ node's fault: the node stays up.
 Images by kind: ``docker`` from the cache (``corral.agent.images``); ``dir`` used in
 place as the overlay's lower layer; ``bundle`` (Slurm's ``--container``): its
 ``config.json`` is read with the job user's credentials, its ``root.path`` is the lower
-layer and its ``process.env`` the image environment; ``sif`` needs Apptainer
-(``corral.agent.apptainer`` runs batch jobs; here, in srun steps, it is refused).
+layer and its ``process.env`` the image environment; ``sif`` (srun steps: batch jobs run
+SIFs with Apptainer, ``corral.agent.apptainer``): the sandbox Apptainer unpacked into the
+node cache once is the lower layer.
 """
 
 from __future__ import annotations
@@ -126,9 +127,8 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
     elif ref.kind == "bundle":
         lower, image_cfg = _bundle(ref.canonical, req.uid, req.gid, groups)
     elif ref.kind == "sif":
-        raise PrepareError(f"SIF images ({ref.canonical}) are not supported in srun steps yet "
-                           "(batch jobs run them with Apptainer); use a docker:// image or a "
-                           "root filesystem directory")
+        lower, image_cfg, digest, pulled, pin = _sif(ref.canonical, req, settings, groups,
+                                                     progress)
     else:
         raise PrepareError(f"no container named {spec.name!r} in job {req.job_id}")
     try:
@@ -150,6 +150,37 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
         raise PrepareError(f"cannot plan the container: {exc}") from None
     p.named_dir, p.named_lock = named_dir, lock
     return Prepared(p, pin, digest, pulled)
+
+
+def _sif(path: str, req: LaunchRequest, settings: ContainerSettings,
+         groups: tuple[int, ...], progress: Callable[[str], None] | None
+         ) -> tuple[str, dict[str, Any], str, bool, int]:
+    """An srun step's SIF: its sandbox tree in the node cache (unpacked once by Apptainer,
+    ``corral.agent.apptainer``) is the overlay's lower layer, as a registry image's is."""
+    from corral.agent import apptainer
+
+    if not settings.apptainer:
+        raise PrepareError(f"{path} needs Apptainer to be unpacked, which this node does not "
+                           "have ([containers] apptainer, or apptainer on PATH)")
+    cache = ImageCache(settings.cache_dir, settings.cache_max_mb,
+                       pull_timeout_s=settings.pull_timeout_s)
+    try:
+        fd = apptainer.open_as_user(path, req.uid, req.gid, groups or (req.gid,))
+        try:
+            if not os.fstat(fd).st_mode & 0o004:
+                raise PrepareError(f"SIF image {path} is readable by its owner only: srun "
+                                   "steps run SIFs from the node's shared cache (make it "
+                                   "world-readable, or use it in a batch job)")
+            digest, lower, pulled = apptainer.sif_sandbox(cache, settings, path, fd, progress)
+        finally:
+            os.close(fd)
+    except apptainer.AptError as exc:
+        raise PrepareError(str(exc)) from None
+    except OSError as exc:
+        raise PrepareError(f"image cache {settings.cache_dir}: {exc}") from None
+    pin = cache.pin(digest)
+    cache.evict(keep=digest)
+    return lower, {}, digest, pulled, pin
 
 
 def _named(spec: ContainerSpec, jdir: str, job_id: int) -> tuple[str, int, ContainerSpec]:
