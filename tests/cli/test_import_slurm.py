@@ -342,11 +342,22 @@ def test_oci_conf_next_to_slurm_conf_gives_the_container_runtime(tmp_path: Path)
     assert any("only the program (runc)" in n for n in res.notes)
     cfg = parse_config(tomllib.loads(dumps(res.data)))
     assert cfg.containers.runtime == "runc"
+    # Slurm's Apptainer/Singularity example: the apptainer runtime, its path when absolute
     (tmp_path / "oci.conf").write_text('RunTimeRun="singularity exec --userns %r %@"\n')
+    res = import_slurm_conf(str(conf))
+    assert res.data["containers"] == {"runtime": "apptainer"}
+    assert any("OCI bundles (--container) run with runc" in n for n in res.notes)
+    (tmp_path / "oci.conf").write_text(
+        'RunTimeRun="/opt/apptainer/bin/apptainer exec --userns %r %@"\n')
+    res = import_slurm_conf(str(conf))
+    assert res.data["containers"] == {"runtime": "apptainer",
+                                      "apptainer": "/opt/apptainer/bin/apptainer"}
+    assert parse_config(tomllib.loads(dumps(res.data))).containers.runtime == "apptainer"
+    (tmp_path / "oci.conf").write_text('RunTimeRun="enroot start %r"\n')
     res = import_slurm_conf(str(conf))
     assert "containers" not in res.data
     assert [u.reason for u in res.unmapped if u.key == "RunTimeRun"] == [
-        "only runc and crun run container jobs here"]
+        "only runc, crun and apptainer run container jobs here"]
 
 
 def test_rate_limit_and_max_array_size(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 """``oci.conf`` (Slurm 22.05's container settings, next to slurm.conf) to ``[containers]``.
 
 Slurm runs ``--container`` jobs by the command templates of ``oci.conf``; Corral drives the
-OCI runtime itself (``corral.agent.container``), so what maps is *which* runtime: the
-program of ``RunTimeRun`` (or ``RunTimeCreate``/``RunTimeStart``) when it is runc or crun
-gives ``[containers] runtime``. The templates' other parts, the query/kill/delete commands
-and the file locations are reported as unmapped with the reason (Corral's own way of doing
+runtime itself (``corral.agent.container``, ``corral.agent.apptainer``), so what maps is
+*which* runtime: the program of ``RunTimeRun`` (or ``RunTimeCreate``/``RunTimeStart``)
+when it is runc or crun gives ``[containers] runtime``; Apptainer's (or Singularity's, the
+same CLI) gives ``runtime = "apptainer"`` and, written as an absolute path,
+``[containers] apptainer``. The templates' other parts, the query/kill/delete commands and
+the file locations are reported as unmapped with the reason (Corral's own way of doing
 that step), so nothing is silently dropped.
 """
 
@@ -30,13 +32,20 @@ _REASONS = {
 }
 
 
-def _runtime_of(template: str) -> str:
-    """runc | crun | "" from a command template such as ``runc --rootless=true run ...``."""
+def _program(template: str) -> str:
     try:
         words = shlex.split(template)
     except ValueError:
         words = template.split()
-    prog = words[0].rsplit("/", 1)[-1] if words else ""
+    return words[0] if words else ""
+
+
+def _runtime_of(template: str) -> str:
+    """runc | crun | apptainer | "" from a command template such as
+    ``runc --rootless=true run ...`` or ``apptainer exec --userns %r %@``."""
+    prog = _program(template).rsplit("/", 1)[-1]
+    if prog in ("apptainer", "singularity"):
+        return "apptainer"
     return prog if prog in ("runc", "crun") else ""
 
 
@@ -47,6 +56,7 @@ def translate_oci_conf(lines: list[ConfLine], data: dict[str, Any],
     from corral.frontends.slurmconf import Unmapped
 
     runtime = ""
+    program = ""
     for line in lines:
         for key, value in line.pairs:
             low = key.lower()
@@ -54,14 +64,21 @@ def translate_oci_conf(lines: list[ConfLine], data: dict[str, Any],
                 found = _runtime_of(value)
                 if not found:
                     unmapped.append(Unmapped(line.where, key, value,
-                                             "only runc and crun run container jobs here"))
+                                             "only runc, crun and apptainer run container "
+                                             "jobs here"))
                     continue
                 if runtime and found != runtime:
                     unmapped.append(Unmapped(line.where, key, value,
                                              f"a second runtime ({found}; {runtime} kept)"))
                     continue
                 runtime = found
-                if len(value.split()) > 1:
+                if found == "apptainer":
+                    if _program(value).startswith("/"):
+                        program = _program(value)
+                    notes.append(f"{line.where}: {key}: Apptainer runs .sif images and "
+                                 "registry images; OCI bundles (--container) run with runc "
+                                 "or crun")
+                elif len(value.split()) > 1:
                     notes.append(f"{line.where}: {key}: only the program ({found}) is used; "
                                  "Corral chooses the runtime's options itself")
                 continue
@@ -69,3 +86,5 @@ def translate_oci_conf(lines: list[ConfLine], data: dict[str, Any],
                                      _REASONS.get(low, "no Corral equivalent")))
     if runtime:
         data.setdefault("containers", {})["runtime"] = runtime
+    if program:
+        data["containers"]["apptainer"] = program
