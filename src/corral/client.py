@@ -884,6 +884,15 @@ class Client:
         data: dict[str, Any] = self.request("GET", "/ops/fairshare")
         return data
 
+    def job_usage(self, job_id: int | str) -> dict[str, Any]:
+        """``{"job_id", "running", "nodes": {node: {node, cpu_time_s, max_rss_mb, pids,
+        time}}}``: the agents' last live samples of a running job (sstat;
+        ``corral.controller.liveusage``)."""
+        from urllib.parse import quote
+
+        data: dict[str, Any] = self.request("GET", f"/ops/usage/{quote(str(job_id))}")
+        return data
+
     def priorities(self) -> dict[str, Any]:
         """``{"ordering", "weights", "jobs"}``: priority factors of pending jobs (sprio;
         ``corral.ops.schedview.priorities_payload``)."""

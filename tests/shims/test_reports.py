@@ -18,6 +18,9 @@ from tests.shims.scenario import run
 
 ME = getpass.getuser()
 EXTRA = f"""
+[agent]
+heartbeat_s = 0.5
+
 [[accounts]]
 name = "physics"
 shares = 40
@@ -77,6 +80,11 @@ PRIO_JOBS = [_prio_job(12, "root", 0, 0.0105, 0.5), _prio_job(9, "bob", 1001, 1.
 
 
 class ReportClient(FakeClient):
+    def job_usage(self, job_id: int | str) -> dict[str, Any]:
+        return {"job_id": int(job_id), "running": True, "nodes": {
+            "n1": {"node": "n1", "cpu_time_s": 90.5, "max_rss_mb": 100.0, "pids": [7],
+                   "time": 0.0}}}
+
     def priorities(self) -> dict[str, Any]:
         return {"ordering": "multifactor", "jobs": [dict(j) for j in PRIO_JOBS],
                 "weights": {"age": 1000, "assoc": 0, "fairshare": 10000, "job_size": 1000,
@@ -305,6 +313,52 @@ def test_sreport_bad_input(argv: list[str], message: str) -> None:
     assert rc == 1 and message in err and out == ""
 
 
+# ---- sstat: layout ----------------------------------------------------------------------
+
+def sstat_client() -> ReportClient:
+    step = {"step_id": 0, "name": "python", "state": "RUNNING", "nodes": ["n1"],
+            "ntasks": 2, "start_time": 1000.0, "end_time": None, "usage": None}
+    done = dict(step, step_id=1, state="COMPLETED", end_time=1500.0)
+    return ReportClient([
+        job(20, state="RUNNING", start_time=1000.0, nodes=["n1"], num_cpus=2,
+            steps=[step, done]),
+        job(21, state="COMPLETED", start_time=1000.0, end_time=1100.0, nodes=["n1"]),
+    ])
+
+
+def test_sstat_steps_and_live_usage() -> None:
+    c = sstat_client()
+    out, err, rc = run("sstat", ["-a", "-P", "-j", "20", "-o",
+                                 "JobID,MaxRSS,MaxRSSNode,AveCPU,NTasks"], c)
+    assert (err, rc) == ("", 0)
+    assert out.splitlines() == ["JobID|MaxRSS|MaxRSSNode|AveCPU|NTasks",
+                                "20.batch|100M|n1|00:01:30|1", "20.0||||2"]
+    out, _, _ = run("sstat", ["-n", "-p", "-j20", "-o", "jobid,ntasks"], c)
+    assert out == "20.0|2|\n"  # no step given: the lowest running srun step
+    out, _, _ = run("sstat", ["-j", "20.batch", "-o", "JobID,MaxRSS%12"], c)
+    assert out.splitlines() == ["JobID              MaxRSS ",
+                                "------------ ------------ ",
+                                "20.batch             100M "]
+    head = run("sstat", ["-j", "20"], c)[0].splitlines()[0].split()
+    assert head[:6] == ["JobID", "MaxVMSize", "MaxVMSizeNode", "MaxVMSizeTask", "AveVMSize",
+                        "MaxRSS"] and head[-1] == "TRESUsageOutTot"
+
+
+@pytest.mark.parametrize("argv,message", [
+    ([], "sstat: error: You didn't give me any jobs to stat."),
+    (["--bogus", "-j", "20"], "sstat: unrecognized option '--bogus'"),
+    (["-j", "abc"], "sstat: error: Invalid job id specified: abc"),
+    (["-j", "21"], "couldn't get steps for job 21 with status: Job/step already completing"),
+    (["-j", "999"], "couldn't get steps for job 999 with status: Invalid job id specified"),
+    (["-j", "20.1"], "couldn't get steps for job 20.1"),  # that step has ended
+    (["-j", "20", "-o", "JobID,Bogus"], 'sstat: error: Invalid field requested: "Bogus"'),
+])
+def test_sstat_bad_input(argv: list[str], message: str) -> None:
+    out, err, rc = run("sstat", argv, sstat_client())
+    # Slurm prints the header before it looks at the jobs: no rows under it
+    assert rc == 1 and message in err and len(out.splitlines()) in (0, 2)
+
+
 # ---- against a real controller -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -385,3 +439,35 @@ def test_sreport_real_controller(cluster: ShimCluster, used: int) -> None:
                     "start=now-1hour", "end=now+1hour", "format=account,login,used")
     assert f"physics|{ME}|" in r.stdout and "root||" in r.stdout
     assert cluster.run("sreport", "cluster", "bogus").returncode == 1
+
+
+def test_sstat_real_controller(cluster: ShimCluster, tmp_path: Path) -> None:
+    script = tmp_path / "burn.sh"
+    script.write_text("#!/bin/bash\npython3 -c 'import time\nx=bytearray(64<<20)\n"
+                      "t=time.time()\nwhile time.time()-t<30: pass'\n")
+    jid = _sbatch(cluster, "-A", "physics", str(script))
+    try:
+        cluster.wait_job(jid, lambda j: j.get("state") == "RUNNING")
+        deadline = time.monotonic() + 20
+        fields: list[str] = []
+        while time.monotonic() < deadline:  # until a heartbeat carried a sample
+            r = cluster.run("sstat", "-a", "-n", "-P", "-j", str(jid), "-o",
+                            "JobID,MaxRSS,MaxRSSNode,AveCPU")
+            assert r.returncode == 0, r.stderr
+            fields = r.stdout.strip().split("|")
+            if fields[1] and fields[3] != "00:00:00":
+                break
+            time.sleep(0.2)
+        assert fields[0] == f"{jid}.batch" and fields[2] == cluster.node, fields
+        kib = float(fields[1][:-1]) * {"K": 1, "M": 1024, "G": 1 << 20}[fields[1][-1]]
+        assert kib >= 64 * 1024 and fields[3] != "00:00:00", fields  # its 64 MiB, CPU
+    finally:
+        cluster.run("scancel", str(jid))
+    done = cluster.run("sstat", "-j", str(used_id(cluster)))
+    assert done.returncode == 1 and "already completing or completed" in done.stderr
+
+
+def used_id(c: ShimCluster) -> int:
+    with c.client() as client:
+        return int(next(j for j in client.history(all_users=True)
+                        if j.get("state") == "COMPLETED")["id"])

@@ -37,6 +37,8 @@ from corral.agent import spool
 from corral.agent.launch import JobExit, LaunchRequest
 from corral.core.model.node import NodeSpec
 
+USAGE_REPORT_MAX_JOBS = 512  # live samples per heartbeat (sstat); more jobs: the first ones
+
 log = logging.getLogger("corral.agent")
 
 
@@ -150,6 +152,29 @@ class AgentDaemon:
         for jid in self.runner.running():
             req = spool.read_json(spool.job_dir(self.runner.state_dir, jid) / spool.REQUEST)
             out.append({"job_id": jid, "restarts": int((req or {}).get("restarts", 0))})
+        return out
+
+    def _usage_report(self, running: list[dict[str, int]]) -> list[dict[str, Any]]:
+        """What each running job uses now (CPU seconds so far, resident memory), for
+        ``sstat``: the same sample as the agent's metrics (``agent_metrics.sample_job``).
+        Never fails the heartbeat: a job that cannot be read is left out."""
+        state_dir = getattr(self.runner, "state_dir", None)
+        if state_dir is None or not running:
+            return []
+        try:
+            from corral.ops.agent_metrics import sample_job
+        except ImportError:
+            return []
+        out: list[dict[str, Any]] = []
+        for r in running[:USAGE_REPORT_MAX_JOBS]:
+            try:
+                s = sample_job(spool.job_dir(Path(state_dir), int(r["job_id"])))
+            except Exception:  # noqa: BLE001 - a vanished /proc entry, a cgroup gone
+                continue
+            if s is not None:
+                out.append({"job_id": s.job_id, "cpu_time_s": round(s.cpu_seconds, 3),
+                            "rss_mb": round(s.rss_bytes / 1048576, 3),
+                            "pids": sorted(s.pids)[:64]})
         return out
 
     def _send(self, msg: dict[str, Any]) -> None:
@@ -486,6 +511,9 @@ class AgentDaemon:
                 tools = self._tools_report()
                 if tools is not None:
                     beat["container_tools"] = tools
+                usage = self._usage_report(beat["running"])
+                if usage:
+                    beat["usage"] = usage
                 self._send(beat)
 
         async def sweeper() -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from corral.agent.launch import JobExit, LaunchRequest
 from corral.controller.images import refresh_preferences
+from corral.controller.liveusage import live_samples
 from corral.controller.records import JobRecord, images_from_agent
 from corral.core.model.job import JobState
 from corral.protocol.messages import ProtocolError, decode_frame, encode_frame, node_spec_from_json
@@ -280,6 +281,8 @@ class AgentHub:
                 node = self.ctl.nodes.nodes.get(conn.node)
                 if node is not None and isinstance(m.get("stats"), dict):
                     node.agent_stats = m["stats"]
+                if node is not None:
+                    node.live_usage = live_samples(m.get("usage"), time.time())
                 if node is not None and isinstance(m.get("container_tools"), dict):
                     node.container_tools = {str(k)[:64]: str(v)[:200] for k, v in
                                             list(m["container_tools"].items())[:16]}

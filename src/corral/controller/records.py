@@ -351,6 +351,8 @@ class NodeRecord:
     alloc_gpus: int = 0
     partitions: tuple[str, ...] = ()
     agent_stats: dict[str, Any] = field(default_factory=dict)
+    # job id -> the agent's last live sample {cpu_time_s, max_rss_mb, pids, time} (sstat)
+    live_usage: dict[int, dict[str, Any]] = field(default_factory=dict)
     health_drained: bool = False  # drained by a failed health check (not by an operator)
     power: str = ""  # "" | POWERED_DOWN | POWERING_UP | POWERING_DOWN (controller.power)
     power_deadline: float | None = None  # the resume/suspend timeout of ``power``

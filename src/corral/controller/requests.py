@@ -210,7 +210,7 @@ class AllocationRelease(Body):
 
 
 ShimCommand = Literal["sbatch", "squeue", "scancel", "sacct", "sinfo", "scontrol", "sacctmgr",
-                      "sshare", "sprio", "sreport",
+                      "sshare", "sprio", "sreport", "sstat",
                       "qsub", "qstat", "qdel", "srun"]
 
 

@@ -10,7 +10,8 @@ Agent -> controller:
 - ``hello``     ``node`` (NodeSpec JSON), ``running`` [{job_id, restarts}], ``exits``
                 [JobExit JSON], ``agent_version``, ``boot_time``, ``pid``, ``hostname``.
                 First frame.
-- ``heartbeat`` ``running`` [{job_id, restarts}] (the supervisors alive now)
+- ``heartbeat`` ``running`` [{job_id, restarts}] (the supervisors alive now), optional
+                ``usage`` [{job_id, cpu_time_s, rss_mb, pids}] (live samples, sstat)
 - ``exit``      ``exit`` (JobExit JSON; ``exit.restarts`` says which run)
 - ``launched``  ``job_id``, ``restarts``: the supervisor is started
 - ``launch_failed`` ``job_id``, ``restarts``, ``message``: could not start it at all

@@ -284,6 +284,15 @@ class InProcessClient:
 
         return self._sync(lambda: fairshare_payload(self.ctl))
 
+    def job_usage(self, job_id: int | str) -> dict[str, Any]:
+        from corral.controller.liveusage import job_usage
+
+        async def get() -> dict[str, Any]:
+            job = await self.ctl.get_job(str(job_id), self.who)
+            return job_usage(self.ctl, int(job["id"]))
+
+        return self._wrap(get)
+
     def priorities(self) -> dict[str, Any]:
         from corral.ops.schedview import priorities_payload
 

@@ -29,7 +29,8 @@ from corral.shims.launcher_build import BuildError, build_launcher, command_bina
 
 MARKER = "# corral-shim"
 SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "sacct", "scontrol",
-                  "sacctmgr", "sshare", "sprio", "sreport")
+                  "sacctmgr", "sshare", "sprio", "sreport",
+                  "sstat")
 PBS_COMMANDS = ("qsub", "qstat", "qdel")
 COMMANDS = SLURM_COMMANDS + PBS_COMMANDS
 PYTHON_ONLY = frozenset({"salloc"})  # interactive: lean.py's local path

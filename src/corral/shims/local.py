@@ -16,7 +16,7 @@ from corral.shims.context import Client, Context, NeedInput, ShimExit
 
 COMMANDS = (
     "sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "sacct", "scontrol", "sacctmgr",
-    "sshare", "sprio", "sreport",
+    "sshare", "sprio", "sreport", "sstat",
     "qsub", "qstat", "qdel",
 )
 

@@ -148,6 +148,14 @@ def router(ctl: Any, identity: Callable[[Request], Any]) -> APIRouter:
         identity(request)
         return _json(fairshare_payload(ctl))
 
+    @r.get(PREFIX + "/usage/{job_id}", summary="Live usage of a running job (sstat)")
+    async def live_usage(request: Request, job_id: str) -> Response:
+        from corral.controller.liveusage import job_usage
+
+        who = identity(request)
+        job = await ctl.get_job(job_id, who)  # the caller may see it; 404 otherwise
+        return _json(job_usage(ctl, int(job["id"])))
+
     @r.get(PREFIX + "/priorities", summary="Priority factors of pending jobs (sprio)")
     async def priorities(request: Request) -> Response:
         from corral.ops.schedview import priorities_payload

@@ -1,0 +1,174 @@
+"""``sstat``: what the running steps of a job use now, in Slurm 22.05's format.
+
+Data: the job record (its steps) and the agents' live samples (``client.job_usage``:
+each heartbeat carries the job's CPU seconds so far and resident memory per node,
+``corral.controller.liveusage``). Columns and widths are ``sacct``'s
+(``corral.shims.sacct_fields``: ``MaxRSS``, ``MaxRSSNode``, ``AveCPU``, ``MinCPU*``,
+``NTasks``...), the default list is Slurm's ``sstat`` one.
+
+Which steps (as Slurm): ``-j 12`` the lowest-numbered running ``srun`` step, ``-a`` /
+``--allsteps`` every running step (``.batch`` first), ``-j 12.batch`` / ``-j 12.3`` that
+step; several ``-j`` words or comma lists. What is measured: the ``.batch`` row shows the
+job's live figures on the batch host (every process of the job there, Slurm counts only
+the batch script's), an ``srun`` step run through the agents reports its use only when it
+ends, so a running one prints its columns empty; figures Corral does not measure (virtual
+memory, pages, disk I/O, energy, CPU frequency) print as ``sacct`` prints them.
+
+Errors: no ``-j``, a job that is not running or a step that is not, a bad id, an unknown
+option or field: Slurm's message and exit 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_long
+from corral.shims import sacct_fields as sa
+from corral.shims import slurmfmt as sf
+from corral.shims.context import Context, ShimExit
+
+R, N = Arg.REQUIRED, Arg.NONE
+TABLE = OptionTable.of([
+    Opt("allsteps", ("allsteps",), "a", N),
+    Opt("helpformat", ("helpformat",), "e", N),
+    Opt("help", ("help",), "h", N),
+    Opt("pidformat", ("pidformat",), "i", N),
+    Opt("jobs", ("jobs",), "j", R),
+    Opt("noconvert", ("noconvert",), None, N),
+    Opt("noheader", ("noheader",), "n", N),
+    Opt("format", ("format", "fields"), "o", R),
+    Opt("parsable", ("parsable",), "p", N),
+    Opt("parsable2", ("parsable2",), "P", N),
+    Opt("usage", ("usage",), None, N),
+    Opt("verbose", ("verbose",), "v", N),
+    Opt("version", ("version",), "V", N),
+])
+VERSION = "slurm 22.05.8"
+USAGE = "Usage: sstat [options] -j job[.stepid]\n\tUse --help for help"
+DEFAULT_FIELDS = (
+    "JobID,MaxVMSize,MaxVMSizeNode,MaxVMSizeTask,AveVMSize,MaxRSS,MaxRSSNode,MaxRSSTask,"
+    "AveRSS,MaxPages,MaxPagesNode,MaxPagesTask,AvePages,MinCPU,MinCPUNode,MinCPUTask,"
+    "AveCPU,NTasks,AveCPUFreq,ReqCPUFreq,ConsumedEnergy,MaxDiskRead,MaxDiskReadNode,"
+    "MaxDiskReadTask,AveDiskRead,MaxDiskWrite,MaxDiskWriteNode,MaxDiskWriteTask,"
+    "AveDiskWrite,TRESUsageInAve,TRESUsageInMax,TRESUsageInMaxNode,TRESUsageInMaxTask,"
+    "TRESUsageInMin,TRESUsageInMinNode,TRESUsageInMinTask,TRESUsageInTot,TRESUsageOutAve,"
+    "TRESUsageOutMax,TRESUsageOutMaxNode,TRESUsageOutMaxTask,TRESUsageOutMin,"
+    "TRESUsageOutMinNode,TRESUsageOutMinTask,TRESUsageOutTot")
+PID_FIELDS = "JobID,NodeList"
+ACTIVE_STEP = ("RUNNING", "COMPLETING", "SUSPENDED")
+
+
+def _split(values: list[str]) -> list[str]:
+    out: list[str] = []
+    for v in values:
+        out.extend(x.strip() for x in v.split(",") if x.strip())
+    return out
+
+
+def _batch(rec: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any] | None:
+    step = sf.batch_step(rec)
+    if step is None:
+        return None
+    nodes = step.get("nodes") or []
+    sample = (usage.get("nodes") or {}).get(str(nodes[0])) if nodes else None
+    if sample is not None:
+        host = str(nodes[0])
+        cpu, rss = float(sample["cpu_time_s"]), float(sample["max_rss_mb"])
+        step["usage"] = {"nodes": {host: {"node": host, "cpu_time_s": cpu, "max_rss_mb": rss,
+                                          "pids": list(sample.get("pids") or ())}},
+                         "cpu_time_s": cpu, "max_rss_mb": rss}
+        step["cpu_time_s"], step["max_rss_mb"] = cpu, rss
+    return step
+
+
+def _running_steps(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for st in rec.get("steps") or ():
+        if str(st.get("state") or "RUNNING") not in ACTIVE_STEP or st.get("end_time"):
+            continue
+        step = dict(st)
+        step["id"] = str(st.get("step_id", st.get("id")))
+        for key in ("usage", "cpu_time_s", "max_rss_mb"):
+            step[key] = None  # an agents' step reports its use when it ends
+        out.append(step)
+    return out
+
+
+def run(ctx: Context, client: Any) -> None:
+    from corral.client import CorralError
+
+    try:
+        parsed, positional = getopt_long(ctx.argv, TABLE, "sstat", stop_at_positional=False)
+    except GetoptError as exc:
+        raise ctx.fail(f"{exc.message}\nTry \"sstat --help\" for more information") from None
+    opts: dict[str, list[str]] = {}
+    for p in parsed:
+        opts.setdefault(p.opt.key, []).append(p.value or "")
+    if "help" in opts or "usage" in opts:
+        ctx.print(USAGE)
+        return
+    if "version" in opts:
+        ctx.print(VERSION)
+        return
+    if "helpformat" in opts:
+        from corral.shims.sacct import helpformat
+
+        ctx.print(helpformat())
+        return
+    words = _split(opts.get("jobs", [])) + [w for w in positional if w]
+    if not words:
+        raise ctx.fail("sstat: error: You didn't give me any jobs to stat.\n" + USAGE)
+    spec = ",".join(opts.get("format", [])) or (PID_FIELDS if "pidformat" in opts
+                                                else DEFAULT_FIELDS)
+    try:
+        cols = sa.parse_fields(spec)
+    except sa.FieldError as exc:
+        raise ctx.fail(f"sstat: error: {exc}") from None
+    rows: list[sa.Row] = []
+    failed = False
+    for word in words:
+        job_word, dot, step_word = word.partition(".")
+        if not job_word or not job_word.replace("_", "").isdigit() or (dot and not step_word):
+            raise ctx.fail(f"sstat: error: Invalid job id specified: {word}")
+        try:
+            rec = client.job(job_word)
+        except CorralError:
+            ctx.error(f"sstat: error: couldn't get steps for job {job_word} with status: "
+                      "Invalid job id specified")
+            failed = True
+            continue
+        if sf.job_state(rec) not in ("RUNNING", "SUSPENDED", "COMPLETING"):
+            ctx.error(f"sstat: error: couldn't get steps for job {job_word} with status: "
+                      "Job/step already completing or completed")
+            failed = True
+            continue
+        try:
+            usage = client.job_usage(rec["id"])
+        except CorralError:
+            usage = {}
+        batch = _batch(rec, usage)
+        steps = _running_steps(rec)
+        if step_word:
+            pool = ([batch] if batch is not None else []) + steps
+            chosen = [s for s in pool if s["id"] == step_word]
+            if not chosen:
+                ctx.error(f"sstat: error: couldn't get steps for job {job_word}.{step_word} "
+                          "with status: Job/step already completing or completed")
+                failed = True
+                continue
+        elif "allsteps" in opts:
+            chosen = ([batch] if batch is not None else []) + steps
+        else:
+            numbered = sorted((s for s in steps if s["id"].isdigit()),
+                              key=lambda s: int(s["id"]))
+            chosen = numbered[:1]
+        units = None
+        for st in chosen:
+            rows.append(sa.Row(rec, st, ctx.now, False, "corral", units,
+                               "noconvert" in opts))
+    mode = "parsable2" if "parsable2" in opts else "parsable" if "parsable" in opts \
+        else "fixed"
+    for line in sa.render(cols, rows, header="noheader" not in opts, mode=mode):
+        ctx.print(line)
+    if failed and not rows:
+        raise ShimExit(1)
