@@ -463,9 +463,10 @@ class Supervisor:
 
         assert self.apt is not None
         p = self.apt
-        os.setgroups(list(p.groups))
-        os.setgid(p.gid)
-        os.setuid(p.uid)
+        if self.cfg.switch_user:  # a root agent; else the job is the agent's own user's
+            os.setgroups(list(p.groups))
+            os.setgid(p.gid)
+            os.setuid(p.uid)
         try:
             in_fd = os.open(self.stdin_path, os.O_RDONLY)
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
