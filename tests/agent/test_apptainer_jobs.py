@@ -168,6 +168,35 @@ def test_limits_cancel_and_signals_hold_in_apptainer(
     assert ex[33].state == "CANCELLED" and time.monotonic() - t0 < 5, ex[33]
 
 
+def test_two_users_at_once_unpack_one_sif_once(
+        tmp_path: Path, images: tuple[Registry, Path, str],
+        test_user: tuple[str, int, int, int]) -> None:
+    """A cold cache, the same SIF for the test user and root at the same moment: one
+    unpack (the other job waits on the digest's lock, then finds the tree), one tree."""
+    reg, d, program = images
+    cc = ContainersConfig(runtime="apptainer", apptainer=program,
+                          insecure_registries=(reg.host,), cache_dir=str(d / "cache2"))
+    r = JobRunner(tmp_path / "state2", cgroup_root=CGROUP_ROOT, node_name="aptnode2",
+                  containers=settings(cc, str(tmp_path), "aptnode2"))
+    try:
+        w = work(d)
+        sif = str(d / "bb.sif")
+        script = "#!/bin/sh\n. /etc/os-release; echo $NAME $(id -u)\n"
+        launch(r, 51, w, test_user, script, sif)
+        launch(r, 52, w, ("root", 0, 0, 0), script, sif)
+        ex = wait_exits(r, 2, 60)
+        assert ex[51].state == ex[52].state == "COMPLETED", ex
+        assert (w / "out-51.txt").read_text().strip() == f"Corral Apptainer Image {test_user[1]}"
+        assert (w / "out-52.txt").read_text().strip() == "Corral Apptainer Image 0"
+        how = sorted("unpacked" if any("unpacked" in n for n in notes(r, j)) else "cached"
+                     for j in (51, 52))
+        assert how == ["cached", "unpacked"], how
+        assert len(list((d / "cache2" / "images").iterdir())) == 1
+    finally:
+        r.close()
+        kill_leftovers(tmp_path / "state2")
+
+
 def test_bad_sif_fails_the_job_with_its_reason(arunner: JobRunner,
                                                images: tuple[Registry, Path, str],
                                                test_user: tuple[str, int, int, int]) -> None:
