@@ -1,5 +1,5 @@
-"""Apptainer for the tests: a real ``apptainer`` on PATH, else Debian sid's through
-``scripts/apptainer-sid`` (the root ``scripts/apptainer-rootfs`` builds; see
+"""Apptainer for the tests: a real ``apptainer`` on PATH, else Debian sid's through the
+wrapper ``scripts/apptainer-rootfs`` installs (or ``scripts/apptainer-sid`` itself; see
 docs/containers.md), and SIF images built from the loopback registry's images."""
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SID_ROOT = os.environ.get("CORRAL_APPTAINER_ROOT", "/var/cache/corral/apptainer-sid")
+# where scripts/apptainer-rootfs installs the wrapper (jobs' users can run it there; a
+# checkout may sit in a directory they cannot reach)
+WRAPPER = os.environ.get("CORRAL_APPTAINER_WRAPPER", "/usr/local/lib/corral/apptainer")
 
 
 def find_apptainer() -> tuple[str, str]:
@@ -25,6 +28,8 @@ def find_apptainer() -> tuple[str, str]:
                     "(scripts/apptainer-rootfs builds it: root and a Debian mirror)")
     if shutil.which("bwrap") is None:
         return "", "bwrap is missing (apt-get install bubblewrap)"
+    if os.access(WRAPPER, os.X_OK):
+        return WRAPPER, ""
     return str(ROOT / "scripts" / "apptainer-sid"), ""
 
 
