@@ -19,6 +19,11 @@ class PowerConfig:
     suspend_exc_parts: tuple[str, ...] = ()  # partitions whose nodes are never powered down
     resume_rate: int = 300  # ResumeRate: nodes resumed per minute at most (0: no limit)
     suspend_rate: int = 60  # SuspendRate: nodes powered down per minute at most (0: none)
+    # seconds a resumed node takes to register (no Slurm key). 0: a powered-down node is
+    # planned on as an idle one and a job is allocated on it at once (Slurm's model, the
+    # job waits while it boots); more: it is available only that long after its resume,
+    # so estimated starts include the boot and only the nodes planned starts need resume
+    boot_time_s: int = 0
 
     @property
     def enabled(self) -> bool:
@@ -36,6 +41,8 @@ def check_power(p: PowerConfig) -> list[tuple[str, str]]:
                     "nodes must be resumable)"))
     if p.suspend_time_s is not None and not p.suspend_program:
         out.append(("power.suspend_program", "is required with suspend_time_s"))
+    if p.boot_time_s < 0:
+        out.append(("power.boot_time_s", "must be 0 or more seconds"))
     for name in ("resume_rate", "suspend_rate"):
         if getattr(p, name) < 0:
             out.append((f"power.{name}", "must be 0 (no limit) or more nodes per minute"))

@@ -18,6 +18,11 @@ A node's power state (``NodeRecord.power``): ``""`` (on), ``POWERED_DOWN``,
 - ``[[nodes]] cloud = true`` (``State=CLOUD``): a node that does not exist until resumed;
   it starts POWERED_DOWN.
 - ``scontrol update nodename=N state=power_down|power_up`` runs the programs at once.
+- ``boot_time_s`` > 0: a powered-down node is planned as available only that long after
+  a resume (``corral.core.boot``, ``ClusterSnapshot.boot_ready``), a powering-up one from
+  its expected ready time: nothing starts on them before their agents register, waiting
+  jobs' estimated starts include the boot, and ``plan`` resumes just the nodes that the
+  cycle's planned starts (``Reserve``) need. 0 (the default) keeps Slurm's model above.
 - ``resume_rate`` / ``suspend_rate`` (Slurm's ``ResumeRate``/``SuspendRate``, nodes per
   minute, 0: no limit) bound how many nodes are resumed / powered down in any 60 s
   (``RateWindow``): when more are due, the first go (the nodes of the jobs started first;
@@ -36,12 +41,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from corral.config.power import PowerConfig
 from corral.controller.errors import ApiError
 from corral.controller.records import JobRecord, NodeRecord
+from corral.core.decisions import Reserve
 from corral.core.model.node import NodeState
 
 if TYPE_CHECKING:
@@ -91,6 +97,7 @@ class PowerManager:
         self.ctl = ctl
         self.clock = clock  # wall-clock seconds (a test passes its own)
         self._resume: dict[str, None] = {}  # due for a resume, in order (ResumeRate)
+        self._wanted: set[str] = set()  # boot_time_s: the nodes the last plan needs
         self.resume_window = RateWindow()
         self.suspend_window = RateWindow()
 
@@ -121,8 +128,8 @@ class PowerManager:
             return
         now = self.clock() if now is None else now
         nodes = self.ctl.nodes.nodes
-        due = [n for n in self._resume
-               if n in nodes and nodes[n].power == POWERED_DOWN and nodes[n].jobs]
+        due = [n for n in self._resume if n in nodes and nodes[n].power == POWERED_DOWN
+               and (nodes[n].jobs or n in self._wanted)]
         n = self.resume_window.take(len(due), self.cfg.resume_rate, now)
         go, rest = due[:n], due[n:]
         self._resume = dict.fromkeys(rest)
@@ -131,6 +138,42 @@ class PowerManager:
                      self.cfg.resume_rate, len(rest), ",".join(rest))
         if go:
             self.resume(sorted(go), now)
+
+    # ---- boot time in the plan (boot_time_s > 0) ------------------------------------------
+
+    def boot_ready(self, now: float) -> dict[str, float]:
+        """``ClusterSnapshot.boot_ready``: when each powered-down node would be ready if
+        resumed now, and when each powering-up one is expected (``corral.core.boot``).
+        Empty with ``boot_time_s = 0``: powered-down nodes are then planned as idle."""
+        cfg = self.cfg
+        if not cfg.enabled or cfg.boot_time_s <= 0:
+            return {}
+        out: dict[str, float] = {}
+        for node in self.ctl.nodes.nodes.values():
+            if node.power == POWERED_DOWN and not node.jobs:
+                out[node.name] = now + cfg.boot_time_s
+            elif node.power == POWERING_UP and not node.connected:
+                resumed = (node.power_deadline or now) - cfg.resume_timeout_s
+                out[node.name] = max(now + 1.0, resumed + cfg.boot_time_s)
+        return out
+
+    def plan(self, reservations: Iterable[Reserve], now: float) -> None:
+        """Resume the powered-down nodes that the cycle's planned starts need by the time
+        they would be ready (``core.boot.nodes_to_resume``); a node no plan needs any
+        more is not resumed (if ``resume_rate`` kept it waiting)."""
+        cfg = self.cfg
+        if not cfg.enabled or cfg.boot_time_s <= 0:
+            return
+        from corral.core.boot import nodes_to_resume
+
+        down = {n.name: now + cfg.boot_time_s for n in self.ctl.nodes.nodes.values()
+                if n.power == POWERED_DOWN and not n.jobs}
+        want = nodes_to_resume(reservations, down, now,
+                               max(1.0, float(self.ctl.cfg.scheduler.bf_resolution_s)))
+        self._wanted = set(want)
+        for name in want:
+            self._resume.setdefault(name, None)
+        self.flush(now)
 
     def resume(self, names: list[str], now: float | None = None) -> None:
         if not self.cfg.resume_program:

@@ -145,6 +145,7 @@ class SchedulerLoop:
             advance=ctl.reservations.core(),
             job_reservations=(ctl.reservations.job_reservations()
                               if ctl.reservations.requested else {}),
+            boot_ready=ctl.power.boot_ready(time.time()),  # [power] boot_time_s
         )
 
     def _pending_core(self) -> tuple[Any, ...]:
@@ -428,6 +429,7 @@ class SchedulerLoop:
                     job_event(ctl, rec, "BEGIN")
         if ctl.cfg.power.enabled:
             ctl.power.flush()  # resume the powered-down nodes these starts got
+            ctl.power.plan(result.reservations, now)  # ... or the planned starts need
         if unlaunchable:
             await ctl.persist(updates=unlaunchable)
         for rec in preempted:

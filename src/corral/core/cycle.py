@@ -76,7 +76,7 @@ def _plain_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
             reserved=snapshot.reserved if highest else (),
         )
     if len(snapshot.pending) == 1 and config.preempt_type == PreemptType.NONE \
-            and not snapshot.advance:  # windows of reservations are in the profile only
+            and not snapshot.advance and not snapshot.boot_ready:  # windows: in the profile
         # one job that starts now: the pass's decision without the pass (``passes.alone``)
         start = start_alone(snapshot, config, snapshot.pending[0], table, pool)
         if start is not None:

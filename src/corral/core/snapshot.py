@@ -61,6 +61,9 @@ class ClusterSnapshot:
     # asked for by name (job id -> name)
     advance: tuple[AdvanceReservation, ...] = ()
     job_reservations: Mapping[int, str] = field(default_factory=dict)
+    # nodes that cannot run work before a time: powered down (ready at now + their boot
+    # time if resumed now) or powering up (``corral.core.boot``); name -> ready time
+    boot_ready: Mapping[str, float] = field(default_factory=dict)
 
     def partition(self, name: str) -> Partition | None:
         for p in self.partitions:

@@ -149,7 +149,7 @@ class Pass(LeanWalk, TailWalk, Planner, Preemptor):
         plans_get = memo[4].get  # the memo of ``planned``, read inline (the hot loop)
         # behind a blocked head, a replay's queue walk skips and counts what it only
         # would count (``passes.lean``); otherwise every job in order
-        lean = prefilter and max_cycle is None and not limits_on
+        lean = prefilter and max_cycle is None and not limits_on and not self.boot_mask
         # annotated: the jobs behind the test limit that can only wait come as one
         # compact tail (``passes.tail``); otherwise every job in order
         waits: dict[int, Job] | None = None  # jobs that only wait behind the limit
@@ -381,7 +381,8 @@ class Pass(LeanWalk, TailWalk, Planner, Preemptor):
     def block(self, job: Job, opts: list[Option], rank: int, pr: float,
               preempting: bool = False) -> None:
         """``job`` cannot start now: reserve if the mode says so, and explain."""
-        if self.mode == BackfillMode.EASY and not self.annotate and not preempting:
+        if self.mode == BackfillMode.EASY and not self.annotate and not preempting \
+                and not self.boot_mask:
             # nothing to record when its partitions are already blocked, each with its
             # first blocked job, and hold the EASY reservation (the usual case behind a
             # blocked head, tested for every backfill candidate)
@@ -425,6 +426,12 @@ class Pass(LeanWalk, TailWalk, Planner, Preemptor):
                     self.out.reserved.append(job.id)
             else:
                 self.out.reserved.append(job.id)
+        elif self.mode == BackfillMode.EASY and masks & self.boot_mask and not preempting:
+            # a job behind the EASY reservation that waits only for booting nodes holds
+            # them too (``corral.core.boot``): the next job plans on other nodes, and the
+            # shell resumes every node a waiting job needs, not one job's at a time
+            res = self.config.bf_resolution_s
+            est = self.reserve(job, opts, round_up(self.boot_until, res), True)
         if not self.annotate:
             return
         if preempting:

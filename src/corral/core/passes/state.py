@@ -87,6 +87,18 @@ class PassState:
                        for i in (table.index.get(n) for n in r.nodes) if i is not None]
             if amounts:
                 self.windows.append((amounts, r.start_time, r.end_time))
+        # booting nodes (``corral.core.boot``): held from now until they are ready, so
+        # nothing starts on them now and plans (estimated starts) include the boot
+        self.boot_mask = 0
+        self.boot_until = now
+        for name, ready in snapshot.boot_ready.items():
+            i = table.index.get(name)
+            if i is None or ready <= now:
+                continue
+            self.windows.append(([(i, table.cores[i], table.mem[i], table.ngpus[i])], now,
+                                 ready))
+            self.boot_mask |= 1 << i
+            self.boot_until = max(self.boot_until, ready)
         if self.windows:
             self.unit = False
         self.any_down = pool.up != table.all_mask
