@@ -147,7 +147,7 @@ def test_sshare_default_layout_all_users() -> None:
 def test_sshare_filters_and_parsable() -> None:
     c = ReportClient()
     out, _, _ = run("sshare", ["-P", "-n", "-u", "bob", "-U"], c)
-    assert out == "  physics|bob|1|0.800000|3600|1.000000|0.500000\n"
+    assert out == "physics|bob|1|0.800000|3600|1.000000|0.500000\n"  # -U: no indent
     out, _, _ = run("sshare", ["-ap", "-A", "physics", "--format=Account,User,LevelFS"], c)
     assert out.splitlines() == ["Account|User|LevelFS|", " physics||0.800000|",
                                 "  physics|bob|1.000000|"]
@@ -157,6 +157,23 @@ def test_sshare_filters_and_parsable() -> None:
     # no -a: every account row, the caller's own user rows only (uid 0: root has none)
     out, _, _ = run("sshare", ["-n", "-P", "-o", "account,user"], c)
     assert "bob" not in out and "alice" not in out and " physics|" in out
+
+
+def test_account_probes_of_snakemake() -> None:
+    """snakemake's Slurm plugin: ``sacctmgr -n -s list user U format=account%256``, then
+    ``sshare -U --format Account%256 --noheader``; one account per line (stripped)."""
+    c = ReportClient()
+    out, err, rc = run("sacctmgr", ["-n", "-s", "list", "user", "bob", "format=account%256"],
+                       c)
+    assert (rc, err, [x.strip() for x in out.splitlines()]) == (0, "", ["physics"])
+    assert len(out.splitlines()[0]) == 257  # right-aligned in 256 columns, then a space
+    out, _, _ = run("sacctmgr", ["-nsP", "list", "user"], c)
+    assert [x.split("|")[:5] for x in out.splitlines()] == [
+        ["bob", "physics", "None", "shimtest", "physics"],
+        ["alice", "chem", "None", "shimtest", "chem"]]
+    out, err, rc = run("sshare", ["-U", "--format", "Account%256", "--noheader", "-u", "bob"],
+                       c)
+    assert (rc, err, out) == (0, "", "physics".ljust(256) + " \n")
 
 
 def test_sshare_long_has_slurm_columns() -> None:

@@ -3,6 +3,7 @@
 Verbs: ``add|create``, ``modify|update`` (``... [where] name=X set K=V``), ``delete|remove``,
 ``show|list`` of ``account``, ``user``, ``qos`` and ``association`` (show only), with
 ``-i``/``--immediate`` (Corral commits at once either way: no 30-second prompt),
+``-s``/``--associations`` (``show user``: one row per association, user columns first),
 ``-n``/``--noheader``, ``-P``/``--parsable2``, ``-p``/``--parsable`` and ``format=``.
 Keys (case-insensitive) and what they set in the ``corral.toml`` entry:
 
@@ -44,13 +45,15 @@ def run(ctx: Context, client: Any) -> None:
     words: list[str] = []
     argv: list[str] = []
     for a in ctx.argv:  # clustered short flags, as getopt takes them: -nP is -n -P
-        if len(a) > 2 and a[0] == "-" and a[1] != "-" and all(ch in "inPpQv" for ch in a[1:]):
+        if len(a) > 2 and a[0] == "-" and a[1] != "-" and all(ch in "inPpQvs" for ch in a[1:]):
             argv.extend(f"-{ch}" for ch in a[1:])
         else:
             argv.append(a)
     for a in argv:
         if a in ("-i", "--immediate"):
             flags.add("i")
+        elif a in ("-s", "--associations"):
+            flags.add("s")
         elif a in ("-n", "--noheader"):
             flags.add("n")
         elif a in ("-P", "--parsable2"):
@@ -432,6 +435,16 @@ _ASSOC: list[Field] = [
     ("Def QOS", 9, lambda e, c: ""),
     ("GrpTRESRunMins", 13, lambda e, c: ""),
 ]
+def _user_of(c: dict[str, Any], name: str) -> Entry:
+    return next((u for u in c.get("users") or () if u["name"] == name),
+                {"name": name, "accounts": ["root"], "operator": name == "root"})
+
+
+_USER_ASSOC: list[Field] = [  # `sacctmgr -s show user`: the user, then its associations
+    ("User", 10, lambda e, c: e.get("user") or ""),
+    ("Def Acct", 10, lambda e, c: _USER[1][2](_user_of(c, e.get("user") or ""), c)),
+    ("Admin", 9, lambda e, c: _USER[2][2](_user_of(c, e.get("user") or ""), c)),
+] + [f for f in _ASSOC if f[0] != "User"]
 _TABLES = {"qos": _QOS, "accounts": _ACCOUNT, "users": _USER, "assoc": _ASSOC}
 _ALIASES = {"defaultaccount": "def acct", "defacct": "def acct", "adminlevel": "admin",
             "fairshare": "share", "descr": "descr", "description": "descr",
@@ -461,7 +474,12 @@ def _rows(kind: str, cfg: dict[str, Any]) -> list[Entry]:
 def _show(ctx: Context, client: Any, kind: str, words: list[str], flags: set[str]) -> None:
     cfg = client.cluster_config()
     names, where, _sets = _pairs(ctx, words)
-    fields = _TABLES[kind]
+    with_assoc = kind == "users" and "s" in flags  # `-s list user`: one row per association
+    if with_assoc:
+        kind = "assoc"
+        where.setdefault("user", ",".join(names) if names else "")
+        names = []
+    fields = _USER_ASSOC if with_assoc else _TABLES[kind]
     fmt = where.pop("format", None)
     if fmt:
         chosen: list[Field] = []
@@ -480,9 +498,9 @@ def _show(ctx: Context, client: Any, kind: str, words: list[str], flags: set[str
                                                           and r.get("user") in names)]
     for wkey in ("account", "accounts", "user", "users"):
         if wkey in where and kind == "assoc":
-            want = set(where[wkey].split(","))
+            want = set(x for x in where[wkey].split(",") if x)
             col = "account" if wkey.startswith("account") else "user"
-            rows = [r for r in rows if r.get(col) in want]
+            rows = [r for r in rows if r.get(col) in want or (not want and r.get(col))]
     parsable = "P" in flags or "p" in flags
     tail = "|" if "p" in flags else ""
     if "n" not in flags:

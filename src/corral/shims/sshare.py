@@ -8,9 +8,10 @@ Rows (as ``sshare``): ``root`` first, then depth-first each account's user assoc
 followed by its sub-accounts, names indented one space per level in the ``Account``
 column. Without ``-a`` only the caller's user rows show (every account row does);
 ``-u a,b`` shows those users' rows; ``-A x,y`` only the associations of those accounts;
-``-U`` only user rows. Columns: ``Account User RawShares NormShares RawUsage
-EffectvUsage FairShare`` (``-l`` adds ``NormUsage``, ``LevelFS``, ``GrpTRESMins``,
-``TRESRunMins``); ``-m`` adds ``Partition`` (always empty: no partition associations).
+``-U`` only user rows (not indented: their parents are not shown; ``sshare -U --format
+Account%256 --noheader`` is how snakemake's Slurm plugin finds a user's accounts).
+Columns: ``Account User RawShares NormShares RawUsage EffectvUsage FairShare`` (``-l``
+adds ``NormUsage``, ``LevelFS``, ``GrpTRESMins``, ``TRESRunMins``); ``-m`` adds ``Partition`` (always empty: no partition associations).
 ``FairShare`` is the Fair Tree factor of a user association (the classic factor under
 ``fairshare = "classic"``) and empty for accounts, as Slurm's Fair Tree prints it.
 
@@ -208,6 +209,8 @@ def run(ctx: Context, client: Any) -> None:
     rows = ordered(client.fairshare())
     for r in rows:
         r["_cluster"] = cluster
+        if "Users" in opts:  # no parents shown: nothing to indent under
+            r["_depth"] = 0
     if any(c.name == "TRESRunMins" for c in cols):
         _running_tres(rows, client.jobs(states=["RUNNING"]), ctx.now)
     users = set(_split(opts.get("users", [])))
