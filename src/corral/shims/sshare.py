@@ -11,7 +11,8 @@ column. Without ``-a`` only the caller's user rows show (every account row does)
 ``-U`` only user rows (not indented: their parents are not shown; ``sshare -U --format
 Account%256 --noheader`` is how snakemake's Slurm plugin finds a user's accounts).
 Columns: ``Account User RawShares NormShares RawUsage EffectvUsage FairShare`` (``-l``
-adds ``NormUsage``, ``LevelFS``, ``GrpTRESMins``, ``TRESRunMins``); ``-m`` adds ``Partition`` (always empty: no partition associations).
+adds ``NormUsage``, ``LevelFS``, ``GrpTRESMins``, ``TRESRunMins``); ``-m`` adds
+``Partition`` (always empty: no partition associations).
 ``FairShare`` is the Fair Tree factor of a user association (the classic factor under
 ``fairshare = "classic"``) and empty for accounts, as Slurm's Fair Tree prints it.
 
