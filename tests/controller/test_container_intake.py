@@ -63,6 +63,12 @@ def test_pending_container_jobs_prefer_the_nodes_holding_their_image() -> None:
     assert rec.to_core().spec.prefer_nodes == ("n1", "n3")
     assert rec.sub.spec.prefer_nodes == ()  # the stored submission is unchanged
     assert refresh_preferences([rec], nodes) == 0  # nothing new: no change, no touch
+    # a SIF's sandbox is reported under the file's path (Apptainer, corral.agent.apptainer)
+    nodes["n2"] = SimpleNamespace(images=[{"refs": ["/srv/img/app.sif"]}])
+    sif = JobRecord(id=3, sub=sub(spec("/srv/img/app.sif")), submit_time=0.0)
+    directory = JobRecord(id=4, sub=sub(spec("/srv/rootfs")), submit_time=0.0)
+    assert refresh_preferences([sif, directory], nodes) == 1
+    assert sif.prefer == ("n2",) and directory.prefer == ()
 
 
 def test_image_pull_request_is_checked() -> None:

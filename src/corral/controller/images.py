@@ -57,7 +57,8 @@ def pull_images(conns: Mapping[str, _Conn], known: set[str], cfg: ClusterConfig,
 
 
 def image_of(rec: Any) -> str:
-    """The canonical registry reference a job runs in, "" for none (or not a registry's)."""
+    """The canonical reference of a job's cached image: a registry image, or a SIF (the
+    nodes report its sandbox under the file's path); "" for none or a directory/bundle."""
     text = rec.sub.extra.get("container")
     if not text:
         return ""
@@ -65,7 +66,7 @@ def image_of(rec: Any) -> str:
         data = json.loads(text)
     except ValueError:
         return ""
-    return str(data.get("image") or "") if data.get("kind") == "docker" else ""
+    return str(data.get("image") or "") if data.get("kind") in ("docker", "sif") else ""
 
 
 def holders(nodes: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
