@@ -187,6 +187,8 @@ def test_what_the_compiled_one_leaves_to_python() -> None:
                             False, (), None) is None
     assert stepbin.plan_for(_launch(1, ["true"], task_epilog="/bin/true"), req, "n1", {},
                             False, (), None) is None
+    assert stepbin.plan_for(_launch(1, ["true"]), _req(task_prolog="/bin/true"), "n1", {},
+                            False, (), None) is None  # the cluster's [scripts] task_prolog
     bad_env = _launch(1, ["true"], env={"A=B": "x"})
     assert stepbin.plan_for(bad_env, req, "n1", {}, False, (), None) is None
     with pytest.raises(ValueError):

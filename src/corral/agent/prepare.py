@@ -139,6 +139,8 @@ def job_environment(req: LaunchRequest, node_name: str) -> dict[str, str]:
         env.setdefault(key, val)
     env["SLURMD_NODENAME"] = node_name
     env["CORRAL_NODE_NAME"] = node_name
+    if req.task_prolog or req.task_epilog:  # srun: the agents run the steps' tasks, so
+        env["CORRAL_TASK_SCRIPTS"] = "1"  # the cluster's TaskProlog/TaskEpilog run too
     if req.cpus:
         env["SLURM_CPUS_ON_NODE"] = str(len(req.cpus))
     else:

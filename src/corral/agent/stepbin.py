@@ -11,7 +11,8 @@ faults of a Python heap in every task before its exec.
 
 ``plan_for`` returns None (the Python step process then runs the step) for what the binary
 does not do: pty steps, container steps, steps with srun's ``--task-prolog`` or
-``--task-epilog``, an I/O address that is not numeric IPv4.
+``--task-epilog`` (or in a job with the cluster's task prolog/epilog), an I/O address
+that is not numeric IPv4.
 
 The binary is compiled once per source text with the system C compiler into a root-owned
 cache directory (``/var/cache/corral`` for root, else ``$XDG_CACHE_HOME/corral``), named by
@@ -130,8 +131,8 @@ def plan_for(launch_json: dict[str, Any], req: LaunchRequest, node_name: str,
     launch = sp.StepLaunch.from_json(launch_json)
     if launch.pty or launch.container:
         return None
-    if launch.task_prolog or launch.task_epilog:
-        return None  # srun --task-prolog/--task-epilog: the Python step process runs them
+    if launch.task_prolog or launch.task_epilog or req.task_prolog or req.task_epilog:
+        return None  # srun's or the cluster's task prolog/epilog: the Python step process
         # (jobscripts.run_program + apply_task_prolog), which keeps one implementation
     host, _, port = launch.io_addr.rpartition(":")
     try:

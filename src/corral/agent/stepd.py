@@ -17,8 +17,9 @@ process. It runs as root until each task's fork, and:
 4. relays task stdout/stderr to srun (or the task writes its file), srun's stdin to the
    tasks that read it, signals from srun to every task's process group; a pty step runs
    task 0 on a pseudo-terminal with the window size srun reports;
-5. runs srun's ``--task-prolog`` in each task's process before its exec and
-   ``--task-epilog`` after each task ended (``_task_prolog``, ``_task_epilog``);
+5. runs the cluster's ``task_prolog`` and srun's ``--task-prolog`` in each task's
+   process before its exec, srun's ``--task-epilog`` and the cluster's ``task_epilog``
+   after each task ended (``_task_prolog``, ``_task_epilog``);
 6. reports each task's exit (``EXIT``) and, when all are gone, the node's usage
    (``DONE``: CPU time and peak RSS of its tasks), then exits.
 
@@ -378,9 +379,10 @@ class StepProcess:
                 stage = "container"
                 raise OSError(errno.EINVAL, self.container_error)
             env["SLURM_TASK_PID"] = str(os.getpid())
-            if self.launch.task_prolog:
-                stage = "TaskProlog"
-                self._task_prolog(env)
+            for prolog in (self.req.task_prolog, self.launch.task_prolog):
+                if prolog:  # the cluster's TaskProlog first, then srun's (as Slurm)
+                    stage = "TaskProlog"
+                    self._task_prolog(env, prolog)
             argv = self.launch.argv
             stage = f"execve(): {argv[0]}"
             os.execvpe(argv[0], argv, env)
@@ -392,16 +394,17 @@ class StepProcess:
                 os._exit(2 if isinstance(exc, OSError) and exc.errno == errno.ENOENT else 1)
         os._exit(1)
 
-    def _task_prolog(self, env: dict[str, str]) -> None:
-        """srun's ``--task-prolog`` in the task's process, already the user, in its
+    def _task_prolog(self, env: dict[str, str], path: str) -> None:
+        """A task prolog (the cluster's ``[scripts] task_prolog`` or srun's
+        ``--task-prolog``) in the task's process, already the user, in its
         directory, with its output files open: as the cluster's TaskProlog for a batch
         script (``jobscripts``), its ``export``/``unset`` lines change ``env`` and its
         ``print`` lines go to the task's standard output. A failure ends the task with
         the prolog's status (slurmstepd's ``TaskProlog failed status=N``)."""
         from corral.agent import jobscripts
 
-        res = jobscripts.run_program(self.launch.task_prolog, [], dict(env),
-                                     self.req.script_timeout_s, cwd=os.getcwd())
+        res = jobscripts.run_program(path, [], dict(env), self.req.script_timeout_s,
+                                     cwd=os.getcwd())
         if not res.ok:
             os.write(2, f"slurmstepd: error: TaskProlog failed status={res.describe()}\n"
                      .encode())
@@ -411,18 +414,21 @@ class StepProcess:
             os.write(1, "".join(line + "\n" for line in prints).encode())
 
     def _task_epilog(self, task: _Task) -> None:
-        """srun's ``--task-epilog`` after ``task`` ended, as the user, with the task's
-        environment, before its exit is reported (as slurmstepd does)."""
+        """srun's ``--task-epilog``, then the cluster's ``task_epilog``, after ``task``
+        ended, as the user, with the task's environment, before its exit is reported (as
+        slurmstepd does)."""
         from corral.agent import jobscripts
 
         creds = (self.req.uid, self.req.gid, self.groups) if self.switch_user else None
         env = dict(task.env, SLURM_TASK_PID=str(task.pid))
-        res = jobscripts.run_program(self.launch.task_epilog, [], env,
-                                     self.req.script_timeout_s, creds=creds,
-                                     cwd=self.launch.cwd)
-        if not res.ok and self.log is not None:
-            self.log(f"step {self.launch.step_id} task {task.gid}: TaskEpilog "
-                     f"{self.launch.task_epilog}: {res.describe()}")
+        for path in (self.launch.task_epilog, self.req.task_epilog):
+            if not path:
+                continue
+            res = jobscripts.run_program(path, [], dict(env), self.req.script_timeout_s,
+                                         creds=creds, cwd=self.launch.cwd)
+            if not res.ok and self.log is not None:
+                self.log(f"step {self.launch.step_id} task {task.gid}: TaskEpilog "
+                         f"{path}: {res.describe()}")
 
     # ---- relay ----------------------------------------------------------------------------
     def _close_fd(self, fd: int) -> None:
@@ -490,7 +496,7 @@ class StepProcess:
                     t.status = status
                     t.cpu_s = ru.ru_utime + ru.ru_stime
                     t.rss_kb = ru.ru_maxrss
-                    if self.launch.task_epilog:
+                    if self.launch.task_epilog or self.req.task_epilog:
                         self._task_epilog(t)
                     self.last_exit = time.monotonic()
                     code = os.waitstatus_to_exitcode(status)

@@ -171,8 +171,10 @@ def launch_mode(env: dict[str, str], nodes: list[str], opts: SlurmOptions) -> st
     """"agents" when the step runs anywhere but here (or a pty is asked for), "local"
     when all its tasks run on this node: srun is then already inside the job's share of
     it and starts the tasks itself (``CORRAL_SRUN_LAUNCH`` forces either). A step with
-    ``--task-prolog``/``--task-epilog`` always goes through the agents."""
-    if opts.extra.get("task_prolog") or opts.extra.get("task_epilog"):
+    ``--task-prolog``/``--task-epilog``, or in a job of a cluster with a ``[scripts]``
+    task_prolog/task_epilog (``CORRAL_TASK_SCRIPTS``), always goes through the agents."""
+    if opts.extra.get("task_prolog") or opts.extra.get("task_epilog") or \
+            env.get("CORRAL_TASK_SCRIPTS"):  # srun's or the cluster's task prolog/epilog:
         return "agents"  # the node's step process runs them around each task
     forced = env.get("CORRAL_SRUN_LAUNCH", "")
     if forced in ("agents", "local"):
