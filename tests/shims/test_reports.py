@@ -218,8 +218,11 @@ def test_sprio_default_drops_zero_weight_columns() -> None:
 def test_sprio_norm_long_weights_and_filters() -> None:
     c = ReportClient()
     out, _, _ = run("sprio", ["-n", "-h", "-j12"], c)
-    assert out == ("             12 debug      0.4719615          0  0.0105000  0.5000000"
-                   "  0.1250000  1.0000000\n")
+    # normalized: left-aligned %10 columns, the priority over 0xffffffff cut to 10
+    assert out == ("             12 debug     0.00000142 0.0105000  0.5000000  0.1250000"
+                   "  1.0000000 \n")
+    out, _, _ = run("sprio", ["-u", "root", "-h", "-j12"], c)  # -u adds the user column
+    assert out.split()[:3] == ["12", "debug", "root"]
     out, _, _ = run("sprio", ["-l", "-u", "root", "-p", "batch"], c)
     head, row = out.splitlines()
     assert head.split() == ["JOBID", "PARTITION", "USER", "PRIORITY", "SITE", "AGE", "ASSOC",
@@ -236,6 +239,17 @@ def test_sprio_norm_long_weights_and_filters() -> None:
     assert rc == 1
     out, _, rc = run("sprio", ["-j99"], c)
     assert (out, rc) == ("Unable to find jobs matching user/id(s) specified\n", 0)
+
+
+def test_sprio_admin_priority_and_floor() -> None:
+    c = ReportClient()
+    direct = dict(_prio_job(30, "root", 0, 0.5, 0.5), admin_priority=500)
+    tiny = _prio_job(31, "root", 0, 0.0, 0.0)
+    tiny["factors"] = {k: dict(v, contribution=0.0) for k, v in tiny["factors"].items()}
+    c.priorities = lambda: {"jobs": [direct, tiny],  # type: ignore[method-assign]
+                            "weights": {"age": 1000, "fairshare": 10000}}
+    out, _, _ = run("sprio", ["-h", "-o", "%i %Y %A %F %S"], c)
+    assert out.splitlines() == ["30 500 0 0 0", "31 1 0 0 0"]  # set by an admin; at least 1
 
 
 @pytest.mark.parametrize("argv,message", [

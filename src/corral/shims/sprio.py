@@ -3,19 +3,22 @@
 Data: ``client.priorities()`` (``corral.ops.schedview``): the scheduler's own breakdown
 (``corral.core.priority.explain_all``) of every pending job, with the weights.
 
-Layout (Slurm's ``sprio.c``): the default format is ``%.15i %9r %.10Y %.10S`` followed by
-one ``%.10<letter>`` column per factor whose weight is not zero (age ``A``, assoc ``B``,
-fairshare ``F``, job size ``J``, partition ``P``, QOS ``Q``; TRES weights are not modelled
-so ``%20T`` never shows); ``-l`` prints every factor plus ``%.8u`` and ``%.11N`` (nice);
-``-n``/``--norm`` the normalized factors (lower-case letters, seven decimals). Weighted
-values print rounded to whole numbers, the priority truncated to an integer as Slurm's
-``uint32`` priority is. One row per partition a job may run in.
+Layout (Slurm's ``sprio.c``): the default format is ``%.15i %9r %.10Y %.10S`` (``-u``
+adds ``%.8u`` after the partition) followed by one ``%.10<letter>`` column per factor
+whose weight is not zero (age ``A``, assoc ``B``, fairshare ``F``, job size ``J``,
+partition ``P``, QOS ``Q``; TRES weights are not modelled so ``%.20T`` never shows);
+``-l`` prints every factor plus ``%.8u`` and ``%.11N`` (nice); ``-n``/``--norm`` the
+normalized factors, left-aligned (``%10a``: seven decimals; the priority over
+``0xffffffff`` as ``%16.14f``, cut to the width). Weighted values print rounded to whole
+numbers; the priority is Slurm's: the weighted sum plus site minus nice, at least 1,
+truncated to an integer. A priority set by an administrator prints with every factor 0.
+One row per partition a job may run in.
 
 Options: ``-h``/``--noheader``, ``-j``/``--jobs[=list]`` (optional argument: ``-j12,13``),
 ``-u``/``--user``, ``-p``/``--partition``, ``-o``/``--format``, ``-S``/``--sort``
 (letters, ``-`` descending; default job id), ``-w``/``--weights`` (the weights row),
 ``-l``, ``-n``, ``-M`` (this cluster), ``-v``, ``-V``, ``--usage``/``--help``. No job
-matching ``-j``/``-u`` prints ``Unable to find jobs matching user/id(s) specified``.
+matching ``-j`` prints ``Unable to find jobs matching user/id(s) specified`` (exit 0).
 """
 
 from __future__ import annotations
@@ -57,12 +60,19 @@ NOT_FOUND = "Unable to find jobs matching user/id(s) specified"
 Row = dict[str, Any]
 
 
+def _direct(r: Row) -> bool:
+    """An administrator set the priority: Slurm prints every factor as 0."""
+    return r.get("admin_priority") is not None
+
+
 def _weighted(name: str) -> qf.Getter:
     def get(r: Row, now: float) -> str:
         f = (r.get("factors") or {}).get(name)
         if r.get("_weights"):
             return str(int(f["weight"])) if f else "0"
-        return f"{float(f['contribution']):.0f}" if f else "0"
+        if _direct(r) or not f:
+            return "0"
+        return f"{float(f['contribution']):.0f}"
     return get
 
 
@@ -71,19 +81,30 @@ def _normal(name: str) -> qf.Getter:
         f = (r.get("factors") or {}).get(name)
         if r.get("_weights"):
             return str(int(f["weight"])) if f else "0"
-        return f"{float(f['value']):.7f}" if f else "0.0000000"
+        if _direct(r):
+            return "0"
+        if not f or not int(f["weight"]):
+            return "0.0000000"
+        return f"{float(f['contribution']) / int(f['weight']):.7f}"
     return get
 
 
+def _total(r: Row) -> float:
+    """Slurm's ``get_priority_from_factors``: the weighted sum plus site minus nice, at
+    least 1 (0 is kept for held jobs), or the administrator's value."""
+    if _direct(r):
+        return float(r["admin_priority"])
+    total = sum(float(f["contribution"]) for f in (r.get("factors") or {}).values())
+    total += int(r.get("site") or 0) - int(r.get("nice") or 0)
+    return max(1.0, total)
+
+
 def _priority(r: Row, now: float) -> str:
-    return "" if r.get("_weights") else str(max(0, int(float(r["total"]))))
+    return "" if r.get("_weights") else str(int(_total(r)))
 
 
 def _priority_norm(r: Row, now: float) -> str:
-    if r.get("_weights"):
-        return ""
-    total_w = sum(int(f["weight"]) for f in (r.get("factors") or {}).values())
-    return f"{float(r['total']) / total_w:.7f}" if total_w else "0.0000000"
+    return "" if r.get("_weights") else f"{_total(r) / 0xFFFFFFFF:16.14f}"
 
 
 def _plain(key: str, weights_text: str = "") -> qf.Getter:
@@ -96,7 +117,9 @@ def _plain(key: str, weights_text: str = "") -> qf.Getter:
 
 
 def _site(r: Row, now: float) -> str:
-    return "1" if r.get("_weights") else str(int(r.get("site") or 0))
+    if r.get("_weights"):
+        return "1"
+    return "0" if _direct(r) else str(int(r.get("site") or 0))
 
 
 FIELDS: dict[str, tuple[str, qf.Getter]] = {
@@ -109,7 +132,8 @@ FIELDS: dict[str, tuple[str, qf.Getter]] = {
     "Y": ("PRIORITY", _priority),
     "y": ("PRIORITY", _priority_norm),
     "S": ("SITE", _site),
-    "N": ("NICE", lambda r, now: "" if r.get("_weights") else str(int(r.get("nice") or 0))),
+    "N": ("NICE", lambda r, now: "" if r.get("_weights") else
+          "0" if _direct(r) else str(int(r.get("nice") or 0))),
     "T": ("TRES", lambda r, now: ""),
     "t": ("TRES", lambda r, now: ""),
 }
@@ -118,18 +142,19 @@ for _letter, _name, _head in FACTORS:
     FIELDS[_letter.lower()] = (_head, _normal(_name))
 
 
-def default_format(weights: dict[str, Any], *, long: bool, norm: bool) -> str:
-    def letter(x: str) -> str:
-        return x.lower() if norm else x
-
+def default_format(weights: dict[str, Any], *, long: bool, norm: bool,
+                   users: bool = False) -> str:
+    """Slurm 22.05's ``sprio.c`` defaults: normalized columns are left-aligned
+    (``%10a``), weighted ones right-aligned (``%.10A``); ``-u`` adds the user column."""
     if long:
-        cols = " ".join(f"%.10{letter(f[0])}" for f in FACTORS)
-        return (f"%.15i %9r %.8u %.10{letter('Y')} %.10S {cols} %.11N "
-                f"%.20{letter('T')}")
-    fmt = f"%.15i %9r %.10{letter('Y')} %.10S"
+        if norm:
+            return "%.15i %9r %.8u %10y %10a %10b %10f %10j %10p %10q %20t"
+        return "%.15i %9r %.8u %.10Y %.10S %.10A %.10B %.10F %.10J %.10P %.10Q %.11N %.20T"
+    fmt = "%.15i %9r" + (" %.8u" if users else "")
+    fmt += " %10y" if norm else " %.10Y %.10S"
     for key, name, _head in FACTORS:
         if int(weights.get(name) or 0):
-            fmt += f" %.10{letter(key)}"
+            fmt += f" %10{key.lower()}" if norm else f" %.10{key}"
     return fmt
 
 
@@ -198,7 +223,8 @@ def run(ctx: Context, client: Any) -> None:
     fill_default_partition(list(data.get("jobs") or ()), client)
     weights: dict[str, Any] = data.get("weights") or {}
     fmt = opts["format"][-1] if "format" in opts else \
-        default_format(weights, long="long" in opts, norm="norm" in opts)
+        default_format(weights, long="long" in opts, norm="norm" in opts,
+                       users="user" in opts)
     items = qf.parse_format(fmt, FIELDS)
     header = "noheader" not in opts
     if "weights" in opts:
@@ -217,7 +243,7 @@ def run(ctx: Context, client: Any) -> None:
             if parts and part not in parts:
                 continue
             rows.append({**j, "_partition": part, "_cluster": cluster})
-    if not rows and (ids or uids is not None):
+    if not rows and "jobs" in opts:
         ctx.print(NOT_FOUND)
         return
     _sort(rows, opts["sort"][-1] if "sort" in opts else "", ctx.now)
