@@ -63,9 +63,11 @@ class Registry:
         return f"docker://{self.host}/{name}"
 
     def push_busybox(self, name: str, *, os_name: str, filler_kb: int = 0,
-                     extra: dict[str, bytes] | None = None) -> str:
-        """Build a busybox image whose /etc/os-release says ``os_name``, push it as
-        ``name`` (repo:tag); returns its docker:// reference."""
+                     extra: dict[str, bytes] | None = None,
+                     modes: dict[str, int] | None = None) -> str:
+        """Build a busybox image whose /etc/os-release says ``os_name`` (plus ``extra``
+        files, then ``modes`` applied to paths in it), push it as ``name`` (repo:tag);
+        returns its docker:// reference."""
         tree = Path(tempfile.mkdtemp(prefix="img-", dir=self.root))
         for d in ("bin", "etc", "tmp", "proc", "sys", "dev", "root", "home"):
             (tree / d).mkdir()
@@ -86,6 +88,8 @@ class Registry:
             p = tree / rel.lstrip("/")
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)
+        for rel, mode in (modes or {}).items():
+            os.chmod(tree / rel.lstrip("/"), mode)
         tar = tree.with_suffix(".tar")
         subprocess.run(["tar", "-C", str(tree), "-cf", str(tar), "."], check=True)
         ref = self.ref(name)

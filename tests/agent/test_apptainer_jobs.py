@@ -31,7 +31,10 @@ def images() -> Iterator[tuple[Registry, Path, str]]:
     d = Path(tempfile.mkdtemp(prefix="corral-apt-", dir="/tmp"))
     os.chmod(d, 0o755)
     with running_registry() as reg:
-        ref = reg.push_busybox("test/abb:1", os_name="Corral Apptainer Image")
+        # a 1777 directory and a setuid file: the node must not share them as they are
+        ref = reg.push_busybox("test/abb:1", os_name="Corral Apptainer Image",
+                               extra={"srv/drop/tool": b"#!/bin/sh\n"},
+                               modes={"srv/drop": 0o1777, "srv/drop/tool": 0o4755})
         build_sif(program, ref, d / "bb.sif")
         yield reg, d, program
     shutil.rmtree(d, ignore_errors=True)
@@ -105,8 +108,11 @@ def test_sif_job_is_the_image_as_the_user_then_a_cache_hit(
     assert any("cached" in n for n in n2) and not any("unpacked" in n for n in n2), n2
     trees = list((d / "cache" / "images").iterdir())
     assert len(trees) == 1, trees
-    setuid = [p for p in trees[0].rglob("*") if not p.is_symlink() and p.stat().st_mode & 0o6000]
-    assert not setuid, setuid
+    # shared by all users: no setuid bits, nothing others may write (the image has both)
+    tree = trees[0] / "rootfs"
+    unsafe = [p for p in tree.rglob("*") if not p.is_symlink() and p.stat().st_mode & 0o7022]
+    assert not unsafe, unsafe
+    assert (tree / "srv/drop/tool").stat().st_mode & 0o777 == 0o755
 
 
 def test_registry_image_through_apptainer(arunner: JobRunner,

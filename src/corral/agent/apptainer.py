@@ -16,11 +16,11 @@ Policy:
   the same SIF content shares that tree, it counts in the cache's LRU cap and shows in
   ``corral images``. The file is opened *by the user* (a child with the user's ids sends
   the descriptor back), copied into the cache while hashed (root converts its own copy:
-  swapping the user's file afterwards changes nothing), and the tree loses setuid/setgid
-  bits and device nodes before it is renamed into place. A SIF whose path, inode, size
-  and ctime are unchanged is not hashed again. A SIF that is not world-readable is not
-  put where every user could read it: Apptainer runs that file itself, as the user
-  (which needs squashfuse and a usable ``/dev/fuse``).
+  swapping the user's file afterwards changes nothing), and the tree loses setuid/setgid,
+  sticky and group/other write bits and device nodes before it is renamed into place. A
+  SIF whose path, inode, size, mtime and ctime are unchanged is not hashed again. A SIF
+  that is not world-readable is not put where every user could read it: Apptainer runs
+  that file itself, as the user (which needs squashfuse and a usable ``/dev/fuse``).
 - Registry images come from the same cache (``skopeo`` pull, layers unpacked once by
   digest) and run as sandbox directories; their ``Env`` reaches the job through
   ``APPTAINERENV_*`` (names given with ``--container-env`` keep the job's value).
@@ -119,16 +119,21 @@ def _stat_key(path: str, st: os.stat_result) -> str:
     return f"{path}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
 
 
+_UNSAFE_BITS = 0o7022  # setuid, setgid, sticky, group and other write
+
+
 def _strip(tree: str) -> None:
-    """No setuid/setgid bits and no device nodes in a tree root made from user data."""
+    """A tree root made from user data, shared by every user: no setuid/setgid bits, no
+    device nodes, nothing group- or world-writable (a user could change the image under
+    another user's job), as the layer unpack's ``tar`` filter does for registry images."""
     for dirpath, dirnames, filenames in os.walk(tree):
         for name in dirnames + filenames:
             p = os.path.join(dirpath, name)
             st = os.lstat(p)
             if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
                 os.unlink(p)
-            elif not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o6000:
-                os.chmod(p, stat.S_IMODE(st.st_mode) & ~0o6000)
+            elif not stat.S_ISLNK(st.st_mode) and st.st_mode & _UNSAFE_BITS:
+                os.chmod(p, stat.S_IMODE(st.st_mode) & ~_UNSAFE_BITS)
 
 
 def _lock(cache: ImageCache, name: str, timeout_s: float) -> int:
