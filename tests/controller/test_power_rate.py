@@ -19,6 +19,7 @@ from corral.controller.power import (
     RateWindow,
 )
 from corral.controller.records import NodeRecord
+from corral.core.decisions import Reserve
 from corral.core.model.node import NodeSpec, NodeState
 
 
@@ -46,7 +47,8 @@ def _ctl(tmp: Path, names: list[str], **power: Any) -> Any:
     nodes = {n: NodeRecord(spec=NodeSpec(name=n), state=NodeState.IDLE) for n in names}
     triggers: list[int] = []
     return SimpleNamespace(
-        cfg=SimpleNamespace(power=cfg, cluster_name="t"),
+        cfg=SimpleNamespace(power=cfg, cluster_name="t",
+                            scheduler=SimpleNamespace(bf_resolution_s=60)),
         nodes=SimpleNamespace(nodes=nodes, save=lambda n: None, get=nodes.__getitem__),
         sched=SimpleNamespace(trigger=lambda: triggers.append(1)), jobs={})
 
@@ -118,5 +120,34 @@ def test_suspend_rate_powers_down_the_longest_idle_first(tmp_path: Path) -> None
         await pm.tick(161.0)
         assert ctl.nodes.nodes["n1"].power == POWERING_DOWN
         assert await _runs(tmp_path / "suspend.log", 3) == ["n2", "n3", "n1"]
+
+    asyncio.run(go())
+
+
+def test_boot_time_plans_resume_just_the_planned_nodes_within_the_rate(
+        tmp_path: Path) -> None:
+    """``boot_time_s``: the nodes the planned starts need are resumed (``plan``), at most
+    ``resume_rate`` a minute; one that no plan needs any more is not resumed."""
+    names = ["c1", "c2", "c3", "c4"]
+
+    async def go() -> None:
+        ctl = _ctl(tmp_path, names, resume_rate=1, boot_time_s=120, resume_timeout_s=300)
+        pm = PowerManager(ctl, clock=lambda: 0.0)
+        for n in names:
+            ctl.nodes.nodes[n].power = POWERED_DOWN
+        assert pm.boot_ready(1000.0) == dict.fromkeys(names, 1120.0)
+        plans = [Reserve(1, 1120.0, ("c1",), 1720.0), Reserve(2, 1120.0, ("c2",), 1720.0),
+                 Reserve(3, 9000.0, ("c3",), 9600.0)]  # job 3 waits for others first
+        pm.plan(plans, 1000.0)
+        assert ctl.nodes.nodes["c1"].power == POWERING_UP and pm.waiting == ["c2"]
+        assert await _runs(tmp_path / "resume.log", 1) == ["c1"]
+        # a powering-up node is expected at its resume + boot_time_s (not before now + 1)
+        assert pm.boot_ready(1010.0)["c1"] == 1120.0 and pm.boot_ready(1200.0)["c1"] == 1201.0
+        pm.plan([], 1070.0)  # job 2 went away: c2 is not resumed, even with room now
+        assert pm.waiting == [] and ctl.nodes.nodes["c2"].power == POWERED_DOWN
+        pm.plan(plans[1:2], 1080.0)
+        assert ctl.nodes.nodes["c2"].power == POWERING_UP
+        assert [ctl.nodes.nodes[n].power for n in ("c3", "c4")] == [POWERED_DOWN] * 2
+        assert await _runs(tmp_path / "resume.log", 2) == ["c1", "c2"]
 
     asyncio.run(go())

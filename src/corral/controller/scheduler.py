@@ -221,6 +221,8 @@ class SchedulerLoop:
 
             await refill(ctl)
         if not ctl.pending and not any(r.cancel_requested for r in ctl.running.values()):
+            if ctl.cfg.power.enabled:
+                ctl.power.plan((), time.time())  # no waiting job needs a node resumed
             self.last_cycle_end = time.time()
             return
         now = time.time()
