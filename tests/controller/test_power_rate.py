@@ -10,7 +10,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from corral.config.load import ConfigError, parse_config
 from corral.config.power import PowerConfig, check_power
+from corral.config.schema import NodeConfig
 from corral.controller.power import (
     POWERED_DOWN,
     POWERING_DOWN,
@@ -49,7 +53,8 @@ def _ctl(tmp: Path, names: list[str], **power: Any) -> Any:
     return SimpleNamespace(
         cfg=SimpleNamespace(power=cfg, cluster_name="t",
                             scheduler=SimpleNamespace(bf_resolution_s=60)),
-        nodes=SimpleNamespace(nodes=nodes, save=lambda n: None, get=nodes.__getitem__),
+        nodes=SimpleNamespace(nodes=nodes, save=lambda n: None, get=nodes.__getitem__,
+                              configured={n: NodeConfig(name=n) for n in names}),
         sched=SimpleNamespace(trigger=lambda: triggers.append(1)), jobs={})
 
 
@@ -135,7 +140,9 @@ def test_boot_time_plans_resume_just_the_planned_nodes_within_the_rate(
         pm = PowerManager(ctl, clock=lambda: 0.0)
         for n in names:
             ctl.nodes.nodes[n].power = POWERED_DOWN
-        assert pm.boot_ready(1000.0) == dict.fromkeys(names, 1120.0)
+        ctl.nodes.configured["c4"] = NodeConfig(name="c4", boot_time_s=30)  # its own
+        assert pm.boot_ready(1000.0) == {"c1": 1120.0, "c2": 1120.0, "c3": 1120.0,
+                                         "c4": 1030.0}
         plans = [Reserve(1, 1120.0, ("c1",), 1720.0), Reserve(2, 1120.0, ("c2",), 1720.0),
                  Reserve(3, 9000.0, ("c3",), 9600.0)]  # job 3 waits for others first
         pm.plan(plans, 1000.0)
@@ -151,3 +158,15 @@ def test_boot_time_plans_resume_just_the_planned_nodes_within_the_rate(
         assert await _runs(tmp_path / "resume.log", 2) == ["c1", "c2"]
 
     asyncio.run(go())
+
+
+def test_boot_time_keys_are_read_and_checked() -> None:
+    nodes = [{"name": "cloud[1-2]", "cloud": True, "cpus": 2, "mem_mb": 100,
+              "boot_time_s": 45}]
+    cfg = parse_config({"nodes": nodes, "power": {"resume_program": "/bin/true",
+                                                  "boot_time_s": 120}})
+    assert cfg.power.boot_time_s == 120 and cfg.node_configs()["cloud2"].boot_time_s == 45
+    with pytest.raises(ConfigError, match=r"nodes\[0\].boot_time_s"):
+        parse_config({"nodes": [dict(nodes[0], boot_time_s=-1)]})
+    with pytest.raises(ConfigError, match="power.boot_time_s"):
+        parse_config({"power": {"boot_time_s": -5}})

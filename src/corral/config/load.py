@@ -221,6 +221,8 @@ def validate(cfg: ClusterConfig) -> None:
             check_power(cfg.power):
         raise ConfigError(key, message)
     for i, n in enumerate(cfg.nodes):
+        if n.boot_time_s is not None and n.boot_time_s < 0:
+            raise ConfigError(f"nodes[{i}].boot_time_s", "must be 0 or more seconds")
         if n.cloud and (n.discover or n.mem_mb is None or (
                 n.cpus is None and n.cores_per_socket is None)):
             raise ConfigError(f"nodes[{i}].cloud", "a cloud node needs its cpus (or "

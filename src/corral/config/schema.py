@@ -138,6 +138,7 @@ class NodeConfig:
     # State=CLOUD: the node does not exist until [power] resume_program creates it; it
     # starts powered down (its hardware must be given: it is planned on before it exists)
     cloud: bool = False
+    boot_time_s: int | None = None  # [power] boot_time_s for this node (None: that one)
     uplinks: tuple[str, ...] = ()  # filled from [[switches]] by node_configs(); never set
 
 

@@ -146,28 +146,44 @@ class PowerManager:
         resumed now, and when each powering-up one is expected (``corral.core.boot``).
         Empty with ``boot_time_s = 0``: powered-down nodes are then planned as idle."""
         cfg = self.cfg
-        if not cfg.enabled or cfg.boot_time_s <= 0:
+        if not cfg.enabled or not self._boot_planned():
             return {}
         out: dict[str, float] = {}
         for node in self.ctl.nodes.nodes.values():
+            if node.power not in (POWERED_DOWN, POWERING_UP):
+                continue
+            boot_s = self.boot_time_s(node.name)
+            if boot_s <= 0:
+                continue
             if node.power == POWERED_DOWN and not node.jobs:
-                out[node.name] = now + cfg.boot_time_s
+                out[node.name] = now + boot_s
             elif node.power == POWERING_UP and not node.connected:
                 resumed = (node.power_deadline or now) - cfg.resume_timeout_s
-                out[node.name] = max(now + 1.0, resumed + cfg.boot_time_s)
+                out[node.name] = max(now + 1.0, resumed + boot_s)
         return out
+
+    def boot_time_s(self, name: str) -> int:
+        """The node's ``[[nodes]] boot_time_s``, else ``[power] boot_time_s``."""
+        conf = self.ctl.nodes.configured.get(name)
+        if conf is not None and conf.boot_time_s is not None:
+            return int(conf.boot_time_s)
+        return self.cfg.boot_time_s
+
+    def _boot_planned(self) -> bool:
+        return self.cfg.boot_time_s > 0 or any(
+            c.boot_time_s for c in self.ctl.nodes.configured.values())
 
     def plan(self, reservations: Iterable[Reserve], now: float) -> None:
         """Resume the powered-down nodes that the cycle's planned starts need by the time
         they would be ready (``core.boot.nodes_to_resume``); a node no plan needs any
         more is not resumed (if ``resume_rate`` kept it waiting)."""
         cfg = self.cfg
-        if not cfg.enabled or cfg.boot_time_s <= 0:
+        if not cfg.enabled or not self._boot_planned():
             return
         from corral.core.boot import nodes_to_resume
 
-        down = {n.name: now + cfg.boot_time_s for n in self.ctl.nodes.nodes.values()
-                if n.power == POWERED_DOWN and not n.jobs}
+        down = {n.name: now + self.boot_time_s(n.name) for n in self.ctl.nodes.nodes.values()
+                if n.power == POWERED_DOWN and not n.jobs and self.boot_time_s(n.name) > 0}
         want = nodes_to_resume(reservations, down, now,
                                max(1.0, float(self.ctl.cfg.scheduler.bf_resolution_s)))
         self._wanted = set(want)
