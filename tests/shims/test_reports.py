@@ -151,9 +151,11 @@ def test_sshare_filters_and_parsable() -> None:
     out, _, _ = run("sshare", ["-ap", "-A", "physics", "--format=Account,User,LevelFS"], c)
     assert out.splitlines() == ["Account|User|LevelFS|", " physics||0.800000|",
                                 "  physics|bob|1.000000|"]
-    out, _, _ = run("sshare", ["-a", "-n", "-o", "acc%8,rawu"], c)
-    assert out.splitlines()[0] == "root            3600 "
+    out, _, _ = run("sshare", ["-a", "-n", "-o", "acc%8,rawu"], c)  # %8: right-aligned
+    assert out.splitlines()[0] == "    root        3600 "
     assert out.splitlines()[3] == "  organ+           0 "
+    out, _, _ = run("sshare", ["-a", "-n", "-o", "acc%-8,rawu%2"], c)  # numbers: whole
+    assert out.splitlines()[0] == "root     3600 "
     # no -a: every account row, the caller's own user rows only (uid 0: root has none)
     out, _, _ = run("sshare", ["-n", "-P", "-o", "account,user"], c)
     assert "bob" not in out and "alice" not in out and " physics|" in out
@@ -173,7 +175,17 @@ def test_account_probes_of_snakemake() -> None:
         ["alice", "chem", "None", "shimtest", "chem"]]
     out, err, rc = run("sshare", ["-U", "--format", "Account%256", "--noheader", "-u", "bob"],
                        c)
-    assert (rc, err, out) == (0, "", "physics".ljust(256) + " \n")
+    assert (rc, err, out) == (0, "", "physics".rjust(256) + " \n")  # %256: right
+
+
+def test_sshare_classic_prints_every_factor() -> None:
+    c = ReportClient()
+    c.fairshare = lambda: {"algorithm": "classic",  # type: ignore[method-assign]
+                           "rows": [dict(r) for r in SHARE_ROWS]}
+    out, _, _ = run("sshare", ["-a", "-n", "-P", "-o", "account,user,fairshare"], c)
+    assert out.splitlines()[1:] == [" chem||1.000000", "  chem|alice|1.000000",
+                                    "  organic||1.000000", " physics||0.420000",
+                                    "  physics|bob|0.420000"]
 
 
 def test_sshare_long_has_slurm_columns() -> None:
@@ -187,7 +199,7 @@ def test_sshare_long_has_slurm_columns() -> None:
 
 @pytest.mark.parametrize("argv,message", [
     (["--bogus"], "sshare: unrecognized option '--bogus'"),
-    (["-o", "Account,Nope"], "Unknown field 'Nope'"),
+    (["-o", "Account,Nope"], 'sshare: error: Invalid field requested: "Nope"'),
     (["extra"], "sshare: error: Unknown argument: extra"),
     (["-M", "other"], "cluster 'other' is not known"),
 ])

@@ -9,7 +9,8 @@ trailing one; neither pads nor cuts. ``-n``/``--noheader`` drops both header lin
 
 ``--format`` lists (``name%width``) are parsed by ``choose``: a name matches a column whose
 keyword it is a case-insensitive prefix of, at least ``min_len`` characters long, the
-first in table order winning, as Slurm's ``xstrncasecmp`` tables do.
+first in table order winning, as Slurm's ``xstrncasecmp`` tables do; the width replaces
+the column's, sign and all (``Account%256`` right-aligns, ``%-256`` left-aligns).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Column:
     get: Getter
     keywords: tuple[str, ...] = ()  # what --format accepts (the name when empty)
     min_len: int = 1  # the shortest accepted prefix
+    cut: bool = True  # strings are cut with "+"; numbers print whole, as Slurm's do
 
 
 class FormatError(ValueError):
@@ -56,13 +58,10 @@ def choose(table: Sequence[Column], spec: str) -> list[Column]:
         if width:
             if not width.lstrip("-").isdigit():
                 raise FormatError(item)
-            n = int(width)
-            hit = replace(hit, width=-abs(n) if hit.width < 0 else n)
+            if int(width):  # Slurm takes the number as the field's length, sign and all
+                hit = replace(hit, width=int(width))
         out.append(hit)
     return out
-
-
-DASHES = 53  # Slurm's dash line is a fixed string: wider columns get spaces after it
 
 
 def _pad(value: str, width: int) -> str:
@@ -70,9 +69,9 @@ def _pad(value: str, width: int) -> str:
     return value.ljust(n) if width < 0 else value.rjust(n)
 
 
-def cell(value: str, width: int) -> str:
+def cell(value: str, width: int, cut: bool = True) -> str:
     n = abs(width)
-    if len(value) > n > 0:
+    if cut and len(value) > n > 0:
         value = value[: n - 1] + "+"
     return _pad(value, width)
 
@@ -86,15 +85,14 @@ def render(cols: Sequence[Column], rows: Iterable[Any], *, header: bool = True,
         if mode == "fixed":
             lines.append(" ".join(_pad(c.name[: abs(c.width)], c.width) for c in cols)
                          + " ")
-            lines.append(" ".join(_pad("-" * min(abs(c.width), DASHES), c.width)
-                                  for c in cols) + " ")
+            lines.append(" ".join("-" * abs(c.width) for c in cols) + " ")
         else:
             lines.append("|".join(c.name for c in cols) + tail)
     for r in rows:
         vals = [c.get(r) for c in cols]
         if mode == "fixed":
-            lines.append(" ".join(cell(v, c.width) for v, c in zip(vals, cols, strict=True))
-                         + " ")
+            lines.append(" ".join(cell(v, c.width, c.cut)
+                                  for v, c in zip(vals, cols, strict=True)) + " ")
         else:
             lines.append("|".join(vals) + tail)
     return lines

@@ -13,8 +13,9 @@ Account%256 --noheader`` is how snakemake's Slurm plugin finds a user's accounts
 Columns: ``Account User RawShares NormShares RawUsage EffectvUsage FairShare`` (``-l``
 adds ``NormUsage``, ``LevelFS``, ``GrpTRESMins``, ``TRESRunMins``); ``-m`` adds
 ``Partition`` (always empty: no partition associations).
-``FairShare`` is the Fair Tree factor of a user association (the classic factor under
-``fairshare = "classic"``) and empty for accounts, as Slurm's Fair Tree prints it.
+``FairShare`` is the Fair Tree factor of a user association and empty for accounts; with
+``fairshare = "classic"`` every row shows the classic factor, as Slurm prints each.
+Fields match Slurm's table order by prefix (``-o a,u,rawu``); numbers are never cut.
 
 Options: ``-n``/``--noheader``, ``-p``/``--parsable``, ``-P``/``--parsable2``,
 ``-o``/``--format`` (``name%width``), ``-e``/``--helpformat``, ``-l``, ``-a``, ``-A``,
@@ -73,25 +74,25 @@ def _tres_run(r: dict[str, Any]) -> str:
     return ",".join(f"{k}={int(run.get(k, 0))}" for k in TRES_KINDS)
 
 
-COLUMNS: list[Column] = [
+NUM = {"cut": False}  # Slurm prints numbers whole, wider than their column if need be
+COLUMNS: list[Column] = [  # Slurm's table order: --format prefixes match the first
     Column("Account", -20, lambda r: " " * r["_depth"] + r["account"], ("account",)),
-    Column("User", 10, lambda r: r["user"], ("user",)),
-    Column("RawShares", 10, lambda r: "" if r.get("_root") else str(r["shares"]),
-           ("rawshares",), 4),
-    Column("NormShares", 11, lambda r: _f6(r["norm_shares"]), ("normshares",), 5),
-    Column("RawUsage", 11, lambda r: str(int(float(r["raw_usage"]))), ("rawusage",), 4),
-    Column("NormUsage", 11, lambda r: _f6(r["eff_usage"]), ("normusage",), 5),
-    Column("EffectvUsage", 13, lambda r: _f6(r["eff_usage"]),
-           ("effectvusage", "effusage"), 1),
-    Column("FairShare", 10, lambda r: _f6(r.get("_fs")), ("fairshare", "fsfctr"), 1),
+    Column("Cluster", 10, lambda r: r["_cluster"], ("cluster",)),
+    Column("EffectvUsage", 13, lambda r: _f6(r["eff_usage"]), ("effectvusage",), **NUM),
+    Column("FairShare", 10, lambda r: _f6(r.get("_fs")), ("fairshare",), **NUM),
     Column("LevelFS", 10, lambda r: "" if r.get("_root") else _f6(
-        float("inf") if r.get("level_fs") is None else r["level_fs"]), ("levelfs",), 1),
-    Column("GrpTRESMins", 30, lambda r: "", ("grptresmins",), 8),
-    Column("GrpTRESRaw", 30, lambda r: "", ("grptresraw",), 8),
-    Column("ID", 10, lambda r: str(r.get("_id", "")), ("id",), 2),
-    Column("Partition", 10, lambda r: "", ("partition",), 1),
-    Column("TRESRunMins", 30, _tres_run, ("tresrunmins",), 1),
-    Column("Cluster", 10, lambda r: r["_cluster"], ("cluster",), 1),
+        float("inf") if r.get("level_fs") is None else r["level_fs"]), ("levelfs",),
+        **NUM),
+    Column("ID", 6, lambda r: str(r.get("_id", "")), ("id",), **NUM),
+    Column("NormShares", 11, lambda r: _f6(r["norm_shares"]), ("normshares",), **NUM),
+    Column("NormUsage", 11, lambda r: _f6(r["eff_usage"]), ("normusage",), **NUM),
+    Column("Partition", 12, lambda r: "", ("partition",)),
+    Column("RawShares", 10, lambda r: "" if r.get("_root") else str(r["shares"]),
+           ("rawshares",), **NUM),
+    Column("RawUsage", 11, lambda r: str(int(float(r["raw_usage"]))), ("rawusage",), **NUM),
+    Column("User", 10, lambda r: r["user"], ("user",)),
+    Column("GrpTRESMins", 30, lambda r: "", ("grptresmins",)),
+    Column("TRESRunMins", 30, _tres_run, ("tresrunmins",)),
 ]
 
 
@@ -113,10 +114,11 @@ def ordered(data: dict[str, Any]) -> list[dict[str, Any]]:
     rows = [dict(r) for r in data.get("rows") or ()]
     classic = data.get("algorithm") == "classic"
     children: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["user"]:
-            r["_fs"] = r["fairshare"] if classic or r.get("fair_tree") is None \
-                else r["fair_tree"]
+    for r in rows:  # Fair Tree: a user's rank factor, accounts empty; classic: everyone's
+        if classic:
+            r["_fs"] = r["fairshare"]
+        elif r["user"]:
+            r["_fs"] = r["fair_tree"] if r.get("fair_tree") is not None else r["fairshare"]
         children.setdefault(str(r["parent"]), []).append(r)
     total = sum(float(r["raw_usage"]) for r in children.get("root", ()))
     root = {"account": "root", "user": "", "parent": "", "shares": "", "_root": True,
@@ -199,7 +201,7 @@ def run(ctx: Context, client: Any) -> None:
     try:
         cols = choose(COLUMNS, spec)
     except FormatError as exc:
-        raise ctx.fail(f"Unknown field '{exc.word}'") from None
+        raise ctx.fail(f'sshare: error: Invalid field requested: "{exc.word}"') from None
     cfg = client.cluster_config()
     cluster = str(cfg.get("cluster_name") or "corral")
     for want in _split(opts.get("clusters", [])):
