@@ -113,6 +113,8 @@ def test_sif_job_is_the_image_as_the_user_then_a_cache_hit(
     unsafe = [p for p in tree.rglob("*") if not p.is_symlink() and p.stat().st_mode & 0o7022]
     assert not unsafe, unsafe
     assert (tree / "srv/drop/tool").stat().st_mode & 0o777 == 0o755
+    # unpacked as nobody, then made root's: no user owns (so may change) the shared tree
+    assert {p.lstat().st_uid for p in tree.rglob("*")} | {tree.stat().st_uid} == {0}
 
 
 def test_registry_image_through_apptainer(arunner: JobRunner,

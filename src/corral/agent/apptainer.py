@@ -12,7 +12,9 @@ Policy:
 - **Sandbox directories, cached.** A SIF image is never mounted for a job (an
   unprivileged SIF mount needs squashfuse and ``/dev/fuse``, which many hosts keep
   0600). The agent unpacks it once into the node image cache (``corral.agent.images``)
-  as a sandbox directory stored under the sha256 of the SIF file: every user's job with
+  as a sandbox directory (``apptainer build --sandbox`` run as ``nobody``: a crafted
+  squashfs cannot write where root could; the tree is made root's afterwards) stored
+  under the sha256 of the SIF file: every user's job with
   the same SIF content shares that tree, it counts in the cache's LRU cap and shows in
   ``corral images``. The file is opened *by the user* (a child with the user's ids sends
   the descriptor back), copied into the cache while hashed (root converts its own copy:
@@ -39,6 +41,7 @@ import fcntl
 import hashlib
 import json
 import os
+import pwd
 import re
 import shutil
 import socket
@@ -206,22 +209,57 @@ def sif_sandbox(cache: ImageCache, settings: ContainerSettings, path: str, fd: i
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _unpacker() -> tuple[int, int] | None:
+    """The ids Apptainer unpacks SIFs with: ``nobody`` for a root agent (a crafted
+    squashfs then cannot write outside what nobody may), else the agent's own."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pw = pwd.getpwnam("nobody")
+        return pw.pw_uid, pw.pw_gid
+    except KeyError:
+        return 65534, 65534
+
+
 def _unpack_sif(cache: ImageCache, settings: ContainerSettings, sif: str, digest: str,
                 tmp: str) -> None:
-    stage = os.path.join(tmp, "tree")
-    os.makedirs(stage, mode=0o755)
-    rootfs = os.path.join(stage, "rootfs")
+    """``apptainer build --sandbox`` of root's copy of the SIF, unprivileged (in a work
+    directory of the unpacking user inside the 0700 ``tmp``), then the tree is moved to
+    a root-only place, owned by root and stripped before it goes into the cache."""
+    ids = _unpacker()
+    work = os.path.join(tmp, "unpack")
+    os.mkdir(work, 0o700)
+    copy = os.path.join(work, "image.sif")
+    os.rename(sif, copy)
+    if ids is not None:
+        os.chmod(tmp, 0o711)  # the unpacker passes through to its work directory only
+        for path in (work, copy):
+            os.chown(path, *ids)
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "CORRAL_APPTAINER_BINDS": cache.root, "HOME": tmp}
+           "CORRAL_APPTAINER_BINDS": cache.root, "HOME": work}
+    built = os.path.join(work, "rootfs")
     try:
         res = subprocess.run([settings.apptainer, "-q", "build", "--force", "--sandbox",
-                              rootfs, sif], cwd=tmp, env=env, stdin=subprocess.DEVNULL,
+                              built, copy], cwd=work, env=env, stdin=subprocess.DEVNULL,
                              capture_output=True, text=True,
-                             timeout=settings.pull_timeout_s, check=False)
+                             timeout=settings.pull_timeout_s, check=False,
+                             user=ids[0] if ids else None, group=ids[1] if ids else None,
+                             extra_groups=[] if ids else None)
     except (OSError, subprocess.SubprocessError) as exc:
         raise AptError(f"cannot unpack the SIF image: {exc}") from None
-    if res.returncode != 0 or not os.path.isdir(rootfs):
+    finally:
+        os.chmod(tmp, 0o700)
+    if res.returncode != 0 or not os.path.isdir(built):
         raise AptError(f"not a usable SIF image: {_why(res.stderr + res.stdout, res.returncode)}")
+    stage = os.path.join(tmp, "tree")
+    os.mkdir(stage, 0o755)
+    rootfs = os.path.join(stage, "rootfs")
+    os.rename(built, rootfs)  # out of the unpacker's reach before it becomes root's
+    if ids is not None:
+        for dirpath, dirnames, filenames in os.walk(rootfs):
+            for name in dirnames + filenames:
+                os.lchown(os.path.join(dirpath, name), 0, 0)
+        os.lchown(rootfs, 0, 0)
     _strip(rootfs)
     os.chmod(rootfs, 0o755)
     _write_json(os.path.join(stage, "image.json"), {})
