@@ -286,12 +286,9 @@ def test_sreport_cluster_utilization_layout() -> None:
     assert out.splitlines() == [
         BANNER, "Cluster Utilization 2026-11-28T00:00:00 - 2026-11-28T23:59:59",
         "Usage reported in CPU Minutes", BANNER,
-        "  Cluster     Allocated          Down     PLND Down          Idle      Reserved"
-        "      Reported ",
-        "--------- ------------- ------------- ------------- ------------- -------------"
-        " ------------- ",
-        " shimtest           600             0             0         10920             0"
-        "         11520 ",
+        "  Cluster    Allocated       Down  PLND Down         Idle  Reserved     Reported ",
+        "--------- ------------ ---------- ---------- ------------ --------- ------------ ",
+        " shimtest          600          0          0        10920         0        11520 ",
     ]
     out, _, _ = run("sreport", ["-t", "percent", "-nP", "cluster", "util"], history_client())
     assert out == "shimtest|5.21%|0.00%|0.00%|94.79%|0.00%|100.00%\n"
@@ -310,8 +307,8 @@ def test_sreport_account_utilization_by_user() -> None:
     assert rc == 0 and lines[1] == ("Cluster/Account/User Utilization 2026-11-28T00:00:00 - "
                                     "2026-11-28T23:59:59 (86400 secs)")
     assert lines[4:6] == [
-        "  Cluster         Account     Login     Proper Name       Used     Energy ",
-        "--------- --------------- --------- --------------- ---------- ---------- "]
+        "  Cluster         Account     Login     Proper Name     Used   Energy ",
+        "--------- --------------- --------- --------------- -------- -------- "]
     rows = [x.split() for x in lines[6:]]
     assert [r[1:] for r in rows if len(r) == 4] == [  # account rows (no login)
         ["root", "600", "0"], ["chem", "120", "0"], ["organic", "120", "0"],
@@ -320,8 +317,25 @@ def test_sreport_account_utilization_by_user() -> None:
     assert ["shimtest", "physics", "root", "root", "480", "0"] in rows  # gecos: root
     out, _, _ = run("sreport", ["-nP", "cluster", "acc", "tree", "accounts=organic"],
                     history_client())
-    assert out.startswith("shimtest|  organic||0|") is False
-    assert out.splitlines()[0] == "shimtest|  organic|||120|0"
+    assert out.splitlines() == ["shimtest|  organic|||120|0",  # tree: users one deeper
+                                "shimtest|   organic|bob||120|0"]
+
+
+def test_sreport_usage_column_grows_and_per_forms() -> None:
+    c = history_client()
+    c.records.append(job(4, user="root", account="physics", num_cpus=4096,
+                         state="COMPLETED", start_time=_at(28, 0), end_time=_at(29, 0)))
+    c.node_records = [{"name": "n1", "cpus": 8192}]
+    out, _, _ = run("sreport", ["-t", "seconds", "cluster", "AccountUtilizationByUser",
+                                "format=account,used"], c)
+    head = out.splitlines()[4]  # 4096 CPUs x 86400 s = 353894400 s: 9 digits, width 9
+    assert head == "        Account      Used "
+    out, _, _ = run("sreport", ["-t", "minper", "cluster", "utilization",
+                                "format=cluster,allocated,down"], c)
+    assert out.splitlines()[4:] == [
+        "  Cluster            Allocated               Down ",
+        "--------- -------------------- ------------------ ",
+        " shimtest      5898840(50.01%)           0(0.00%) "]
 
 
 def test_sreport_user_topusage() -> None:

@@ -89,7 +89,23 @@ class Units:
         if hit is None:
             raise ValueError(word)
         self.div, self.percent, self.value, self.label = hit[1], hit[2], hit[3], hit[4]
-        self.width = 29 if self.percent and self.value else 13  # Slurm's field lengths
+
+    @property
+    def per(self) -> bool:
+        """The value-and-percentage forms, which Slurm prints in wider columns."""
+        return self.percent and self.value
+
+    def w(self, plain: int, per: int) -> int:
+        return per if self.per else plain
+
+    def usage_width(self, max_secs: float) -> int:
+        """Slurm's ``sreport_set_usage_col_width``: 8, one more for each power of ten
+        from 10^8 seconds the largest usage reaches, 9 more for the ``*per`` forms."""
+        width, order = 8, 10 ** 8
+        while order < 10 ** 25 and max_secs >= order:
+            width += 1
+            order *= 10
+        return width + (9 if self.per else 0)
 
     def text(self, secs: float, total: float) -> str:
         num = str(int(secs) // self.div)
@@ -162,16 +178,16 @@ def _cluster_util(ctx: Context, client: Any, cluster: str, units: Units, kv: dic
     def t(key: str) -> Callable[[Row], str]:
         return lambda r: units.text(r[key], reported)
 
-    w = units.width
+    w = units.w  # Slurm's cluster_reports.c lengths (plain, *per forms)
     cols = [
-        Column("Cluster", 9, lambda r: r["cluster"], ("cluster",)),
-        Column("Allocated", w, t("alloc"), ("allocated",), 2),
-        Column("Down", w, t("down"), ("down",), 1),
-        Column("PLND Down", w, t("pdown"), ("plndown", "plnddown", "planneddown"), 2),
-        Column("Idle", w, t("idle"), ("idle",), 1),
-        Column("Reserved", w, t("resv"), ("reserved",), 3),
-        Column("Reported", w, t("reported"), ("reported",), 3),
-        Column("Overcommitted", w, t("over"), ("overcommitted",), 1),
+        Column("Cluster", 9, lambda r: r["cluster"], ("cluster",), 2),
+        Column("Allocated", w(12, 20), t("alloc"), ("allocated",), 2),
+        Column("Down", w(10, 18), t("down"), ("down",), 1),
+        Column("PLND Down", w(10, 18), t("pdown"), ("planneddown",), 2),
+        Column("Idle", w(12, 20), t("idle"), ("idle",), 1),
+        Column("Reserved", w(9, 18), t("resv"), ("reserved",), 3),
+        Column("Reported", w(12, 20), t("reported"), ("reported",), 3),
+        Column("Over Comm", w(9, 18), t("over"), ("overcommitted",), 1),
     ]
     banner = [f"Cluster Utilization {_when(start)} - {_when(end - 1)}"]
     return banner, cols, [row]
@@ -192,14 +208,16 @@ def _tree(cfg: dict[str, Any]) -> list[tuple[str, int]]:
     return out
 
 
-def _by_user_cols(cluster: str, units: Units, total: float, *, account_first: bool
-                  ) -> list[Column]:
-    used_w = units.width if units.percent and units.value else 10
-    acct = Column("Account", 15, lambda r: r["account_text"], ("accounts",), 1)
+def _by_user_cols(cluster: str, units: Units, total: float, rows: list[Row], *,
+                  account_first: bool, tree: bool = False) -> list[Column]:
+    most = max((float(r["used"]) for r in rows), default=0.0)
+    acct = Column("Account", -20 if tree else 15, lambda r: r["account_text"],
+                  ("accounts",), 2)
     login = Column("Login", 9, lambda r: r["user"], ("login",), 1)
-    proper = Column("Proper Name", 15, lambda r: r["proper"], ("propername",), 1)
-    tail = [Column("Used", used_w, _used(units, total), ("used",), 1),
-            Column("Energy", 10, lambda r: "0", ("energy",), 1)]
+    proper = Column("Proper Name", 15, lambda r: r["proper"], ("propername",), 2)
+    tail = [Column("Used", units.usage_width(most), _used(units, total), ("used",), 1),
+            Column("Energy", units.usage_width(0), lambda r: units.text(0, total),
+                   ("energy",), 1)]
     head = Column("Cluster", 9, lambda r: cluster, ("cluster",), 1)
     return [head, acct, login, proper] + tail if account_first else \
         [head, login, proper, acct] + tail
@@ -244,10 +262,12 @@ def _account_by_user(ctx: Context, client: Any, cluster: str, units: Units,
                              "used": acct_use.get(name, 0.0)})
             for u in sorted(users_of.get(name, ())):
                 if not want_users or u in want_users:
-                    rows.append({"account_text": shown, "user": u, "proper": _gecos(u),
+                    rows.append({"account_text": (" " * (d + 1) + name) if tree_view
+                                 else name, "user": u, "proper": _gecos(u),
                                  "used": user_use.get((name, u), 0.0)})
     reported = sum(int(n.get("cpus") or 0) for n in client.nodes()) * (end - start)
-    cols = _by_user_cols(cluster, units, reported, account_first=True)
+    cols = _by_user_cols(cluster, units, reported, rows, account_first=True,
+                         tree=tree_view)
     banner = [f"Cluster/Account/User Utilization {_when(start)} - {_when(end - 1)} "
               f"({int(end - start)} secs)"]
     return banner, cols, rows
@@ -279,7 +299,7 @@ def _top_usage(ctx: Context, client: Any, cluster: str, units: Units, kv: dict[s
              "account_text": ",".join(sorted(accounts.get(u, []))) if group else a,
              "used": secs} for (u, a), secs in ranked]
     reported = sum(int(n.get("cpus") or 0) for n in client.nodes()) * (end - start)
-    cols = _by_user_cols(cluster, units, reported, account_first=False)
+    cols = _by_user_cols(cluster, units, reported, rows, account_first=False)
     banner = [f"Top {count} Users {_when(start)} - {_when(end - 1)} "
               f"({int(end - start)} secs)"]
     return banner, cols, rows
@@ -362,7 +382,7 @@ def run(ctx: Context, client: Any) -> None:
         except FormatError as exc:
             raise ctx.fail(f" Unknown field '{exc.word}'") from None
     else:
-        cols = [c for c in cols if c.name != "Overcommitted"]  # not in Slurm's default
+        cols = [c for c in cols if c.name != "Over Comm"]  # not in Slurm's default
     header = "noheader" not in opts
     mode = "parsable2" if "parsable2" in opts else "parsable" if "parsable" in opts \
         else "fixed"
