@@ -14,8 +14,10 @@ the batch script's), an ``srun`` step run through the agents reports its use onl
 ends, so a running one prints its columns empty; figures Corral does not measure (virtual
 memory, pages, disk I/O, energy, CPU frequency) print as ``sacct`` prints them.
 
-Errors: no ``-j``, a job that is not running or a step that is not, a bad id, an unknown
-option or field: Slurm's message and exit 1.
+Errors: no ``-j``, a bad id, an unknown option or field: Slurm's message and exit 1. A job
+that is not running, a step that is not, a job without a running ``srun`` step (no
+``-a``): Slurm's message for it, the next job, and exit 0 as ``sstat`` does. ``-i``
+prints ``JobID,Nodelist,Pids`` (the job's processes on the batch host for ``.batch``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_long
 from corral.shims import sacct_fields as sa
 from corral.shims import slurmfmt as sf
-from corral.shims.context import Context, ShimExit
+from corral.shims.context import Context
 
 R, N = Arg.REQUIRED, Arg.NONE
 TABLE = OptionTable.of([
@@ -54,7 +56,34 @@ DEFAULT_FIELDS = (
     "TRESUsageInMin,TRESUsageInMinNode,TRESUsageInMinTask,TRESUsageInTot,TRESUsageOutAve,"
     "TRESUsageOutMax,TRESUsageOutMaxNode,TRESUsageOutMaxTask,TRESUsageOutMin,"
     "TRESUsageOutMinNode,TRESUsageOutMinTask,TRESUsageOutTot")
-PID_FIELDS = "JobID,NodeList"
+PID_FIELDS = "JobID,Nodelist,Pids"
+# sstat.c's own lengths where they differ from sacct's (the names are the same)
+WIDTHS = {"avediskread": 12, "avediskwrite": 12, "reqcpufreq": 10, "nodelist": 20}
+
+
+def _pids(row: sa.Row) -> str:
+    nodes = ((row.step or {}).get("usage") or {}).get("nodes") or {}
+    return ",".join(str(p) for n in sorted(nodes) for p in nodes[n].get("pids") or ())
+
+
+def columns(spec: str) -> list[sa.Column]:
+    """``--format`` as sstat takes it: sacct's fields with sstat's widths, ``Pids``."""
+    cols: list[sa.Column] = []
+    for raw in (x.strip() for x in spec.split(",")):
+        if not raw:
+            continue
+        name, pct, width = raw.partition("%")
+        low = name.lower()
+        if low == "pids":
+            given = int(width) if width.lstrip("-").isdigit() else 0
+            cols.append(sa.Column("Pids", given or 20, _pids))
+            continue
+        if not pct and low in WIDTHS:
+            raw = f"{name}%{WIDTHS[low]}"
+        col = sa.parse_fields(raw)[0]
+        cols.append(sa.Column("Nodelist", col.width, col.getter) if low == "nodelist"
+                    else col)
+    return cols
 ACTIVE_STEP = ("RUNNING", "COMPLETING", "SUSPENDED")
 
 
@@ -121,26 +150,22 @@ def run(ctx: Context, client: Any) -> None:
     spec = ",".join(opts.get("format", [])) or (PID_FIELDS if "pidformat" in opts
                                                 else DEFAULT_FIELDS)
     try:
-        cols = sa.parse_fields(spec)
+        cols = columns(spec)
     except sa.FieldError as exc:
         raise ctx.fail(f"sstat: error: {exc}") from None
     rows: list[sa.Row] = []
-    failed = False
     for word in words:
         job_word, dot, step_word = word.partition(".")
         if not job_word or not job_word.replace("_", "").isdigit() or (dot and not step_word):
             raise ctx.fail(f"sstat: error: Invalid job id specified: {word}")
+        # Slurm goes on to the next job after each of these, and sstat still exits 0
         try:
             rec = client.job(job_word)
         except CorralError:
-            ctx.error(f"sstat: error: couldn't get steps for job {job_word} with status: "
-                      "Invalid job id specified")
-            failed = True
+            ctx.error(f"sstat: error: couldn't get steps for job {job_word}")
             continue
         if sf.job_state(rec) not in ("RUNNING", "SUSPENDED", "COMPLETING"):
-            ctx.error(f"sstat: error: couldn't get steps for job {job_word} with status: "
-                      "Job/step already completing or completed")
-            failed = True
+            ctx.error(f"sstat: error: couldn't get steps for job {job_word}")
             continue
         try:
             usage = client.job_usage(rec["id"])
@@ -152,9 +177,8 @@ def run(ctx: Context, client: Any) -> None:
             pool = ([batch] if batch is not None else []) + steps
             chosen = [s for s in pool if s["id"] == step_word]
             if not chosen:
-                ctx.error(f"sstat: error: couldn't get steps for job {job_word}.{step_word} "
-                          "with status: Job/step already completing or completed")
-                failed = True
+                ctx.error(f"sstat: error: problem getting step_layout for {job_word}."
+                          f"{step_word}: Job/step already completing or completed")
                 continue
         elif "allsteps" in opts:
             chosen = ([batch] if batch is not None else []) + steps
@@ -162,13 +186,13 @@ def run(ctx: Context, client: Any) -> None:
             numbered = sorted((s for s in steps if s["id"].isdigit()),
                               key=lambda s: int(s["id"]))
             chosen = numbered[:1]
-        units = None
+            if not chosen:
+                ctx.error(f"sstat: error: no steps running for job {job_word}")
+                continue
         for st in chosen:
-            rows.append(sa.Row(rec, st, ctx.now, False, "corral", units,
+            rows.append(sa.Row(rec, st, ctx.now, False, "corral", None,
                                "noconvert" in opts))
     mode = "parsable2" if "parsable2" in opts else "parsable" if "parsable" in opts \
         else "fixed"
     for line in sa.render(cols, rows, header="noheader" not in opts, mode=mode):
         ctx.print(line)
-    if failed and not rows:
-        raise ShimExit(1)
