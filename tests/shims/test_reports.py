@@ -220,9 +220,9 @@ def test_sprio_default_drops_zero_weight_columns() -> None:
         "       1000",
         "             12 debug           6135          0         10       5000        125"
         "       1000",
-        "             15 batch          11125          0          0      10000        125"
-        "       1000",
         "             15 debug          11125          0          0      10000        125"
+        "       1000",  # a job's partitions in its own order ("debug,batch")
+        "             15 batch          11125          0          0      10000        125"
         "       1000",
     ]
 
@@ -269,6 +269,7 @@ def test_sprio_admin_priority_and_floor() -> None:
     (["-jx"], "sprio: error: Invalid job id: x"),
     (["-u", "no-such-user-xyz"], "sprio: error: Invalid user: no-such-user-xyz"),
     (["-M", "other"], "'other' can't be reached now"),
+    (["-S", "-Z"], "sprio: error: Invalid sort specification: Z"),
 ])
 def test_sprio_bad_input(argv: list[str], message: str) -> None:
     out, err, rc = run("sprio", argv, ReportClient())

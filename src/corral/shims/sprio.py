@@ -165,12 +165,23 @@ def _split(values: list[str]) -> list[str]:
     return out
 
 
+SORT_LETTERS = frozenset("ciNnoruAaFfJjPpQqTtYy")
+
+
+def check_sort(ctx: Context, spec: str) -> None:
+    for ch in spec:
+        if ch not in ",+-" and ch not in SORT_LETTERS:
+            raise ctx.fail(f"sprio: error: Invalid sort specification: {ch}")
+
+
 def _sort(rows: list[Row], spec: str, now: float) -> None:
-    rows.sort(key=lambda r: (int(r["id"]), str(r["_partition"])))
+    """Slurm's ``sort.c``: by job id unless ``-S`` (letters, ``-`` descending, the last
+    one applied first); a job's partitions keep the job's order."""
+    rows.sort(key=lambda r: int(r["id"]))
     for word in reversed([w.strip() for w in spec.split(",") if w.strip()]):
         desc = word.startswith("-")
         letter = word.lstrip("+-")[:1]
-        field = FIELDS.get(letter)
+        field = FIELDS.get(letter.upper() if letter in "afjpqty" else letter)
         if field is None:
             continue
         get = field[1]
@@ -217,6 +228,8 @@ def run(ctx: Context, client: Any) -> None:
     except UserError as exc:
         raise ctx.fail(f"sprio: error: Invalid user: {exc.word}") from None
     parts = set(_split(opts.get("partition", [])))
+    if "sort" in opts:
+        check_sort(ctx, opts["sort"][-1])
     data = client.priorities()
     from corral.shims.slurmfmt import fill_default_partition
 
