@@ -113,3 +113,24 @@ def test_two_node_srun_in_a_sif(two: mn.TwoNodes, registry: Registry) -> None:
     me = os.geteuid()  # sbatch runs as the test's user
     assert tasks == [f"task 0 ma Corral Step Image {me}",
                      f"task 1 mb Corral Step Image {me}"], out
+
+
+def test_task_prolog_of_a_container_step_is_the_hosts(two: mn.TwoNodes,
+                                                      registry: Registry) -> None:
+    """srun --task-prolog in a container step: the program is the host's (it runs before
+    the task enters the image), its export/print lines reach the task in the image."""
+    (two.root / "progs").mkdir(exist_ok=True)
+    tp = two.root / "progs" / "ctr-tp.sh"  # outside the job's directory: not in the image
+    tp.write_text("#!/bin/sh\necho \"export FROM_HOST_TP=h$SLURM_PROCID\"\n"
+                  "echo \"print prolog on $SLURMD_NODENAME\"\n")
+    tp.chmod(0o755)
+    ref = registry.ref("steps/bb:1")
+    script = ("#!/bin/bash\n"
+              f"srun -N2 -n2 -l --task-prolog={tp} --container-image={ref} sh -c "
+              "'. /etc/os-release; echo task $FROM_HOST_TP \"$NAME\"'\n")
+    jid = two.sbatch(script, "-N2", "-n2", "-o", str(two.work / "ctp-%j.out"))
+    job = two.wait_done(jid, 90)
+    out = (two.work / f"ctp-{jid}.out").read_text()
+    assert job["state"] == "COMPLETED", (job, out, two.logs())
+    assert sorted(out.splitlines()) == ["0: prolog on ma", "0: task h0 Corral Step Image",
+                                        "1: prolog on mb", "1: task h1 Corral Step Image"], out

@@ -321,6 +321,13 @@ class StepProcess:
                 os.sched_setaffinity(0, cpus)
             elif self.req.cpus:
                 os.sched_setaffinity(0, self.req.cpus)
+            prologs = [p for p in (self.req.task_prolog, self.launch.task_prolog) if p]
+            early: tuple[str, int, list[str]] | None = None
+            if prologs and self.container is not None:  # the host's programs: before the
+                env["SLURM_TASK_PID"] = str(os.getpid())  # chroot, as the user, by fork
+                creds = (self.req.uid, self.req.gid, self.groups) if self.switch_user \
+                    else None
+                early = self._task_prologs(prologs, env, creds, self.launch.cwd)
             if self.container is not None:
                 from corral.agent.container import chroot_task, image_env
 
@@ -379,10 +386,10 @@ class StepProcess:
                 stage = "container"
                 raise OSError(errno.EINVAL, self.container_error)
             env["SLURM_TASK_PID"] = str(os.getpid())
-            for prolog in (self.req.task_prolog, self.launch.task_prolog):
-                if prolog:  # the cluster's TaskProlog first, then srun's (as Slurm)
-                    stage = "TaskProlog"
-                    self._task_prolog(env, prolog)
+            if prologs:
+                stage = "TaskProlog"
+                self._prolog_outcome(early if early is not None else
+                                     self._task_prologs(prologs, env, None, os.getcwd()))
             argv = self.launch.argv
             stage = f"execve(): {argv[0]}"
             os.execvpe(argv[0], argv, env)
@@ -394,24 +401,38 @@ class StepProcess:
                 os._exit(2 if isinstance(exc, OSError) and exc.errno == errno.ENOENT else 1)
         os._exit(1)
 
-    def _task_prolog(self, env: dict[str, str], path: str) -> None:
-        """A task prolog (the cluster's ``[scripts] task_prolog`` or srun's
-        ``--task-prolog``) in the task's process, already the user, in its
-        directory, with its output files open: as the cluster's TaskProlog for a batch
-        script (``jobscripts``), its ``export``/``unset`` lines change ``env`` and its
-        ``print`` lines go to the task's standard output. A failure ends the task with
-        the prolog's status (slurmstepd's ``TaskProlog failed status=N``)."""
+    def _task_prologs(self, paths: list[str], env: dict[str, str],
+                      creds: tuple[int, int, tuple[int, ...]] | None,
+                      cwd: str) -> tuple[str, int, list[str]]:
+        """The task prologs (the cluster's ``[scripts] task_prolog``, then srun's
+        ``--task-prolog``) for this task, in its process: in its directory with its
+        output files open, already the user (``creds`` None), or before a container's
+        chroot (``creds``: the user's, by the program's own fork). As for a batch
+        script's TaskProlog (``jobscripts``), their ``export``/``unset`` lines change
+        ``env``. (failure message, exit status, ``print`` lines); "" when all passed."""
         from corral.agent import jobscripts
 
-        res = jobscripts.run_program(path, [], dict(env), self.req.script_timeout_s,
-                                     cwd=os.getcwd())
-        if not res.ok:
-            os.write(2, f"slurmstepd: error: TaskProlog failed status={res.describe()}\n"
-                     .encode())
-            os._exit(res.status if 0 < res.status < 256 else 1)
-        prints = jobscripts.apply_task_prolog(res.output, env)
+        prints: list[str] = []
+        for path in paths:
+            res = jobscripts.run_program(path, [], dict(env), self.req.script_timeout_s,
+                                         creds=creds, cwd=cwd)
+            if not res.ok:
+                return (f"slurmstepd: error: TaskProlog failed status={res.describe()}\n",
+                        res.status if 0 < res.status < 256 else 1, prints)
+            prints += jobscripts.apply_task_prolog(res.output, env)
+        return "", 0, prints
+
+    @staticmethod
+    def _prolog_outcome(outcome: tuple[str, int, list[str]]) -> None:
+        """With the task's output open: the ``print`` lines on its standard output; a
+        failure on its standard error, and the task ends with the prolog's status
+        (slurmstepd's ``TaskProlog failed status=N``)."""
+        failure, status, prints = outcome
         if prints:
             os.write(1, "".join(line + "\n" for line in prints).encode())
+        if failure:
+            os.write(2, failure.encode())
+            os._exit(status)
 
     def _task_epilog(self, task: _Task) -> None:
         """srun's ``--task-epilog``, then the cluster's ``task_epilog``, after ``task``
