@@ -41,6 +41,9 @@ def test_estimated_start_includes_the_boot_and_just_enough_nodes_resume(
         info = res.pending[jid]
         assert info.reason in (R.RESOURCES, R.PRIORITY)
         assert info.est_start is not None and NOW + BOOT_S <= info.est_start < NOW + 400
+    first = res.pending[1]
+    assert "(0 cores free now" in first.detail and "3 powered-down or booting node(s) are " \
+        "available after their boot" in first.detail, first.detail
     planned = {r.job_id: r.nodes for r in res.reservations}
     assert len(planned[1]) == 1 and len(planned[2]) == 1 and planned[1] != planned[2]
     # two jobs, three powered-down nodes: two are resumed, not all

@@ -465,9 +465,14 @@ class Pass(LeanWalk, TailWalk, Planner, Preemptor):
         if up.bit_count() < o.shape.nodes_min:
             return (f"needs {o.shape.nodes_min} nodes; {up.bit_count()} of partition "
                     f"{o.partition.name}'s {pmask.bit_count()} nodes are up")
-        free = self.pool.free_cores_in(pmask)
-        return (f"not enough free resources in partition {o.partition.name} "
+        boot = pmask & self.boot_mask  # free in the pool, but not before their boot
+        free = self.pool.free_cores_in(pmask & ~boot)
+        text = (f"not enough free resources in partition {o.partition.name} "
                 f"({free} cores free now; it needs {o.shape.cpus_min} CPUs)")
+        if boot:
+            text += (f"; {boot.bit_count()} powered-down or booting node(s) are available "
+                     "after their boot")
+        return text
 
 
 def reserved_ids(snapshot: ClusterSnapshot, config: SchedulerConfig) -> tuple[int, ...]:
