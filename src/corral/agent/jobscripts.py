@@ -13,7 +13,9 @@ added, as in Slurm: the environment is exactly what the caller passes.
 ``SLURM_SCRIPT_CONTEXT``, ...) from the fields the controller filled from its own record
 (``LaunchRequest.script_env``), never from the user's submit environment.
 
-``apply_task_prolog`` reads a TaskProlog's output as slurmstepd does: ``export NAME=value``
+``run_task_prologs``/``run_task_epilogs`` run them around one task of an srun step
+(``corral.agent.stepd``). ``apply_task_prolog`` reads a TaskProlog's output as slurmstepd
+does: ``export NAME=value``
 sets a variable of the task, ``unset NAME`` removes one, ``print ...`` is a line for the
 task's standard output; anything else is ignored.
 
@@ -211,6 +213,32 @@ def apply_task_prolog(output: bytes, env: dict[str, str]) -> list[str]:
         elif line.startswith("print "):
             prints.append(raw.split("print ", 1)[1])
     return prints
+
+
+def run_task_prologs(paths: list[str], env: dict[str, str], timeout_s: float, *,
+                     creds: tuple[int, int, tuple[int, ...]] | None,
+                     cwd: str) -> tuple[str, int, list[str]]:
+    """A step task's prologs in order (the cluster's ``task_prolog``, then srun's
+    ``--task-prolog``), each applied to ``env`` as ``apply_task_prolog`` does; ``creds``
+    None when the caller is already the user. (failure message, exit status, ``print``
+    lines); the message is "" when all passed, else slurmstepd's ``TaskProlog failed``."""
+    prints: list[str] = []
+    for path in paths:
+        res = run_program(path, [], dict(env), timeout_s, creds=creds, cwd=cwd)
+        if not res.ok:
+            return (f"slurmstepd: error: TaskProlog failed status={res.describe()}\n",
+                    res.status if 0 < res.status < 256 else 1, prints)
+        prints += apply_task_prolog(res.output, env)
+    return "", 0, prints
+
+
+def run_task_epilogs(paths: list[str], env: dict[str, str], timeout_s: float, *,
+                     creds: tuple[int, int, tuple[int, ...]] | None, cwd: str) -> list[str]:
+    """A step task's epilogs in order (srun's ``--task-epilog``, then the cluster's
+    ``task_epilog``); what failed (``PATH: exit 3``), for the node's log."""
+    return [f"{path}: {res.describe()}" for path in paths
+            if not (res := run_program(path, [], dict(env), timeout_s, creds=creds,
+                                       cwd=cwd)).ok]
 
 
 def log_run(log_path: str, kind: str, job_id: int, path: str, result: ProgramResult) -> None:

@@ -19,7 +19,7 @@ process. It runs as root until each task's fork, and:
    task 0 on a pseudo-terminal with the window size srun reports;
 5. runs the cluster's ``task_prolog`` and srun's ``--task-prolog`` in each task's
    process before its exec, srun's ``--task-epilog`` and the cluster's ``task_epilog``
-   after each task ended (``_task_prolog``, ``_task_epilog``);
+   after each task ended (``jobscripts.run_task_prologs``/``run_task_epilogs``);
 6. reports each task's exit (``EXIT``) and, when all are gone, the node's usage
    (``DONE``: CPU time and peak RSS of its tasks), then exits.
 
@@ -42,7 +42,7 @@ import termios
 import time
 from typing import Any, NoReturn
 
-from corral.agent import cpubind
+from corral.agent import cpubind, jobscripts
 from corral.agent.launch import LaunchRequest
 from corral.core.parse.hostlist import compress
 from corral.protocol import step as sp
@@ -327,7 +327,8 @@ class StepProcess:
                 env["SLURM_TASK_PID"] = str(os.getpid())  # chroot, as the user, by fork
                 creds = (self.req.uid, self.req.gid, self.groups) if self.switch_user \
                     else None
-                early = self._task_prologs(prologs, env, creds, self.launch.cwd)
+                early = jobscripts.run_task_prologs(prologs, env, self.req.script_timeout_s,
+                                                    creds=creds, cwd=self.launch.cwd)
             if self.container is not None:
                 from corral.agent.container import chroot_task, image_env
 
@@ -388,8 +389,8 @@ class StepProcess:
             env["SLURM_TASK_PID"] = str(os.getpid())
             if prologs:
                 stage = "TaskProlog"
-                self._prolog_outcome(early if early is not None else
-                                     self._task_prologs(prologs, env, None, os.getcwd()))
+                self._prolog_outcome(early if early is not None else jobscripts.run_task_prologs(
+                    prologs, env, self.req.script_timeout_s, creds=None, cwd=os.getcwd()))
             argv = self.launch.argv
             stage = f"execve(): {argv[0]}"
             os.execvpe(argv[0], argv, env)
@@ -400,27 +401,6 @@ class StepProcess:
             finally:
                 os._exit(2 if isinstance(exc, OSError) and exc.errno == errno.ENOENT else 1)
         os._exit(1)
-
-    def _task_prologs(self, paths: list[str], env: dict[str, str],
-                      creds: tuple[int, int, tuple[int, ...]] | None,
-                      cwd: str) -> tuple[str, int, list[str]]:
-        """The task prologs (the cluster's ``[scripts] task_prolog``, then srun's
-        ``--task-prolog``) for this task, in its process: in its directory with its
-        output files open, already the user (``creds`` None), or before a container's
-        chroot (``creds``: the user's, by the program's own fork). As for a batch
-        script's TaskProlog (``jobscripts``), their ``export``/``unset`` lines change
-        ``env``. (failure message, exit status, ``print`` lines); "" when all passed."""
-        from corral.agent import jobscripts
-
-        prints: list[str] = []
-        for path in paths:
-            res = jobscripts.run_program(path, [], dict(env), self.req.script_timeout_s,
-                                         creds=creds, cwd=cwd)
-            if not res.ok:
-                return (f"slurmstepd: error: TaskProlog failed status={res.describe()}\n",
-                        res.status if 0 < res.status < 256 else 1, prints)
-            prints += jobscripts.apply_task_prolog(res.output, env)
-        return "", 0, prints
 
     @staticmethod
     def _prolog_outcome(outcome: tuple[str, int, list[str]]) -> None:
@@ -438,18 +418,13 @@ class StepProcess:
         """srun's ``--task-epilog``, then the cluster's ``task_epilog``, after ``task``
         ended, as the user, with the task's environment, before its exit is reported (as
         slurmstepd does)."""
-        from corral.agent import jobscripts
-
         creds = (self.req.uid, self.req.gid, self.groups) if self.switch_user else None
-        env = dict(task.env, SLURM_TASK_PID=str(task.pid))
-        for path in (self.launch.task_epilog, self.req.task_epilog):
-            if not path:
-                continue
-            res = jobscripts.run_program(path, [], dict(env), self.req.script_timeout_s,
-                                         creds=creds, cwd=self.launch.cwd)
-            if not res.ok and self.log is not None:
-                self.log(f"step {self.launch.step_id} task {task.gid}: TaskEpilog "
-                         f"{path}: {res.describe()}")
+        paths = [p for p in (self.launch.task_epilog, self.req.task_epilog) if p]
+        for failure in jobscripts.run_task_epilogs(
+                paths, dict(task.env, SLURM_TASK_PID=str(task.pid)),
+                self.req.script_timeout_s, creds=creds, cwd=self.launch.cwd):
+            if self.log is not None:
+                self.log(f"step {self.launch.step_id} task {task.gid}: TaskEpilog {failure}")
 
     # ---- relay ----------------------------------------------------------------------------
     def _close_fd(self, fd: int) -> None:
