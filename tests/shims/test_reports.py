@@ -352,6 +352,14 @@ def test_sreport_user_topusage() -> None:
     out, _, _ = run("sreport", ["-nP", "user", "top", "topcount=1", "group"],
                     history_client())
     assert out.count("\n") == 1 and out.startswith("shimtest|root|")
+    c = history_client()
+    c.records.append(job(5, user="root", account="chem", num_cpus=1, state="COMPLETED",
+                         start_time=_at(28, 3), end_time=_at(28, 4)))
+    out, _, _ = run("sreport", ["-nP", "user", "top", "group"], c)
+    assert out.splitlines()[0] == "shimtest|root|root|physics, chem|540|0"  # grouped
+    out, _, _ = run("sreport", ["-nP", "user", "top"], c)
+    assert [x.split("|")[3:5] for x in out.splitlines()] == [
+        ["physics", "480"], ["organic", "120"], ["chem", "60"]]
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -14,7 +14,8 @@ Reports (names case-insensitive, abbreviated as Slurm allows):
   without usage are listed with 0, as Slurm lists every association. ``tree`` indents
   accounts by depth.
 - ``user topusage``: ``Cluster Login Proper Name Account Used Energy``, the
-  ``topcount=N`` (10) largest users; one row per user and account unless ``group``.
+  ``topcount=N`` (10) largest users; one row per user and account unless ``group`` (then
+  the accounts joined with ``", "`` as Slurm's ``_set_user_acct`` does).
 
 Window: ``start=``/``end=`` (Slurm's date forms; default yesterday 00:00 to today
 00:00), both rounded down to the hour; the banner prints ``end - 1s``. One deliberate
@@ -296,7 +297,7 @@ def _top_usage(ctx: Context, client: Any, cluster: str, units: Units, kv: dict[s
                 accounts[user].append(account)
     ranked = sorted(use.items(), key=lambda kv_: (-kv_[1], kv_[0]))[:count]
     rows = [{"user": u, "proper": _gecos(u),
-             "account_text": ",".join(sorted(accounts.get(u, []))) if group else a,
+             "account_text": ", ".join(accounts.get(u, [])) if group else a,  # as Slurm
              "used": secs} for (u, a), secs in ranked]
     reported = sum(int(n.get("cpus") or 0) for n in client.nodes()) * (end - start)
     cols = _by_user_cols(cluster, units, reported, rows, account_first=False)
