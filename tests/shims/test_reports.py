@@ -178,6 +178,19 @@ def test_account_probes_of_snakemake() -> None:
     assert (rc, err, out) == (0, "", "physics".rjust(256) + " \n")  # %256: right
 
 
+def test_sshare_options_as_sshare_c() -> None:
+    c = ReportClient()
+    out, _, _ = run("sshare", ["-h", "-P", "-u", "-1", "-o", "user"], c)  # -h: no header
+    assert [x for x in out.splitlines() if x] == ["alice", "bob"]  # -u -1: all users
+    out, _, _ = run("sshare", ["-n", "-P", "-u", "0", "-o", "account,user"], c)  # a uid
+    assert "bob" not in out and out.startswith("root|\n")
+    out, err, rc = run("sshare", ["-u", "4000000000"], c)
+    assert (out, err, rc) == ("", "Invalid user id: 4000000000\n", 1)
+    out, _, _ = run("sshare", ["-e"], c)
+    assert out.splitlines()[0] == "Account           Cluster           EffectvUsage      " \
+        "FairShare        "
+
+
 def test_sshare_classic_prints_every_factor() -> None:
     c = ReportClient()
     c.fairshare = lambda: {"algorithm": "classic",  # type: ignore[method-assign]

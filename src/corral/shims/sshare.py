@@ -17,7 +17,8 @@ adds ``NormUsage``, ``LevelFS``, ``GrpTRESMins``, ``TRESRunMins``); ``-m`` adds
 ``fairshare = "classic"`` every row shows the classic factor, as Slurm prints each.
 Fields match Slurm's table order by prefix (``-o a,u,rawu``); numbers are never cut.
 
-Options: ``-n``/``--noheader``, ``-p``/``--parsable``, ``-P``/``--parsable2``,
+Options: ``-n``/``-h``/``--noheader``, ``-u -1`` (all users), ``-u`` uids,
+``-p``/``--parsable``, ``-P``/``--parsable2``,
 ``-o``/``--format`` (``name%width``), ``-e``/``--helpformat``, ``-l``, ``-a``, ``-A``,
 ``-u``, ``-U``, ``-m``, ``-M`` (this cluster only), ``-v``, ``-V``; an unknown option or
 field exits 1 with Slurm's message.
@@ -38,7 +39,9 @@ TABLE = OptionTable.of([
     Opt("all", ("all",), "a", N),
     Opt("clusters", ("clusters",), "M", R),
     Opt("helpformat", ("helpformat",), "e", N),
-    Opt("help", ("help",), "h", N),
+    Opt("help", ("help",), None, N),
+    Opt("noheader_h", (), "h", N),  # sshare.c: -h is --noheader too
+    Opt("quiet", (), "q", N),
     Opt("json", ("json",), None, N),
     Opt("long", ("long",), "l", N),
     Opt("partition", ("partition",), "m", N),
@@ -97,9 +100,10 @@ COLUMNS: list[Column] = [  # Slurm's table order: --format prefixes match the fi
 
 
 def helpformat() -> str:
+    """sshare.c's ``_help_format_msg``: four names a line, each ``%-17s``."""
     names = [c.name for c in COLUMNS]
-    return "\n".join(" ".join(f"{n:<15}" for n in names[i:i + 5]).rstrip()
-                     for i in range(0, len(names), 5))
+    return "\n".join(" ".join(f"{n:<17}" for n in names[i:i + 4])
+                     for i in range(0, len(names), 4))
 
 
 def _split(values: list[str]) -> list[str]:
@@ -216,9 +220,18 @@ def run(ctx: Context, client: Any) -> None:
             r["_depth"] = 0
     if any(c.name == "TRESRunMins" for c in cols):
         _running_tres(rows, client.jobs(states=["RUNNING"]), ctx.now)
-    users = set(_split(opts.get("users", [])))
+    users: set[str] = set()
+    for word in _split(opts.get("users", [])):
+        if word.isdigit():  # a uid, as sshare takes it
+            import pwd
+
+            try:
+                word = pwd.getpwuid(int(word)).pw_name
+            except (KeyError, OverflowError):
+                raise ctx.fail(f"Invalid user id: {word}") from None
+        users.add(word)
     accounts = set(_split(opts.get("accounts", [])))
-    all_users = "all" in opts or "all" in {u.lower() for u in users}
+    all_users = "all" in opts or "-1" in opts.get("users", [])
     if not users and not all_users:
         users = {ctx.user}
 
@@ -230,6 +243,7 @@ def run(ctx: Context, client: Any) -> None:
         return "Users" not in opts
     mode = "parsable2" if "parsable2" in opts else "parsable" if "parsable" in opts \
         else "fixed"
-    for line in render(cols, [r for r in rows if keep(r)], header="noheader" not in opts,
+    header = "noheader" not in opts and "noheader_h" not in opts
+    for line in render(cols, [r for r in rows if keep(r)], header=header,
                        mode=mode):
         ctx.print(line)
