@@ -205,6 +205,29 @@ def test_two_users_at_once_unpack_one_sif_once(
         kill_leftovers(tmp_path / "state2")
 
 
+def test_cache_users_cannot_reach_fails_the_job_with_the_reason(
+        tmp_path: Path, images: tuple[Registry, Path, str],
+        test_user: tuple[str, int, int, int]) -> None:
+    """pytest's tmp_path sits below a 0700 directory: the SIF is still unpacked (as
+    nobody, in the system temp directory, then copied in), but the user's job is refused
+    with the reason rather than failing inside Apptainer."""
+    reg, d, program = images
+    cache = tmp_path / "cache"
+    cc = ContainersConfig(runtime="apptainer", apptainer=program, cache_dir=str(cache))
+    r = JobRunner(tmp_path / "state3", cgroup_root=CGROUP_ROOT, node_name="aptnode3",
+                  containers=settings(cc, str(tmp_path), "aptnode3"))
+    try:
+        w = work(d)
+        launch(r, 61, w, test_user, "#!/bin/sh\ntrue\n", str(d / "bb.sif"))
+        ex = wait_exits(r, 1, 60)[61]
+        assert ex.state == "FAILED" and "is not reachable by the job's user" in ex.reason, ex
+        trees = list((cache / "images").iterdir())
+        assert len(trees) == 1 and (trees[0] / "rootfs" / "bin" / "busybox").is_file()
+    finally:
+        r.close()
+        kill_leftovers(tmp_path / "state3")
+
+
 def test_bad_sif_fails_the_job_with_its_reason(arunner: JobRunner,
                                                images: tuple[Registry, Path, str],
                                                test_user: tuple[str, int, int, int]) -> None:

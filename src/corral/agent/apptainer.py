@@ -47,6 +47,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -227,12 +228,46 @@ def _unpack_sif(cache: ImageCache, settings: ContainerSettings, sif: str, digest
     directory of the unpacking user inside the 0700 ``tmp``), then the tree is moved to
     a root-only place, owned by root and stripped before it goes into the cache."""
     ids = _unpacker()
-    work = os.path.join(tmp, "unpack")
+    # the unpacker needs a way to its work directory: inside the cache's temp directory
+    # where every directory above is searchable, else in the system's temp directory
+    # (the tree is copied into the cache afterwards)
+    base = tmp if ids is None or _searchable(tmp) else \
+        tempfile.mkdtemp(prefix="corral-sif-", dir=tempfile.gettempdir())
+    try:
+        _unpack_in(cache, settings, sif, digest, tmp, base, ids)
+    finally:
+        if base != tmp:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _searchable(path: str) -> bool:
+    """Every directory above ``path`` lets others pass (o+x)."""
+    d = os.path.dirname(os.path.abspath(path))
+    while True:
+        try:
+            if not os.stat(d).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+        if d == "/":
+            return True
+        d = os.path.dirname(d)
+
+
+def _copy_regular(src: str, dst: str) -> None:
+    """copytree's file copy: regular files only (no fifo or socket is read or made)."""
+    if stat.S_ISREG(os.lstat(src).st_mode):
+        shutil.copy2(src, dst)
+
+
+def _unpack_in(cache: ImageCache, settings: ContainerSettings, sif: str, digest: str,
+               tmp: str, base: str, ids: tuple[int, int] | None) -> None:
+    work = os.path.join(base, "unpack")
     os.mkdir(work, 0o700)
     copy = os.path.join(work, "image.sif")
-    os.rename(sif, copy)
+    shutil.move(sif, copy)
     if ids is not None:
-        os.chmod(tmp, 0o711)  # the unpacker passes through to its work directory only
+        os.chmod(base, 0o711)  # the unpacker passes through to its work directory only
         for path in (work, copy):
             os.chown(path, *ids)
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -248,13 +283,18 @@ def _unpack_sif(cache: ImageCache, settings: ContainerSettings, sif: str, digest
     except (OSError, subprocess.SubprocessError) as exc:
         raise AptError(f"cannot unpack the SIF image: {exc}") from None
     finally:
-        os.chmod(tmp, 0o700)
+        os.chmod(base, 0o700)
     if res.returncode != 0 or not os.path.isdir(built):
         raise AptError(f"not a usable SIF image: {_why(res.stderr + res.stdout, res.returncode)}")
     stage = os.path.join(tmp, "tree")
     os.mkdir(stage, 0o755)
     rootfs = os.path.join(stage, "rootfs")
-    os.rename(built, rootfs)  # out of the unpacker's reach before it becomes root's
+    if base == tmp:
+        os.rename(built, rootfs)  # out of the unpacker's reach before it becomes root's
+    else:
+        os.chmod(work, 0o700)
+        os.chown(work, 0, 0)  # first out of the unpacker's reach, then copied
+        shutil.copytree(built, rootfs, symlinks=True, copy_function=_copy_regular)
     if ids is not None:
         for dirpath, dirnames, filenames in os.walk(rootfs):
             for name in dirnames + filenames:
@@ -339,6 +379,11 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
     else:
         raise AptError(f"{ref.canonical}: Apptainer runs SIF images, registry images and "
                        "directories, not OCI bundles")
+    if pin >= 0 and req.uid != 0 and not _searchable(image):
+        os.close(pin)  # Apptainer reads the cached tree as the user, who cannot get there
+        raise AptError(f"the image cache {settings.cache_dir} is not reachable by the job's "
+                       "user: every directory above it must be searchable (chmod o+x) for "
+                       "Apptainer jobs")
     try:
         defaults = tuple(m for text in settings.default_mounts for m in parse_mounts(text))
     except ContainerError as exc:
