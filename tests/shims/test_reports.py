@@ -260,10 +260,17 @@ def test_sprio_norm_long_weights_and_filters() -> None:
     out, _, _ = run("sprio", ["-h", "-o", "%i|%u|%Y", "-S", "-Y"], c)
     assert out.splitlines() == ["15|root|11125", "15|root|11125", "12|root|6135",
                                 "9|bob|4625"]
-    out, _, rc = run("sprio", ["-j", "99"], c)  # -j's argument is optional: 99 is extra
-    assert rc == 1
+    out, _, rc = run("sprio", ["-j", "99"], c)  # optional argument: opts.c takes 99 anyway
+    assert (out, rc) == ("Unable to find jobs matching user/id(s) specified\n", 0)
     out, _, rc = run("sprio", ["-j99"], c)
     assert (out, rc) == ("Unable to find jobs matching user/id(s) specified\n", 0)
+    out, _, _ = run("sprio", ["-h"], c, env={"SPRIO_FORMAT": "%i:%u"})
+    assert out.splitlines()[0] == "9:bob"
+    out, err, rc = run("sprio", ["-h", "-o", "%i", "-u", "no-such-user-xyz,root"], c)
+    assert rc == 0 and "sprio: error: Invalid user: no-such-user-xyz" in err  # reported
+    assert out.split() == ["12", "15", "15"]  # and left out: root's jobs
+    out, _, _ = run("sprio", ["--helpformat"], c)
+    assert out.splitlines()[0] == "%a    %A    %b    %B    %c    %f    %F    %i    "
 
 
 def test_sprio_admin_priority_and_floor() -> None:
@@ -280,7 +287,8 @@ def test_sprio_admin_priority_and_floor() -> None:
 @pytest.mark.parametrize("argv,message", [
     (["--bogus"], "sprio: unrecognized option '--bogus'"),
     (["-jx"], "sprio: error: Invalid job id: x"),
-    (["-u", "no-such-user-xyz"], "sprio: error: Invalid user: no-such-user-xyz"),
+    (["-j", "12", "13"], "sprio: error: Unrecognized option: 13"),
+    (["-l", "-o", "%i"], "Options -o(--format) and -l(--long) are mutually exclusive"),
     (["-M", "other"], "'other' can't be reached now"),
     (["-S", "-Z"], "sprio: error: Invalid sort specification: Z"),
 ])

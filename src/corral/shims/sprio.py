@@ -18,7 +18,9 @@ Options: ``-h``/``--noheader``, ``-j``/``--jobs[=list]`` (optional argument: ``-
 ``-u``/``--user``, ``-p``/``--partition``, ``-o``/``--format``, ``-S``/``--sort``
 (letters, ``-`` descending; default job id), ``-w``/``--weights`` (the weights row),
 ``-l``, ``-n``, ``-M`` (this cluster), ``-v``, ``-V``, ``--usage``/``--help``. No job
-matching ``-j`` prints ``Unable to find jobs matching user/id(s) specified`` (exit 0).
+matching ``-j`` prints ``Unable to find jobs matching user/id(s) specified`` (exit 0);
+``-j 12`` takes the next word as its list (``opts.c``); a bad user name is reported and
+left out; ``SPRIO_FORMAT``; ``-o`` with ``-l`` is refused; ``--helpformat``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ TABLE = OptionTable.of([
     Opt("federation", ("federation",), None, N),
     Opt("format", ("format",), "o", R),
     Opt("help", ("help",), None, N),
+    Opt("helpformat", ("helpformat",), None, N),
     Opt("jobs", ("jobs",), "j", OPT),
     Opt("local", ("local",), None, N),
     Opt("long", ("long",), "l", N),
@@ -203,15 +206,24 @@ def run(ctx: Context, client: Any) -> None:
     opts: dict[str, list[str]] = {}
     for p in parsed:
         opts.setdefault(p.opt.key, []).append(p.value or "")
+    if positional and "jobs" in opts:  # opts.c: `-j 12` takes the next word as the list
+        opts["jobs"].append(positional.pop(0))
     if positional:
-        raise ctx.fail(f"sprio: error: Unknown argument: {positional[0]}\n"
-                       "Try \"sprio --help\" for more information")
+        raise ctx.fail(f"sprio: error: Unrecognized option: {positional[0]}\n{USAGE}")
     if "help" in opts or "usage" in opts:
         ctx.print(USAGE)
         return
     if "version" in opts:
         ctx.print(VERSION)
         return
+    if "helpformat" in opts:
+        letters = "aAbBcfFijJnNopPrSqQuyYtT"
+        ctx.print("\n".join("".join(f"%{c:<5}" for c in letters[i:i + 8])
+                            for i in range(0, len(letters), 8)))
+        return
+    if "long" in opts and "format" in opts:
+        raise ctx.fail("sprio: fatal: Options -o(--format) and -l(--long) are mutually "
+                       "exclusive. Please remove one and retry.")
     cluster = str((client.ping() or {}).get("cluster") or "corral")
     for want in _split(opts.get("clusters", [])):
         if want.lower() != cluster.lower():
@@ -223,10 +235,17 @@ def run(ctx: Context, client: Any) -> None:
         if not w.isdigit():
             raise ctx.fail(f"sprio: error: Invalid job id: {w}")
         ids.add(int(w))
-    try:
-        uids = resolve_users(_split(opts.get("user", []))) if "user" in opts else None
-    except UserError as exc:
-        raise ctx.fail(f"sprio: error: Invalid user: {exc.word}") from None
+    uids: set[int] | None = None
+    if "user" in opts:  # opts.c: a bad name is reported and left out, not fatal
+        uids = set()
+        for word in _split(opts["user"]):
+            try:
+                uids |= resolve_users([word])
+            except UserError:
+                ctx.error(f"sprio: error: Invalid user: {word}")
+                ctx.error("")
+        if not uids:
+            uids = None
     parts = set(_split(opts.get("partition", [])))
     if "sort" in opts:
         check_sort(ctx, opts["sort"][-1])
@@ -236,6 +255,7 @@ def run(ctx: Context, client: Any) -> None:
     fill_default_partition(list(data.get("jobs") or ()), client)
     weights: dict[str, Any] = data.get("weights") or {}
     fmt = opts["format"][-1] if "format" in opts else \
+        (ctx.env.get("SPRIO_FORMAT") if "long" not in opts else None) or \
         default_format(weights, long="long" in opts, norm="norm" in opts,
                        users="user" in opts)
     items = qf.parse_format(fmt, FIELDS)
