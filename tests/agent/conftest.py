@@ -120,24 +120,13 @@ def test_user() -> tuple[str, int, int, int]:
     Left in place afterwards: another test session may be using it at the same time.
     """
     import grp
-    import pwd
     import shutil
-    import subprocess
 
     if os.geteuid() != 0:
         pytest.skip("running jobs as another user needs root")
     if shutil.which("useradd") is None:
         pytest.skip("useradd is not installed")
-    try:
-        grp.getgrnam(TEST_GROUP)
-    except KeyError:
-        subprocess.run(["groupadd", "-f", TEST_GROUP], check=True)
-    try:
-        pwd.getpwnam(TEST_USER)
-    except KeyError:
-        subprocess.run(["useradd", "-M", "-s", "/bin/sh", "-G", TEST_GROUP, TEST_USER],
-                       check=False)
-    pw = pwd.getpwnam(TEST_USER)
-    if TEST_GROUP not in [g.gr_name for g in grp.getgrall() if TEST_USER in g.gr_mem]:
-        subprocess.run(["usermod", "-a", "-G", TEST_GROUP, TEST_USER], check=True)
+    from tests.users import ensure_user
+
+    pw = ensure_user(TEST_USER, (TEST_GROUP,))
     return TEST_USER, pw.pw_uid, pw.pw_gid, grp.getgrnam(TEST_GROUP).gr_gid

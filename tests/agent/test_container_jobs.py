@@ -20,6 +20,7 @@ from corral.containers.config import ContainersConfig
 from corral.containers.spec import ContainerSpec, parse_bundle, parse_image
 from tests.agent.conftest import CGROUP_ROOT, kill_leftovers, make_request, wait_exits
 from tests.registry import Registry, require_containers, running_registry
+from tests.users import ensure_user
 
 USER = "corraltest"
 
@@ -35,16 +36,7 @@ def registry() -> Iterator[Registry]:
 @pytest.fixture(scope="module")
 def user() -> Iterator[pwd.struct_passwd]:
     require_containers()
-    created = False
-    try:
-        pw = pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", USER], check=True)
-        created = True
-        pw = pwd.getpwnam(USER)
-    yield pw
-    if created:
-        subprocess.run(["userdel", USER], check=False)
+    yield ensure_user(USER)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster import Cluster
+from tests.users import ensure_user
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +47,7 @@ def test_user() -> Iterator[pwd.struct_passwd]:
     """A real unprivileged user (created for the module when missing; root only)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to create a user")
-    created = False
-    try:
-        pw = pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", USER], check=True)
-        created = True
-        pw = pwd.getpwnam(USER)
-    yield pw
-    if created:
-        subprocess.run(["userdel", USER], check=False)
+    yield ensure_user(USER)
 
 
 @pytest.fixture(scope="module")

@@ -108,6 +108,12 @@ class AgentDaemon:
         # container tools found once, at start (corral.agent.runtimes)
         self.containers = container_settings(containers or ContainersConfig(),
                                              str(state_dir), self.node)
+        parent = (cgroup_root or "corral").strip("/").replace("/", "_")
+        if parent != "corral":  # another agent tree on this host: its own runtime state too
+            import dataclasses
+
+            self.containers = dataclasses.replace(
+                self.containers, state_root=f"{self.containers.state_root}.{parent}")
         self.runner = runner if runner is not None else JobRunner(
             state_dir, cgroup_root or "corral", self.node, isolation=isolation,
             gpu_devices=devices, containers=self.containers)

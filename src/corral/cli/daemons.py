@@ -350,7 +350,8 @@ def agent(
             typer.echo(f"corral: agent.metrics_listen {ac.metrics_listen!r}: {exc}", err=True)
             raise typer.Exit(2) from None
     run_agent(controllers, key, sd, node_name=name,
-              cgroup_root=ac.cgroup_root or None, heartbeat_s=ac.heartbeat_s,
+              cgroup_root=ac.cgroup_root or os.environ.get("CORRAL_CGROUP_ROOT") or None,
+              heartbeat_s=ac.heartbeat_s,
               reconnect_max_s=ac.reconnect_max_s, pin_cpus=ac.pin_cpus,
               isolation="none" if ac.cgroup_root == "" else "auto", ca_file=ca,
               gpu_devices=ac.gpu_devices, containers=cfg.containers)
