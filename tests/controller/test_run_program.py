@@ -74,3 +74,22 @@ def test_a_timeout_kills_the_program_and_its_children(tmp_path: Path) -> None:
                                            keep_children=keep))
         assert not ok and what == "timed out after 1 s", (keep, what)
         assert _wait_gone(int(pidfile.read_text()))
+
+
+def test_a_cancelled_run_kills_the_program(tmp_path: Path) -> None:
+    pidfile = tmp_path / "prog.pid"
+    prog = _prog(tmp_path, f"echo $$ > {pidfile}\nexec sleep 60\n")
+
+    async def go() -> None:
+        task = asyncio.ensure_future(run_program(prog, {"PATH": "/usr/bin:/bin"}, 30,
+                                                 keep_children=True))
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    asyncio.run(asyncio.wait_for(go(), 20))
+    assert _wait_gone(int(pidfile.read_text()))

@@ -103,6 +103,9 @@ async def run_program(path: str, env: dict[str, str], timeout_s: float,
             _kill_session(proc.pid)
             await proc.wait()
             return False, f"timed out after {timeout_s:.0f} s"
+        except asyncio.CancelledError:  # the controller is stopping: leave nothing behind
+            _kill_session(proc.pid)
+            raise
     if not keep_children:
         _kill_session(proc.pid)
     text = out[-4000:].decode(errors="replace").strip()
