@@ -385,12 +385,12 @@ def test_sreport_user_topusage() -> None:
 
 @pytest.mark.parametrize("argv,message", [
     (["--bogus", "cluster", "utilization"], "sreport: unrecognized option '--bogus'"),
-    (["cluster"], "sreport: error: no report given"),
-    (["cluster", "nothing"], "Not valid report nothing"),
+    (["cluster"], "too few arguments for keyword:cluster"),
+    (["clu", "nothing"], "Not valid report nothing\nValid cluster reports are, "),
+    (["user", "bottom"], "Not valid report bottom\nValid user reports are, \"Top\""),
+    (["nonsense", "x"], "invalid keyword: nonsense"),
+    (["job", "sizes"], "job reports are not available"),
     (["cluster", "utilization", "start=garbage"], "sreport: error:"),
-    (["cluster", "utilization", "bogus=1"], " Unknown condition: bogus=1"),
-    (["cluster", "utilization", "format=cluster,nope"], " Unknown field 'nope'"),
-    (["-t", "fortnights", "cluster", "utilization"], "unknown time format fortnights"),
     (["-T", "gres/gpu", "cluster", "utilization"], "cpu only"),
     (["user", "topusage", "topcount=0"], "Invalid topcount value: 0"),
     (["cluster", "utilization", "clusters=other"], "cluster 'other' is not known"),
@@ -398,6 +398,29 @@ def test_sreport_user_topusage() -> None:
 def test_sreport_bad_input(argv: list[str], message: str) -> None:
     out, err, rc = run("sreport", argv, history_client())
     assert rc == 1 and message in err and out == ""
+
+
+def test_sreport_reports_bad_parts_and_goes_on() -> None:
+    """sreport.c prints the report without a bad condition or field and exits 1; an
+    unknown -t is reported and the report is in minutes (exit 0)."""
+    c = history_client()
+    out, err, rc = run("sreport", ["-nP", "cluster", "util", "bogus=1"], c)
+    assert (rc, err) == (1, " Unknown condition: bogus=1\nUse keyword set to modify value\n")
+    assert out == "shimtest|600|0|0|10920|0|11520\n"
+    out, err, rc = run("sreport", ["-nP", "cluster", "util", "format=cluster,nope,alloc"], c)
+    assert (rc, err, out) == (1, " Unknown field 'nope'\n", "shimtest|600\n")
+    out, err, rc = run("sreport", ["-t", "fortnights", "cluster", "utilization"], c)
+    assert (rc, err) == (0, "unknown time format fortnights\n")
+    assert "Usage reported in CPU Minutes" in out
+
+
+def test_sreport_user_utilization_by_account() -> None:
+    out, _, rc = run("sreport", ["cluster", "UserUtilizationByAccount"], history_client())
+    lines = out.splitlines()
+    assert rc == 0 and lines[1].startswith("Cluster/User/Account Utilization 2026-11-28T")
+    assert [x.split()[1:] for x in lines[6:]] == [["bob", "organic", "120", "0"],
+                                                  ["root", "root", "physics", "480", "0"]]
+
 
 
 # ---- sstat: layout ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ Reports (names case-insensitive, abbreviated as Slurm allows):
   its users, in the association tree's order (users before sub-accounts); accounts
   without usage are listed with 0, as Slurm lists every association. ``tree`` indents
   accounts by depth.
+- ``cluster UserUtilizationByAccount``: the same columns for every user and account pair.
 - ``user topusage``: ``Cluster Login Proper Name Account Used Energy``, the
   ``topcount=N`` (10) largest users; one row per user and account unless ``group`` (then
   the accounts joined with ``", "`` as Slurm's ``_set_user_acct`` does).
@@ -36,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_long
-from corral.shims.context import Context
+from corral.shims.context import Context, ShimExit
 from corral.shims.printfields import Column, FormatError, choose, render
 from corral.shims.slurmtime import DateError, parse_date
 
@@ -51,6 +52,7 @@ TABLE = OptionTable.of([
     Opt("parsable", ("parsable",), "p", N),
     Opt("parsable2", ("parsable2",), "P", N),
     Opt("quiet", ("quiet",), "Q", N),
+    Opt("sort", ("sort",), "s", R),
     Opt("time", ("time",), "t", R),
     Opt("tres", ("tres",), "T", R),
     Opt("verbose", ("verbose",), "v", N),
@@ -275,8 +277,10 @@ def _account_by_user(ctx: Context, client: Any, cluster: str, units: Units,
 
 
 def _top_usage(ctx: Context, client: Any, cluster: str, units: Units, kv: dict[str, str],
-               start: float, end: float, group: bool
+               start: float, end: float, group: bool, *, by_account: bool = False
                ) -> tuple[list[str], list[Column], list[Row]]:
+    """``user topusage``; with ``by_account`` ``cluster UserUtilizationByAccount`` (every
+    user and account pair, no top limit, by user then account)."""
     count_text = kv.get("topcount", "10")
     if not count_text.isdigit() or int(count_text) < 1:
         raise ctx.fail(f"sreport: error: Invalid topcount value: {count_text}")
@@ -295,14 +299,15 @@ def _top_usage(ctx: Context, client: Any, cluster: str, units: Units, kv: dict[s
         for user, account, _secs in _charges(client, start, end, ctx.now):
             if user in {k[0] for k in use} and account not in accounts.setdefault(user, []):
                 accounts[user].append(account)
-    ranked = sorted(use.items(), key=lambda kv_: (-kv_[1], kv_[0]))[:count]
+    ranked = sorted(use.items()) if by_account else \
+        sorted(use.items(), key=lambda kv_: (-kv_[1], kv_[0]))[:count]
     rows = [{"user": u, "proper": _gecos(u),
              "account_text": ", ".join(accounts.get(u, [])) if group else a,  # as Slurm
              "used": secs} for (u, a), secs in ranked]
     reported = sum(int(n.get("cpus") or 0) for n in client.nodes()) * (end - start)
     cols = _by_user_cols(cluster, units, reported, rows, account_first=False)
-    banner = [f"Top {count} Users {_when(start)} - {_when(end - 1)} "
-              f"({int(end - start)} secs)"]
+    title = "Cluster/User/Account Utilization" if by_account else f"Top {count} Users"
+    banner = [f"{title} {_when(start)} - {_when(end - 1)} ({int(end - start)} secs)"]
     return banner, cols, rows
 
 
@@ -330,18 +335,53 @@ def run(ctx: Context, client: Any) -> None:
     if "version" in opts:
         ctx.print(VERSION)
         return
+    failed = False  # Slurm reports a bad condition or field, prints the rest, exits 1
     try:
         units = Units(opts["time"][-1] if "time" in opts else "minutes")
-    except ValueError as exc:
-        raise ctx.fail(f"sreport: error: unknown time format {exc}") from None
+    except ValueError as exc:  # sreport.c: reported, and the report runs in minutes
+        ctx.error(f"unknown time format {exc}")
+        units = Units("minutes")
     for tres in _list(",".join(opts.get("tres", []))):
         if tres.lower() != "cpu":
             raise ctx.fail(f"sreport: error: TRES {tres} is not reported by Corral's sreport"
                            " (cpu only)")
-    if len(words) < 2:
-        raise ctx.fail("sreport: error: no report given (interactive mode is not "
+    if not words:
+        raise ctx.fail("sreport: error: no command given (interactive mode is not "
                        "supported by Corral's sreport)\n" + USAGE.splitlines()[-1].strip())
-    kind, report, rest = words[0], words[1], words[2:]
+    kind = words[0]
+    if _matches(kind, "help", 2):
+        ctx.print(USAGE)
+        return
+    kinds = (("association", 1), ("cluster", 2), ("job", 1), ("reservation", 2),
+             ("resv", 2), ("user", 1))
+    if not any(_matches(kind, k, m) for k, m in kinds):
+        raise ctx.fail(f"invalid keyword: {kind}")
+    if len(words) < 2:
+        raise ctx.fail(f"too few arguments for keyword:{kind}")
+    report, rest = words[1], words[2:]
+    low_report = report.lower()
+    if _matches(kind, "cluster", 2):
+        if low_report[:1] == "a":
+            which = "aubu"
+        elif low_report[:2] == "ua" or _matches(report, "userutilizationbyaccount", 18):
+            which = "uuba"
+        elif low_report[:2] == "ut":
+            which = "util"
+        elif low_report[:2] == "uw" or low_report[:1] == "w":
+            raise ctx.fail(f"sreport: error: {report}: WCKey reports are not available "
+                           "(Corral keeps no WCKeys)")
+        else:
+            raise ctx.fail(f"Not valid report {report}\nValid cluster reports are, "
+                           "\"AccountUtilizationByUser\", \"UserUtilizationByAccount\", "
+                           "\"UserUtilizationByWckey\", \"Utilization\", and "
+                           "\"WCKeyUtilizationByUser\"")
+    elif _matches(kind, "user", 1):
+        if low_report[:1] != "t":
+            raise ctx.fail(f"Not valid report {report}\nValid user reports are, \"Top\"")
+        which = "top"
+    else:
+        raise ctx.fail(f"sreport: error: {kind} reports are not available in Corral's "
+                       "sreport (cluster and user reports are)")
     kv: dict[str, str] = {}
     flags: set[str] = set()
     for w in rest:
@@ -354,7 +394,9 @@ def run(ctx: Context, client: Any) -> None:
                                     ("clusters", 1), ("users", 1), ("accounts", 2),
                                     ("topcount", 1)) if _matches(low, n, m)), None)
         if name is None:
-            raise ctx.fail(f" Unknown condition: {w}\n Use keyword set to modify value")
+            ctx.error(f" Unknown condition: {w}\nUse keyword set to modify value")
+            failed = True
+            continue
         kv[name] = value
     cfg = client.cluster_config()
     cluster = str(cfg.get("cluster_name") or "corral")
@@ -363,25 +405,23 @@ def run(ctx: Context, client: Any) -> None:
             raise ctx.fail(f"sreport: error: cluster '{want}' is not known (Corral's sreport"
                            " reports this cluster only)")
     start, end = _period(ctx, kv)
-    if _matches(kind, "cluster", 2) and _matches(report, "utilization", 2):
+    if which == "util":
         banner, cols, rows = _cluster_util(ctx, client, cluster, units, kv, start, end)
-    elif _matches(kind, "cluster", 2) and _matches(report, "accountutilizationbyuser", 1):
+    elif which == "aubu":
         banner, cols, rows = _account_by_user(ctx, client, cluster, units, kv, start, end,
                                               "tree" in flags)
-    elif _matches(kind, "user", 1) and _matches(report, "topusage", 1):
-        banner, cols, rows = _top_usage(ctx, client, cluster, units, kv, start, end,
-                                        "group" in flags)
-    elif not any(_matches(kind, k, 2) for k in ("cluster", "user", "job", "reservation")):
-        raise ctx.fail(f"sreport: error: invalid keyword: {kind}")
     else:
-        raise ctx.fail(f"Not valid report {report}\nValid cluster reports are, "
-                       "\"AccountUtilizationByUser\" and \"Utilization\"\nValid user "
-                       "reports are, \"TopUsage\"\n(Corral's sreport has these three)")
+        banner, cols, rows = _top_usage(ctx, client, cluster, units, kv, start, end,
+                                        "group" in flags, by_account=which == "uuba")
     if "format" in kv:
-        try:
-            cols = choose(cols, kv["format"])
-        except FormatError as exc:
-            raise ctx.fail(f" Unknown field '{exc.word}'") from None
+        chosen = []
+        for item in _list(kv["format"]):
+            try:
+                chosen.extend(choose(cols, item))
+            except FormatError as exc:  # left out, as sreport does
+                ctx.error(f" Unknown field '{exc.word}'")
+                failed = True
+        cols = chosen
     else:
         cols = [c for c in cols if c.name != "Over Comm"]  # not in Slurm's default
     header = "noheader" not in opts
@@ -395,3 +435,5 @@ def run(ctx: Context, client: Any) -> None:
         ctx.print(BANNER)
     for line in render(cols, rows, header=header, mode=mode):
         ctx.print(line)
+    if failed:
+        raise ShimExit(1)
