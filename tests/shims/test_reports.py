@@ -584,6 +584,15 @@ def test_sstat_real_controller(cluster: ShimCluster, used: int, tmp_path: Path) 
         assert fields[0] == f"{jid}.batch" and fields[2] == cluster.node, fields
         kib = float(fields[1][:-1]) * {"K": 1, "M": 1024, "G": 1 << 20}[fields[1][-1]]
         assert kib >= 64 * 1024 and fields[3] != "00:00:00", fields  # its 64 MiB, CPU
+        # the same through the REST client (the shim in the caller's process)
+        local = dict(cluster.env, CORRAL_SHIM_LOCAL="1")
+        r = cluster.run("sstat", "-a", "-n", "-P", "-j", str(jid), "-o", "JobID,MaxRSSNode",
+                        env=local)
+        assert r.stdout.splitlines()[0] == f"{jid}.batch|{cluster.node}", r.stderr
+        r = cluster.run("sshare", "-n", "-P", "-o", "account", "-A", "physics", env=local)
+        assert r.stdout.splitlines()[0] == " physics", r.stderr
+        r = cluster.run("sprio", "-w", "-h", env=local)
+        assert r.stdout.split()[0] == "Weights", r.stderr
     finally:
         cluster.run("scancel", str(jid))
     done = cluster.run("sstat", "-j", str(used))  # finished
