@@ -195,6 +195,8 @@ def test_sshare_classic_prints_every_factor() -> None:
     c = ReportClient()
     c.fairshare = lambda: {"algorithm": "classic",  # type: ignore[method-assign]
                            "rows": [dict(r) for r in SHARE_ROWS]}
+    head = run("sshare", ["-l"], c)[0].splitlines()[0].split()
+    assert "LevelFS" not in head and head[-1] == "TRESRunMins"  # classic -l: no LevelFS
     out, _, _ = run("sshare", ["-a", "-n", "-P", "-o", "account,user,fairshare"], c)
     assert out.splitlines()[1:] == [" chem||1.000000", "  chem|alice|1.000000",
                                     "  organic||1.000000", " physics||0.420000",

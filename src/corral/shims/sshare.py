@@ -199,7 +199,10 @@ def run(ctx: Context, client: Any) -> None:
     if "json" in opts or "yaml" in opts:
         raise ctx.fail("sshare: error: --json/--yaml are not supported by Corral's sshare; "
                        "use `corral report fairshare --json`")
-    spec = ",".join(opts.get("format", [])) or (LONG if "long" in opts else DEFAULT)
+    data = client.fairshare()
+    long_spec = LONG if data.get("algorithm") != "classic" else \
+        LONG.replace("LevelFS,", "")  # process.c: classic -l has no LevelFS
+    spec = ",".join(opts.get("format", [])) or (long_spec if "long" in opts else DEFAULT)
     if "partition" in opts and "format" not in opts:
         spec = spec.replace("User,", "User,Partition,", 1)
     try:
@@ -213,7 +216,7 @@ def run(ctx: Context, client: Any) -> None:
             raise ctx.fail(f"sshare: error: Problem talking to the database: cluster "
                            f"'{want}' is not known (Corral's sshare reports this cluster "
                            "only)")
-    rows = ordered(client.fairshare())
+    rows = ordered(data)
     for r in rows:
         r["_cluster"] = cluster
         if "Users" in opts:  # no parents shown: nothing to indent under
