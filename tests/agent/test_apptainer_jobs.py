@@ -4,6 +4,7 @@ the registry tests push, the job as a real unprivileged user in its real cgroup.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.agent.images import pull_main
 from corral.agent.runner import JobRunner
 from corral.agent.runtimes import settings
 from corral.containers.config import ContainersConfig
@@ -226,6 +228,24 @@ def test_cache_users_cannot_reach_fails_the_job_with_the_reason(
     finally:
         r.close()
         kill_leftovers(tmp_path / "state3")
+
+
+def test_image_pull_of_a_sif_opens_it_as_the_asking_user(
+        tmp_path: Path, images: tuple[Registry, Path, str],
+        test_user: tuple[str, int, int, int], capsys: pytest.CaptureFixture[str]) -> None:
+    """``corral image pull /x.sif`` on a node (the agent's pull child): unpacked into the
+    cache when the asking user can read it; refused for a file the user cannot read."""
+    _reg, d, program = images
+    args = {"cache_dir": str(d / "cache4"), "apptainer": program, "uid": test_user[1],
+            "gid": test_user[2]}
+    assert pull_main([json.dumps({**args, "ref": str(d / "bb.sif")})]) == 0
+    digest = capsys.readouterr().out.strip()
+    assert digest.startswith("sha256:")
+    assert (d / "cache4" / "images" / digest[7:] / "rootfs" / "bin" / "busybox").is_file()
+    shutil.copy(d / "bb.sif", d / "root-only.sif")
+    os.chmod(d / "root-only.sif", 0o600)
+    assert pull_main([json.dumps({**args, "ref": str(d / "root-only.sif")})]) == 1
+    assert "Permission denied (as user" in capsys.readouterr().err
 
 
 def test_bad_sif_fails_the_job_with_its_reason(arunner: JobRunner,

@@ -86,8 +86,12 @@ def test_image_pull_request_is_checked() -> None:
     out = pull_images({"n1": Conn()}, {"n1", "n2"}, cfg, who, "r.io/a", ["n1", "n2"])
     assert out == {"ref": "docker://r.io/a:latest", "nodes": ["n1"], "not_connected": ["n2"]}
     assert sent == [{"t": "image_pull", "ref": "docker://r.io/a:latest"}]
+    # a SIF: the nodes get the asking user's ids to open it with
+    pull_images({"n1": Conn()}, {"n1"}, cfg, who, "/srv/img/app.sif", None)
+    assert sent[-1] == {"t": "image_pull", "ref": "/srv/img/app.sif", "uid": 1000,
+                        "gid": 1000}
     for ref, nodes, why in (("other.io/a", None, "not allowed"), ("/srv/dir", None,
-                            "not a registry image"), ("r.io/a", ["n9"], "unknown node"),
+                            "not a registry image or a SIF"), ("r.io/a", ["n9"], "unknown node"),
                             ("Bad", None, "invalid image reference")):
         with pytest.raises(ApiError) as exc:
             pull_images({"n1": Conn()}, {"n1"}, cfg, who, ref, nodes)

@@ -138,5 +138,17 @@ def test_sif_job_runs_with_apptainer(ccluster: Cluster, registry: Registry,
                    for row in rows)
 
     wait_for(listed, 30, what="the SIF in corral images")
+    # corral image pull of another SIF: its sandbox is there before any job
+    other = build_sif(program, registry.push_busybox("e2e/pre-sif:1", os_name="Pre SIF"),
+                      ccluster.root / "pre.sif")
+    os.chmod(ccluster.root / "pre.sif", 0o644)
+    r = corral("image", "pull", str(other), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    def prepulled() -> bool:
+        rows = json.loads(corral("images", "--json", env=env).stdout)
+        return any(row["image"] == str(other) for row in rows)
+
+    wait_for(prepulled, 30, what="the pre-pulled SIF in corral images")
     node = ccluster.client.nodes()[0]
     assert "apptainer" in (node.get("container_tools") or {}), node

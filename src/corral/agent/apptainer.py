@@ -323,6 +323,34 @@ def _why(text: str, code: int) -> str:
     return pick[:400]
 
 
+def presif(cache: ImageCache, path: str, program: str, uid: int | None,
+           gid: int | None) -> str:
+    """``corral image pull`` of a SIF: its sandbox into the cache ahead of the jobs,
+    the file opened as the asking user (``uid``/``gid``; required); returns the digest.
+    A file only its owner can read is not unpacked (its jobs run it directly)."""
+    if uid is None or gid is None:
+        raise AptError(f"{path}: no user to open the SIF as")
+    if not program:
+        raise AptError(f"{path} needs Apptainer, which this node does not have")
+    try:
+        groups = tuple(os.getgrouplist(pwd.getpwuid(uid).pw_name, gid))
+    except KeyError:
+        groups = (gid,)
+    settings = ContainerSettings(apptainer=program, cache_dir=cache.root,
+                                 pull_timeout_s=cache.pull_timeout_s)
+    fd = open_as_user(path, uid, gid, groups)
+    try:
+        if not os.fstat(fd).st_mode & 0o004:
+            raise AptError(f"SIF image {path} is readable by its owner only: not unpacked "
+                           "into the shared cache")
+        digest, _rootfs, _made = sif_sandbox(cache, settings, path, fd)
+    finally:
+        os.close(fd)
+    cache.touch(digest)
+    cache.evict(keep=digest)
+    return digest
+
+
 def _bind_arg(m: Mount) -> str:
     return f"{m.source}:{m.target}:{'ro' if m.readonly else 'rw'}"
 

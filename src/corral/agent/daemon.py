@@ -335,9 +335,9 @@ class AgentDaemon:
         self._tools_sent = True
         return dict(self._tools)
 
-    def pull_image(self, ref: str) -> None:
+    def pull_image(self, ref: str, uid: Any = None, gid: Any = None) -> None:
         """``corral image pull``: a child process fills the cache (the agent's loop never
-        waits for a registry)."""
+        waits for a registry); a SIF is opened with the asking user's ``uid``/``gid``."""
         import json
         import subprocess
         import sys
@@ -348,7 +348,10 @@ class AgentDaemon:
         c = self.containers
         args = json.dumps({"cache_dir": c.cache_dir, "max_mb": c.cache_max_mb,
                            "insecure": list(c.insecure), "skopeo": c.skopeo,
-                           "pull_timeout_s": c.pull_timeout_s, "ref": ref})
+                           "pull_timeout_s": c.pull_timeout_s, "ref": ref,
+                           "apptainer": c.apptainer,
+                           "uid": int(uid) if isinstance(uid, int) else None,
+                           "gid": int(gid) if isinstance(gid, int) else None})
         try:
             self._pulls.append(subprocess.Popen(
                 [sys.executable, "-c", "import sys; from corral.agent.images import pull_main; "
@@ -411,7 +414,7 @@ class AgentDaemon:
                             "step_id": launch.get("step_id"),
                             "message": f"job {jid} is not running on {self.node}"})
         elif t == "image_pull":
-            self.pull_image(str(msg.get("ref", "")))
+            self.pull_image(str(msg.get("ref", "")), msg.get("uid"), msg.get("gid"))
         elif t == "time_limit":
             self.runner.update_time_limit(int(msg["job_id"]), msg.get("time_limit_s"))
         elif t == "ack":

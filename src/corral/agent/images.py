@@ -500,8 +500,9 @@ def apply_layer(blob: str, rootfs: str) -> None:
 
 def pull_main(argv: list[str] | None = None) -> int:
     """``corral image pull`` on a node: a child of the agent pulls (or refreshes) one
-    reference into the cache. argv[0]: JSON {cache_dir, max_mb, insecure, skopeo,
-    pull_timeout_s, ref}. Exit 0 when the image is in the cache."""
+    reference into the cache, or unpacks a SIF (opened as ``uid``/``gid``) with
+    Apptainer. argv[0]: JSON {cache_dir, max_mb, insecure, skopeo, pull_timeout_s, ref,
+    apptainer, uid, gid}. Exit 0 when the image is in the cache."""
     import sys
 
     from corral.containers.spec import ContainerError, parse_image
@@ -513,6 +514,16 @@ def pull_main(argv: list[str] | None = None) -> int:
                            insecure=tuple(args.get("insecure") or ()),
                            skopeo=str(args.get("skopeo") or "skopeo"),
                            pull_timeout_s=float(args.get("pull_timeout_s", 900.0)))
+        if ref.kind == "sif":
+            from corral.agent.apptainer import AptError, presif
+
+            try:
+                digest = presif(cache, ref.canonical, str(args.get("apptainer") or ""),
+                                args.get("uid"), args.get("gid"))
+            except AptError as exc:
+                raise ImageError(str(exc)) from None
+            print(digest)
+            return 0
         image = cache.resolve(ref, refresh=True)
     except (ContainerError, ImageError, OSError) as exc:
         print(f"corral image pull: {exc}", file=sys.stderr)

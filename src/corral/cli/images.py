@@ -71,7 +71,8 @@ image_app = typer.Typer(help="Container images in the node caches.", no_args_is_
 
 @image_app.command("pull")
 def pull(
-    ref: Annotated[str, typer.Argument(help="docker://[host/]name[:tag] or name[:tag]")],
+    ref: Annotated[str, typer.Argument(
+        help="docker://[host/]name[:tag], name[:tag], or a .sif file")],
     nodes: Annotated[str | None, typer.Option(
         "--nodes", "-w", help="Nodes (hostlist); default: every connected node.")] = None,
     as_json: bool = JSON_OPTION,
@@ -80,6 +81,10 @@ def pull(
     from corral.core.parse.hostlist import expand
 
     names = expand(nodes) if nodes else None
+    if ref.endswith(".sif") and "://" not in ref and not ref.startswith("/"):
+        import os
+
+        ref = os.path.abspath(ref)  # the nodes see the file at the same absolute path
     client = connect()
     with api_errors("corral image pull", changes=True):
         out = client.pull_image(ref, names)

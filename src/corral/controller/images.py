@@ -27,8 +27,9 @@ class _Conn(Protocol):
 
 def pull_images(conns: Mapping[str, _Conn], known: set[str], cfg: ClusterConfig,
                 who: Identity, ref_text: str, nodes: list[str] | None) -> dict[str, Any]:
-    """Send the pull to the agents; ``{"ref", "nodes": sent to, "not_connected"}``."""
-    del who  # any authenticated user (the route checked the identity)
+    """Send the pull to the agents; ``{"ref", "nodes": sent to, "not_connected"}``. Any
+    authenticated user may pre-pull; a SIF is opened on the nodes with that user's ids
+    (what they cannot read is not unpacked)."""
     cc = cfg.containers
     if not cc.enabled:
         raise ApiError("invalid", "container jobs are disabled on this cluster")
@@ -36,10 +37,11 @@ def pull_images(conns: Mapping[str, _Conn], known: set[str], cfg: ClusterConfig,
         ref = parse_image(ref_text)
     except ContainerError as exc:
         raise ApiError("invalid", str(exc)) from None
-    if ref.kind != "docker":
-        raise ApiError("invalid", f"{ref.canonical} is not a registry image (only those are "
-                                  "cached on the nodes)")
-    if cc.allowed_registries and ref.registry not in cc.allowed_registries:
+    if ref.kind not in ("docker", "sif"):
+        raise ApiError("invalid", f"{ref.canonical} is not a registry image or a SIF (only "
+                                  "those are cached on the nodes)")
+    if ref.kind == "docker" and cc.allowed_registries \
+            and ref.registry not in cc.allowed_registries:
         raise ApiError("invalid", f"image registry {ref.registry} is not allowed here")
     names = sorted(set(nodes)) if nodes else sorted(conns)
     unknown = [n for n in names if n not in known]
@@ -51,7 +53,10 @@ def pull_images(conns: Mapping[str, _Conn], known: set[str], cfg: ClusterConfig,
         if conn is None:
             missing.append(name)
             continue
-        conn.send({"t": "image_pull", "ref": ref.canonical})
+        msg: dict[str, Any] = {"t": "image_pull", "ref": ref.canonical}
+        if ref.kind == "sif":  # the nodes open the file as the asking user, never as root
+            msg.update({"uid": who.uid, "gid": who.gid})
+        conn.send(msg)
         sent.append(name)
     return {"ref": ref.canonical, "nodes": sent, "not_connected": missing}
 
