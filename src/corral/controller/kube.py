@@ -115,8 +115,8 @@ class Kube:
 
         out: list[dict[str, Any]] = []
         for rec in self.vcjobs(who, ns, now):
-            out.extend(ko.pods(rec, self.steps_of(rec), now,
-                               kube_late.waiting(self.parts(rec))))
+            parts = self.parts(rec)
+            out.extend(ko.pods(rec, self.steps_of(rec), now, kube_late.waiting(parts), parts))
         return out
 
     # ---- create / change -------------------------------------------------------------------

@@ -122,8 +122,10 @@ class Versions:
 VERSIONS = Versions()
 
 
-def version_of(rec: JobRecord) -> int:
-    return VERSIONS.of(rec)
+def version_of(rec: JobRecord, parts: list[JobRecord] | None = None) -> int:
+    """The version of ``rec``'s objects; with ``parts`` (its late replicas' companion
+    jobs, which change its status and pods too) the newest of them all."""
+    return max([VERSIONS.of(rec), *(VERSIONS.of(p) for p in parts or ())])
 
 
 def phase_of(rec: JobRecord) -> str:
@@ -167,7 +169,7 @@ def layout_text(rec: JobRecord) -> str:
 
 
 def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float,
-         waiting: bool = False) -> list[dict[str, Any]]:
+         waiting: bool = False, parts: list[JobRecord] | None = None) -> list[dict[str, Any]]:
     """One Pod per replica of a Volcano job (``waiting``: late replicas still wait in a
     companion job, so a replica not started is Pending, not NotStarted)."""
     p = plan(rec)
@@ -178,6 +180,7 @@ def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float,
         runs[s["name"]] = runs.get(s["name"], 0) + 1
     out = []
     ns = namespace_of(rec)
+    version = version_of(rec, parts)
     for t in p["tasks"]:
         for i in range(int(t["replicas"])):
             name = f"{p['job']}-{t['name']}-{i}"
@@ -186,7 +189,7 @@ def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float,
             node = (str(st["nodes"][0]) if st and st.get("nodes")
                     else mine[i] if i < len(mine) else None)
             out.append(pod(rec, t, i, name, ns, node, st, max(0, runs.get(name, 0) - 1),
-                           waiting))
+                           waiting, version))
     return out
 
 
@@ -212,7 +215,7 @@ def _pod_phase(rec: JobRecord, st: dict[str, Any] | None,
 
 def pod(rec: JobRecord, task: dict[str, Any], index: int, name: str, ns: str,
         node: str | None, st: dict[str, Any] | None, restarts: int,
-        waiting: bool = False) -> dict[str, Any]:
+        waiting: bool = False, version: int | None = None) -> dict[str, Any]:
     """The Pod of one replica (``restarts``: its runs in this job run, less one)."""
     phase, cstate = _pod_phase(rec, st, waiting)
     req: dict[str, str] = {"cpu": str(task["cpus"])}
@@ -229,7 +232,8 @@ def pod(rec: JobRecord, task: dict[str, Any], index: int, name: str, ns: str,
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "uid": uid_of("pod", f"{rec.id}/{name}"),
-                     "resourceVersion": str(version_of(rec)),
+                     "resourceVersion": str(version_of(rec) if version is None
+                                            else version),
                      "creationTimestamp": ts(rec.start_time or rec.submit_time),
                      "labels": {"volcano.sh/job-name": job_name(rec),
                                 "volcano.sh/task-spec": task["name"],
@@ -265,7 +269,7 @@ def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float,
     counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
     tasks: dict[str, dict[str, dict[str, int]]] = {}  # task -> {"phase": {phase: n}}
     restarted = 0
-    for pd in pods(rec, steps, now, waiting):
+    for pd in pods(rec, steps, now, waiting, parts):
         restarted = max(restarted, pd["status"]["containerStatuses"][0]["restartCount"])
         ph = pd["status"]["phase"]
         key = {"Pending": "pending", "Running": "running", "Succeeded": "succeeded"}.get(
@@ -301,7 +305,7 @@ def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float,
         annotations.update(kf.read_only_annotations(rec))
     md: dict[str, Any] = {"name": job_name(rec), "namespace": namespace_of(rec),
                           "uid": uid_of("job", str(rec.id)),
-                          "resourceVersion": str(version_of(rec)), "generation": 1,
+                          "resourceVersion": str(version_of(rec, parts)), "generation": 1,
                           "creationTimestamp": ts(rec.submit_time),
                           "labels": dict(meta.get("labels") or {}), "annotations": annotations}
     return {"apiVersion": API_VERSION, "kind": "Job", "metadata": md, "spec": spec,

@@ -20,6 +20,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from corral.controller import kube_discovery as disc
+from corral.controller import kube_late
 from corral.controller import kube_objects as ko
 from corral.controller.errors import ApiError
 from corral.controller.kube import (
@@ -286,7 +287,8 @@ def add_routes(app: FastAPI, k: Kube) -> None:
         for rec in k.vcjobs(me, ns, now):
             if not name.startswith(ko.job_name(rec) + "-"):
                 continue
-            for p in ko.pods(rec, k.steps_of(rec), now):
+            parts = k.parts(rec)
+            for p in ko.pods(rec, k.steps_of(rec), now, kube_late.waiting(parts), parts):
                 if p["metadata"]["name"] == name:
                     return rec, p
         raise not_found("pods", "", name)
