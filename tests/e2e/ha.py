@@ -259,6 +259,10 @@ class TcpProxy:
                 client.close()
                 continue
             with self.lock:
+                if self.cut_off:  # cut while this one was being connected
+                    client.close()
+                    upstream.close()
+                    continue
                 self.socks += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()

@@ -79,10 +79,14 @@ def test_user_job_in_an_image_then_cache_hit(ccluster: Cluster, registry: Regist
     assert job["state"] == "COMPLETED", (job, ccluster.logs())
     text = (ccluster.work / f"ctr-{jid}.out").read_text()
     assert text.strip() == f"os=Corral E2E Image uid={test_user.pw_uid} job={jid}"
-    # the node lists the image; a second job finds it cached
-    r = corral("images", "--json", env=dict(os.environ, CORRAL_SOCKET=str(ccluster.sock)))
-    assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)
+    # the node lists the image (its cache is reported with the agent's heartbeats); a
+    # second job finds it cached
+    def images() -> list[dict[str, object]]:
+        r = corral("images", "--json", env=dict(os.environ, CORRAL_SOCKET=str(ccluster.sock)))
+        assert r.returncode == 0, r.stderr
+        return list(json.loads(r.stdout))
+
+    rows = wait_for(images, 30, interval=0.1, what="the image in corral images")
     assert [(row["node"], row["image"]) for row in rows] == [("testnode", ref)], rows
     assert rows[0]["digest"].startswith("sha256:") and rows[0]["size_bytes"] > 1_000_000
     jid2 = ccluster.submit("true", user=USER, extra={"container": spec})

@@ -229,10 +229,29 @@ def test_a_leader_cut_off_from_the_database_stops_before_a_standby_leads(
         assert ha.ctls[0].role() != "leader"
     except BaseException:
         print(ha.logs())
+        print(_pg_sessions(pg_url))
         raise
     finally:
         ha.down()
         proxy.close()
+
+
+def _pg_sessions(url: str) -> str:
+    """The server's sessions and their locks (what a failed takeover waited on)."""
+    import sqlalchemy as sa
+
+    try:
+        eng = sa.create_engine(url)
+        with eng.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT a.pid, a.client_port, a.state, a.wait_event_type, a.wait_event, "
+                "left(a.query, 120), l.locktype, l.objid, l.mode, l.granted "
+                "FROM pg_stat_activity a LEFT JOIN pg_locks l ON l.pid = a.pid "
+                "WHERE a.datname = current_database() ORDER BY a.pid").fetchall()
+        eng.dispose()
+        return "--- PostgreSQL sessions\n" + "\n".join(map(str, rows))
+    except Exception as exc:  # the diagnosis must not hide the failure
+        return f"--- PostgreSQL sessions: {exc}"
 
 
 def test_sbatch_wait_across_a_failover_makes_one_job(pg_url: str, ha_root: Path) -> None:
