@@ -282,7 +282,7 @@ def main() -> None:
     pg.start()
     try:
         res: dict[str, Any] = {
-            "when": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
+            "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "host": platform.node(),
             "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
             "command": "python bench/ha_bench.py " + " ".join(sys.argv[1:])}
         print("failover ...", flush=True)
