@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import time
 from pathlib import Path
@@ -44,9 +45,11 @@ def _launch(port: int, argv: list[str], **kw: Any) -> dict[str, Any]:
 def run_step(kind: str, argv: list[str], *, send: list[tuple[int, int, bytes]] | None = None,
              after_output: list[tuple[int, int, bytes]] | None = None,
              req: LaunchRequest | None = None, switch_user: bool = False,
-             groups: tuple[int, ...] = (), **kw: Any) -> list[tuple[int, int, bytes]]:
-    """Run one node's share of a step with ``kind`` ("c" or "py"); its frames in order.
-    ``send``: frames to send once connected; ``after_output``: once the first output came."""
+             groups: tuple[int, ...] = (), server: stepbin.StepServer | None = None,
+             **kw: Any) -> list[tuple[int, int, bytes]]:
+    """Run one node's share of a step with ``kind`` ("c", "srv": through a step server,
+    ``server`` or a new one, or "py"); its frames in order. ``send``: frames to send once
+    connected; ``after_output``: once the first output came."""
     lsock = socket.socket()
     lsock.bind(("127.0.0.1", 0))
     lsock.listen(2)
@@ -59,6 +62,13 @@ def run_step(kind: str, argv: list[str], *, send: list[tuple[int, int, bytes]] |
         plan = stepbin.plan_for(launch, req, "n1", {}, switch_user, groups, None)
         assert plan is not None
         pid = stepbin.spawn(path, plan, None)
+    elif kind == "srv":
+        own = server is None
+        srv = server or stepbin.StepServer(str(stepbin.binary()), None)
+        plan = stepbin.plan_for(launch, req, "n1", {}, switch_user, groups, None)
+        assert plan is not None
+        srv.send(plan)
+        pid = srv.pid
     else:
         pid = os.fork()
         if pid == 0:
@@ -86,6 +96,12 @@ def run_step(kind: str, argv: list[str], *, send: list[tuple[int, int, bytes]] |
                     conn.sendall(sp.pack(*g))
                 pending = []
     conn.close()
+    if kind == "srv":  # the step process is the server's child; the server ends with its pipe
+        if own:
+            srv.close()
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+        return frames
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     return frames
@@ -134,6 +150,53 @@ def test_compiled_and_python_step_processes_send_the_same(name: str) -> None:
     got_c = _norm(run_step("c", **case))
     got_py = _norm(run_step("py", **case))
     assert got_c == got_py
+    assert _norm(run_step("srv", **case)) == got_py
+
+
+def test_one_step_server_runs_the_steps_of_a_job_and_outlives_its_signals() -> None:
+    """The job's step server forks a step process per plan (several at once), ignores the
+    job's signals (they are for the tasks), is started again after a SIGKILL, and exits
+    when its pipe closes."""
+    srv = stepbin.StepServer(str(stepbin.binary()), None)
+    try:
+        first = _norm(run_step("srv", server=srv, **CASES["output-and-codes"]))
+        pid = srv.pid
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
+                    signal.SIGTSTP, signal.SIGSEGV):
+            os.kill(pid, sig)
+        assert _norm(run_step("srv", server=srv, **CASES["output-and-codes"])) == first
+        assert srv.pid == pid  # the same server took the second step
+        # two steps at once: a long one does not hold up the next
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(2)
+        req = _req()
+        slow = stepbin.plan_for(_launch(lsock.getsockname()[1], ["sh", "-c", "exec sleep 30"],
+                                        ntasks=1, tasks=[[0]]), req, "n1", {}, False, (), None)
+        assert slow is not None
+        srv.send(slow)
+        lsock.settimeout(20)
+        conn, _ = lsock.accept()
+        frames = _norm(run_step("srv", server=srv, **CASES["task-env"]))
+        assert frames == _norm(run_step("py", **CASES["task-env"]))
+        conn.close()  # srun gone: the slow step's task is killed
+        os.kill(pid, signal.SIGKILL)
+        assert os.waitpid(pid, 0)[0] == pid
+        srv.gone(pid)
+        assert _norm(run_step("srv", server=srv, **CASES["output-and-codes"])) == first
+        assert srv.pid not in (0, pid)
+        # a write to a server that died unseen starts another one
+        dead = srv.pid
+        os.kill(dead, signal.SIGKILL)
+        os.waitpid(dead, 0)
+        assert _norm(run_step("srv", server=srv, **CASES["output-and-codes"])) == first
+        assert srv.pid not in (0, dead)
+    finally:
+        last = srv.pid
+        srv.close()
+        if last:
+            _, status = os.waitpid(last, 0)
+            assert os.waitstatus_to_exitcode(status) == 0  # pipe closed: a clean exit
 
 
 def test_what_the_frames_say() -> None:

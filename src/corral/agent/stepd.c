@@ -18,6 +18,14 @@
  * The plan is a sequence of netstrings ("<len>:<bytes>,"); any malformed plan ends the
  * program with status 3 before anything runs. Termination signals are ignored here (they
  * reach the tasks directly, as for the Python step process); SIGKILL ends it.
+ *
+ * Started as "corral-stepd serve", it is the job's step server on this node instead: the
+ * supervisor spawns it once per job (in the job's cgroup) and writes it one plan per step,
+ * each preceded by its length (4 bytes, big-endian); the server forks a child per plan
+ * that runs the step as above. A step then costs a fork of this small process rather
+ * than an exec of a new one (its dynamic loading and CPU feature probing are most of its
+ * CPU time on a virtual machine). The server ignores every signal it can (the job's
+ * signals are for the tasks), reaps its children, and exits when the pipe closes.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -100,6 +108,18 @@ static long num_field(void) {
     if (!*s || *e)
         fail("malformed number in plan");
     return v;
+}
+
+static int read_full(int fd, void *buf, size_t n) {
+    for (size_t got = 0; got < n;) {
+        ssize_t r = read(fd, (char *)buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return got == 0 && r == 0 ? 0 : -1;
+        got += (size_t)r;
+    }
+    return 1;
 }
 
 static void read_plan(void) {
@@ -294,8 +314,8 @@ static double mono(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-int main(void) {
-    read_plan();
+/* ---- one step: the plan in g_plan ---------------------------------------------------- */
+static int run_plan(void) {
     char *io_addr = field(NULL);
     size_t hello_len;
     char *hello = field(&hello_len);
@@ -616,4 +636,66 @@ int main(void) {
     if (g_sock >= 0)
         shutdown(g_sock, SHUT_WR);
     return 0;
+}
+
+/* ---- the job's step server ---------------------------------------------------------- */
+static void on_chld_server(int s) {
+    (void)s;
+    int e = errno;
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+        ;
+    errno = e;
+}
+
+static int serve(void) {
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP && s != SIGCHLD)
+            signal(s, SIG_IGN);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_chld_server;
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (;;) {
+        unsigned char h[4];
+        int r = read_full(0, h, sizeof h);
+        if (r == 0)
+            return 0; /* the supervisor closed the pipe: the job is ending */
+        if (r < 0)
+            fail("cannot read a plan");
+        size_t n = ((size_t)h[0] << 24) | ((size_t)h[1] << 16) | ((size_t)h[2] << 8) | h[3];
+        if (n == 0 || n > PLAN_MAX)
+            fail("bad plan length");
+        char *buf = malloc(n + 1);
+        if (!buf)
+            fail("out of memory");
+        if (read_full(0, buf, n) != 1)
+            fail("cannot read a plan");
+        pid_t pid = fork();
+        if (pid == 0) {
+            int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (nul >= 0 && nul != 0) {
+                dup2(nul, 0);
+                close(nul);
+            }
+            signal(SIGCHLD, SIG_DFL);
+            g_plan = buf;
+            g_plan_len = n;
+            g_pos = 0;
+            _exit(run_plan());
+        }
+        if (pid < 0)
+            dprintf(2, "corral-stepd: cannot fork a step: %s\n", strerror(errno));
+        free(buf);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "serve"))
+        return serve();
+    read_plan();
+    return run_plan();
 }

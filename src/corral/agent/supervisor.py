@@ -86,6 +86,7 @@ from corral.agent.vm import job as vmjob
 if TYPE_CHECKING:
     from corral.agent.apptainer import AptPlan
     from corral.agent.ctrjob import Prepared
+    from corral.agent.stepbin import StepServer
 
 WAKE_SIGNALS = frozenset({signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT,
                           signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2, signal.SIGPIPE})
@@ -166,6 +167,7 @@ class Supervisor:
         self.before_exit: Callable[[], None] | None = None
         self.drained = False  # ``drain`` saw every process of the job gone
         self.early_steps: list[dict[str, Any]] = []  # step commands read before the start
+        self.step_server: StepServer | None = None  # the job's compiled step server
         self.vm_dir = ""  # a VM job's control directory (corral.agent.vm.job)
         self.script_failure = ""  # "prolog" | "epilog": that program failed here
         self.script_message = ""
@@ -778,6 +780,8 @@ class Supervisor:
                 return
             self.run.cpu_s += ru.ru_utime + ru.ru_stime
             self.run.maxrss_kb = max(self.run.maxrss_kb, ru.ru_maxrss)
+            if self.step_server is not None:
+                self.step_server.gone(pid)
             if pid == self.run.job_pid:
                 self.run.main_status = status
 
@@ -855,6 +859,11 @@ class Supervisor:
         if gc_on:
             gc.enable()
 
+    def close_step_server(self) -> None:
+        if self.step_server is not None:
+            self.step_server.close()
+            self.step_server = None
+
     def _spawn_compiled(self, path: str, launch: dict[str, Any], node_env: dict[str, str],
                         core_cpus: list[tuple[int, ...]] | None) -> bool:
         """The step through the compiled step process (``corral.agent.stepbin``); False
@@ -868,8 +877,11 @@ class Supervisor:
             return False  # the Python step process reports the bad launch
         if plan is None:
             return False
+        if self.step_server is None:
+            self.step_server = stepbin.StepServer(
+                path, self.iso.attach if self.iso is not None else None)
         try:
-            stepbin.spawn(path, plan, self.iso.attach if self.iso is not None else None)
+            self.step_server.send(plan)
         except OSError as exc:
             self.log(f"compiled step process for step {launch.get('step_id')} failed to "
                      f"start ({exc}); starting the Python one")
@@ -960,6 +972,8 @@ class Supervisor:
             nxt = self.deadlines(now)
             if self.run.main_status is not None:
                 return
+            if self.run.ending:
+                self.close_step_server()  # no more steps; it must not hold the job open
             if self.is_share and self.run.ending and not self.job_pids():
                 return
             timeout = max(0.0, min(nxt - time.monotonic(), 30.0))
@@ -971,6 +985,7 @@ class Supervisor:
     def drain(self) -> None:
         """After the batch process exited: SIGKILL the rest of the job and reap it."""
         deadline = time.monotonic() + _REAP_DEADLINE_S
+        self.close_step_server()
         while True:
             self.reap()
             pids = self.job_pids()
