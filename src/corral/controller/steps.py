@@ -254,14 +254,17 @@ async def start_step(ctl: Controller, ref: str, body: Any, who: Identity) -> dic
         st.nodes = list(launch["nodes"])
         st.node_tasks = [list(ids) for ids in launch["tasks"]]
     rec.steps.append(st)
-    await asyncio.wrap_future(ctl.store.submit(ctl.store.op_insert_step(st.insert_row())))
+    # the nodes get the launch first, the record commits meanwhile (the store keeps the
+    # order of writes: the step's later updates follow its insert); srun hears of the
+    # step only once it is stored (a failed write fails srun: its nodes' step processes
+    # then find no listener and end)
+    missing = ctl.hub.step(rec, launch) if launch is not None else []
     out: dict[str, Any] = {"job_id": rec.id, "step_id": step_id}
+    await ctl.store.submit_async(ctl.store.op_insert_step(st.insert_row()))
     if launch is not None:
-        missing = ctl.hub.step(rec, launch)
         if missing:
             st.state, st.exit_code, st.end_time = "NODE_FAIL", 1, time.time()
-            await asyncio.wrap_future(ctl.store.submit(ctl.store.op_update_steps(
-                [st.update_row()])))
+            await ctl.store.submit_async(ctl.store.op_update_steps([st.update_row()]))
             raise ApiError("conflict", f"cannot launch step {rec.id}.{step_id}: node(s) "
                                        f"{','.join(missing)} not responding",
                            slurm="Unable to contact slurm controller (connect failure)")
@@ -400,8 +403,7 @@ async def end_step(ctl: Controller, ref: str, step: str, body: Any,
         st.exit_code = exit_code
         st.signal = signal
         st.end_time = max(end if end is not None else time.time(), st.start_time)
-        await asyncio.wrap_future(ctl.store.submit(ctl.store.op_update_steps(
-            [st.update_row()])))
+        await ctl.store.submit_async(ctl.store.op_update_steps([st.update_row()]))
     return st.to_api()
 
 
