@@ -3,7 +3,8 @@
 ``[scripts]`` holds Slurm's prolog and epilog programs (slurm.conf ``Prolog``, ``Epilog``,
 ``TaskProlog``, ``TaskEpilog``, ``PrologSlurmctld``, ``EpilogSlurmctld``,
 ``PrologEpilogTimeout``, ``PrologFlags``); ``[health_check]`` the node health check
-(``HealthCheckProgram``, ``HealthCheckInterval``, ``HealthCheckNodeState``). Paths are
+(``HealthCheckProgram``, ``HealthCheckInterval``, ``HealthCheckNodeState``); ``[mail]``
+the SMTP server job mail goes through (instead of ``[scripts] mail_prog``). Paths are
 absolute paths on the machine that runs the program (each node, or the controller's host
 for the ``*_slurmctld`` ones). Semantics in ``docs/lifecycle.md``.
 """
@@ -35,7 +36,8 @@ class ScriptsConfig:
     timeout_s: int = 0  # PrologEpilogTimeout: a program running longer is killed (0: none)
     flags: tuple[str, ...] = ()  # PrologFlags (alloc, contain, nohold)
     # MailProg: run on the controller's host as `PROG -s SUBJECT USER` for --mail-type
-    # events ("": no mail is sent); MailDomain: appended to a --mail-user without "@"
+    # events ("" and no [mail] smtp_host: no mail is sent); MailDomain: appended to a
+    # --mail-user without "@"
     mail_prog: str = ""
     mail_domain: str = ""
 
@@ -61,6 +63,51 @@ class HealthCheckConfig:
     interval_s: int = 0  # 0: only when the agent registers
     node_state: tuple[str, ...] = ("any",)
     timeout_s: int = 60  # a check running longer fails (and is killed)
+
+
+@dataclass(frozen=True, slots=True)
+class MailConfig:
+    """Job mail (``--mail-type``) sent by the controller itself to an SMTP server
+    (``corral.controller.smtpmail``); ``smtp_host = ""``: none (``[scripts] mail_prog``, if
+    set, sends it instead)."""
+
+    smtp_host: str = ""
+    smtp_port: int = 25
+    from_address: str = ""  # "": corral@<the controller's host name>
+    starttls: bool = False  # upgrade the connection with STARTTLS (the server verified)
+    ca_file: str = ""  # CA certificates to verify the server with ("": the system's)
+    username: str = ""  # log in (AUTH) as this user; needs starttls
+    password_file: str = ""  # the password, first line of this file (keep it 0600)
+    timeout_s: float = 30.0  # each connection's socket timeout
+    max_queued: int = 1000  # mails waiting for the server; more are dropped (logged)
+
+
+def check_mail(scripts: ScriptsConfig, mail: MailConfig) -> list[tuple[str, str]]:
+    """Problems of ``[mail]`` as (key, message)."""
+    out: list[tuple[str, str]] = []
+    if not mail.smtp_host:
+        return out
+    if scripts.mail_prog:
+        out.append(("mail.smtp_host", "set either [mail] smtp_host or [scripts] mail_prog, "
+                    "not both (each would send every mail)"))
+    if not 0 < mail.smtp_port < 65536:
+        out.append(("mail.smtp_port", f"must be 1-65535, got {mail.smtp_port}"))
+    if mail.timeout_s <= 0:
+        out.append(("mail.timeout_s", "must be more than 0"))
+    if mail.max_queued < 1:
+        out.append(("mail.max_queued", "must be 1 or more"))
+    if mail.username and not mail.starttls:
+        out.append(("mail.username", "logging in sends the password: set starttls = true"))
+    if mail.username and not mail.password_file:
+        out.append(("mail.password_file", "a username needs a password_file"))
+    for key in ("password_file", "ca_file"):
+        path = getattr(mail, key)
+        if path and not path.startswith("/"):
+            out.append((f"mail.{key}", f"must be an absolute path, not {path!r}"))
+    if mail.from_address and ("@" not in mail.from_address
+                              or any(c in mail.from_address for c in " \r\n<>,")):
+        out.append(("mail.from_address", f"not a plain address: {mail.from_address!r}"))
+    return out
 
 
 def check_lifecycle(scripts: ScriptsConfig, health: HealthCheckConfig) -> list[tuple[str, str]]:

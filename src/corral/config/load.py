@@ -214,11 +214,11 @@ def validate(cfg: ClusterConfig) -> None:
             raise ConfigError(f"licenses[{i}].name", f"bad license name {lic.name!r}")
         if not 0 <= lic.count < 2 ** 31:
             raise ConfigError(f"licenses[{i}].count", f"must be 0 or more, got {lic.count}")
-    from corral.config.lifecycle import check_lifecycle
+    from corral.config.lifecycle import check_lifecycle, check_mail
     from corral.config.power import check_power
 
     for key, message in check_lifecycle(cfg.scripts, cfg.health_check) + \
-            check_power(cfg.power):
+            check_mail(cfg.scripts, cfg.mail) + check_power(cfg.power):
         raise ConfigError(key, message)
     for i, n in enumerate(cfg.nodes):
         if n.boot_time_s is not None and n.boot_time_s < 0:

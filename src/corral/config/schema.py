@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.checks.settings import ChecksConfig
-from corral.config.lifecycle import HealthCheckConfig, ScriptsConfig
+from corral.config.lifecycle import HealthCheckConfig, MailConfig, ScriptsConfig
 from corral.config.power import PowerConfig
 from corral.containers.config import ContainersConfig
 from corral.core.config import (
@@ -335,6 +335,7 @@ class ClusterConfig:
     checks: ChecksConfig = field(default_factory=ChecksConfig)  # corral check cluster
     scripts: ScriptsConfig = field(default_factory=ScriptsConfig)  # prolog/epilog
     health_check: HealthCheckConfig = field(default_factory=HealthCheckConfig)
+    mail: MailConfig = field(default_factory=MailConfig)  # job mail over SMTP
     power: PowerConfig = field(default_factory=PowerConfig)  # power saving, cloud nodes
     containers: ContainersConfig = field(default_factory=ContainersConfig)  # container jobs
     vm: VmConfig = field(default_factory=VmConfig)  # VM jobs (docs/vms.md)

@@ -1,4 +1,6 @@
-"""Mail about jobs (``--mail-type``, ``--mail-user``) through ``[scripts] mail_prog``.
+"""Mail about jobs (``--mail-type``, ``--mail-user``) through ``[scripts] mail_prog`` or
+the SMTP server of ``[mail] smtp_host`` (``corral.controller.smtpmail``: the same subject,
+the facts below in the body).
 
 As Slurm 22.05's slurmctld: the program runs on the controller's host as ``PROG -s
 SUBJECT USER`` (stdin empty, the job's facts in the environment), for
@@ -61,10 +63,12 @@ def _types(rec: JobRecord) -> set[str]:
     return kinds
 
 
-def job_event(ctl: Controller, rec: JobRecord, event: str) -> None:
-    """``event``: ``BEGIN``, ``END`` (any end; FAIL decided here) or ``REQUEUE``."""
-    prog = ctl.cfg.scripts.mail_prog
-    if not prog:
+def job_event(ctl: Controller, rec: JobRecord, event: str,
+              run_s: float | None = None) -> None:
+    """``event``: ``BEGIN``, ``END`` (any end; FAIL decided here) or ``REQUEUE``
+    (``run_s``: how long the run that was requeued ran)."""
+    prog, smtp = ctl.cfg.scripts.mail_prog, ctl.cfg.mail.smtp_host
+    if not (prog or smtp):
         return
     kinds = _types(rec)
     if not kinds or "NONE" in kinds:
@@ -86,6 +90,8 @@ def job_event(ctl: Controller, rec: JobRecord, event: str) -> None:
     now = time.time()
     queued = (rec.start_time or now) - float(rec.submit_time or now)
     run = ((rec.end_time or now) - rec.start_time) if rec.start_time else 0.0
+    if run_s is not None:
+        run = run_s
     if event == "BEGIN":
         when = f"Queued time {format_time_s(max(0.0, queued))}"
     else:
@@ -107,22 +113,50 @@ def job_event(ctl: Controller, rec: JobRecord, event: str) -> None:
         "SLURM_JOB_RUN_TIME": format_time_s(max(0.0, run)),
         "SLURM_JOB_WORK_DIR": rec.sub.workdir, "SLURM_JOB_STD_OUT": rec.stdout or "",
         "SLURM_JOB_STD_ERR": rec.stderr or "", "SLURM_CLUSTER_NAME": ctl.cfg.cluster_name,
-        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
     }
     if rec.array_job_id is not None and rec.array_task_id is not None:
         env["SLURM_ARRAY_JOB_ID"] = str(rec.array_job_id)
         env["SLURM_ARRAY_TASK_ID"] = str(rec.array_task_id)
-    from corral.controller.jobscripts import run_program, spawn
-
     for user in users:
         if not _ADDRESS.match(user):
             log.warning("job %d: not mailing %r (not a plain address)", rec.id, user)
             continue
         to = user if "@" in user or not domain else f"{user}@{domain}"
+        if smtp:
+            _by_smtp(ctl, rec, to, subject, env, word)
+        else:
+            _by_program(prog, rec, to, subject, env)
 
-        async def send(to: str = to) -> None:
-            ok, what = await run_program(prog, env, 60, ("-s", subject, to))
-            if not ok:
-                log.warning("job %d: %s -s ... %s failed: %s", rec.id, prog, to, what)
 
-        spawn(send(), f"mail-{rec.id}")
+def _by_smtp(ctl: Controller, rec: JobRecord, to: str, subject: str, env: dict[str, str],
+             word: str) -> None:
+    from corral.controller.smtpmail import build_message, send
+
+    facts = {_FACTS.get(k, k): v for k, v in env.items()}
+    send(ctl.cfg.mail, build_message(ctl.cfg.mail, to, subject, facts, rec.id, word), rec.id)
+
+
+def _by_program(prog: str, rec: JobRecord, to: str, subject: str,
+                env: dict[str, str]) -> None:
+    from corral.controller.jobscripts import run_program, spawn
+
+    env = {**env, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+
+    async def send() -> None:
+        ok, what = await run_program(prog, env, 60, ("-s", subject, to))
+        if not ok:
+            log.warning("job %d: %s -s ... %s failed: %s", rec.id, prog, to, what)
+
+    spawn(send(), f"mail-{rec.id}")
+
+
+#: The body's names of the facts the program gets in its environment.
+_FACTS = {
+    "SLURM_JOB_ID": "Job ID", "SLURM_JOB_NAME": "Name", "SLURM_JOB_USER": "User",
+    "SLURM_JOB_MAIL_TYPE": "Event", "SLURM_JOB_STATE": "State",
+    "SLURM_JOB_EXIT_CODE_MAX": "Exit code", "SLURM_JOB_QUEUED_TIME": "Queued time",
+    "SLURM_JOB_RUN_TIME": "Run time", "SLURM_JOB_WORK_DIR": "Work dir",
+    "SLURM_JOB_STD_OUT": "Stdout", "SLURM_JOB_STD_ERR": "Stderr",
+    "SLURM_CLUSTER_NAME": "Cluster", "SLURM_ARRAY_JOB_ID": "Array job ID",
+    "SLURM_ARRAY_TASK_ID": "Array task ID",
+}

@@ -6,7 +6,7 @@ names), validates it as at start (a bad file changes nothing and the error names
 key), and compares it with the running configuration table by table. Applied at once:
 accounts, users, QOS (the run-time ``sacctmgr`` overlay stays on top), partitions,
 licenses, ``[scheduler]``, ``[weights]``, ``[preemption]``, ``[cgroup]``, ``[scripts]``,
-``[health_check]``, ``[power]``, ``[checks]``, ``accept_unknown_nodes`` and the
+``[mail]``, ``[health_check]``, ``[power]``, ``[checks]``, ``accept_unknown_nodes`` and the
 ``[controller]`` timings. Kept until a restart (the running values stay): ``[[nodes]]``,
 ``[[switches]]``, ``cluster_name``, ``operators``, ``state_dir``, ``[agent]`` (agents read
 their own file) and ``[controller]`` ``listen``, ``socket``, ``database_url``, ``tls``,

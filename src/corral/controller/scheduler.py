@@ -425,7 +425,8 @@ class SchedulerLoop:
                 launch_after_prolog(ctl, rec, req, shares)
                 if ctl.cfg.power.enabled:
                     ctl.power.started(rec)
-                if ctl.cfg.scripts.mail_prog and rec.sub.extra.get("mail_type"):
+                if (ctl.cfg.scripts.mail_prog or ctl.cfg.mail.smtp_host) \
+                        and rec.sub.extra.get("mail_type"):
                     from corral.controller.mail import job_event
 
                     job_event(ctl, rec, "BEGIN")

@@ -395,7 +395,8 @@ class Controller:
                 from corral.controller.jobscripts import epilog_slurmctld
 
                 epilog_slurmctld(self, rec)
-        if self.cfg.scripts.mail_prog and rec.sub.extra.get("mail_type"):
+        if (self.cfg.scripts.mail_prog or self.cfg.mail.smtp_host) \
+                and rec.sub.extra.get("mail_type"):
             from corral.controller.mail import job_event
 
             job_event(self, rec, "END")
@@ -420,6 +421,7 @@ class Controller:
         ``admin_hold`` (or the record's ``requeue_admin_hold``: a node's prolog failed):
         held by the administrator."""
         admin_hold = admin_hold or rec.requeue_admin_hold
+        ran_s = (now - rec.start_time) if rec.start_time else 0.0  # for the mail
         if rec.state is JobState.SUSPENDED:
             end_suspension(self, rec, now)
         if rec.state.is_active:
@@ -453,10 +455,11 @@ class Controller:
         elif hold:
             rec.hold = HoldKind.USER
         rec.reason = "JobHeldAdmin" if admin_hold else "JobHeldUser" if hold else "None"
-        if self.cfg.scripts.mail_prog and rec.sub.extra.get("mail_type"):
+        if (self.cfg.scripts.mail_prog or self.cfg.mail.smtp_host) \
+                and rec.sub.extra.get("mail_type"):
             from corral.controller.mail import job_event
 
-            job_event(self, rec, "REQUEUE")
+            job_event(self, rec, "REQUEUE", ran_s)
         rec.touch()
         self.finished.pop(rec.id, None)
         self._place(rec)

@@ -1,0 +1,67 @@
+"""Job mail over SMTP on a real cluster: ``[mail] smtp_host`` pointing at a loopback SMTP
+receiver started by the test; ``sbatch --mail-type`` through the installed shims, the
+mails polled for until they arrive, with Slurm's subjects and Corral's headers."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.e2e.cluster import TEST_CONFIG, Cluster, corral, wait_for
+from tests.smtpd import Receiver
+
+
+def test_mail_through_smtp_server() -> None:
+    root = Path(tempfile.mkdtemp(prefix="corral-smtp-"))
+    with Receiver() as rx:
+        c = Cluster(root, config=TEST_CONFIG + (
+            f'\n[scripts]\nmail_domain = "example.org"\n\n[mail]\nsmtp_host = "127.0.0.1"\n'
+            f'smtp_port = {rx.port}\nfrom_address = "hpc@example.org"\ntimeout_s = 5\n'))
+        c.up()
+        try:
+            bin_dir = root / "bin"
+            assert corral("shims", "install", "--force", str(bin_dir)).returncode == 0
+            env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}",
+                       CORRAL_SOCKET=str(c.sock))
+
+            def sbatch(args: str) -> int:
+                p = subprocess.run(f"sbatch {args}", shell=True, env=env, cwd=c.work,
+                                   text=True, capture_output=True, timeout=60)
+                assert p.returncode == 0, p.stderr
+                m = re.match(r"^Submitted batch job (\d+)$", p.stdout.strip())
+                assert m, p.stdout
+                return int(m.group(1))
+
+            ok = sbatch("--mail-type=BEGIN,END --mail-user=ann -J mailme --wrap true")
+            bad = sbatch("--mail-type=FAIL -J boom --wrap 'exit 3'")
+            quiet = sbatch("--mail-type=BEGIN -J quiet --wrap true")  # BEGIN only
+            for jid in (ok, bad, quiet):
+                c.wait_done(jid)
+            mails = wait_for(lambda: (lambda m: m if len(m) >= 4 else None)(rx.received()),
+                             15, what="four mails")
+            by = {(int(m["X-Corral-Job-Id"]), m["X-Corral-Mail-Type"]): (frm, to, m)
+                  for frm, to, m in mails}
+            assert set(by) == {(ok, "Began"), (ok, "Ended"), (bad, "Failed"),
+                               (quiet, "Began")}, sorted(by)
+            frm, to, began = by[(ok, "Began")]
+            assert (frm, to) == ("hpc@example.org", ["ann@example.org"])
+            assert began["From"] == "hpc@example.org" and began["To"] == "ann@example.org"
+            assert re.fullmatch(rf"Slurm Job_id={ok} Name=mailme Began, Queued time "
+                                r"00:00:0\d", began["Subject"]), began["Subject"]
+            assert began["Auto-Submitted"] == "auto-generated" and began["Message-ID"]
+            body = began.get_content().replace("\r\n", "\n")
+            assert f"Job ID: {ok}\n" in body and "State: RUNNING\n" in body, body
+            ended = by[(ok, "Ended")][2]
+            assert re.fullmatch(rf"Slurm Job_id={ok} Name=mailme Ended, Run time "
+                                r"00:00:0\d, COMPLETED, ExitCode 0", ended["Subject"])
+            failed = by[(bad, "Failed")]
+            assert failed[1] == ["root@example.org"]  # default: the job's user + domain
+            assert failed[2]["Subject"].endswith(", FAILED, ExitCode 3")
+            assert len(mails) == 4  # no END for quiet, no END for boom (FAIL only)
+        finally:
+            c.down()
+            shutil.rmtree(root, ignore_errors=True)
