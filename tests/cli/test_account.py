@@ -103,3 +103,60 @@ def test_users_and_associations(cluster: ShimCluster) -> None:
 def test_bad_input(cluster: ShimCluster, args: tuple[str, ...], message: str) -> None:
     out = corral(cluster, *args, rc=1)
     assert message in out
+
+
+def test_qos_add_modify_show_delete_live(cluster: ShimCluster) -> None:
+    assert "QOS added: tiny" in corral(cluster, "qos", "add", "tiny", "--priority", "10",
+                                       "--max-jobs", "1", "--max-wall", "1:00:00",
+                                       "--grp-mem", "4G", "--preempt-mode", "requeue")
+    tiny = as_json(cluster, "qos", "show", "tiny")
+    assert tiny["priority"] == 10 and tiny["preempt_mode"] == "REQUEUE"
+    assert tiny["limits"]["max_jobs_per_user"] == 1 and tiny["limits"]["grp_mem_mb"] == 4096
+    assert tiny["limits"]["max_wall_s"] == 3600
+    # the sacctmgr shim reads the same store
+    r = cluster.run("sacctmgr", "-nP", "show", "qos", "tiny",
+                    "format=name,priority,maxjobspu,maxwall")
+    assert r.stdout == "tiny|10|1|01:00:00\n", (r.stdout, r.stderr)
+    # ... and the scheduler uses it at once
+    gate = cluster.base / "gate-qos"
+    sub = [("sbatch", "-q", "tiny", "-t", "5", "--parsable", "--wrap",
+            f"while [ ! -e {gate} ]; do sleep 0.05; done"),
+           ("sbatch", "-q", "tiny", "-t", "5", "--parsable", "--wrap", "true")]
+    first, second = (cluster.run(*argv).stdout.strip().split(";")[0] for argv in sub)
+    cluster.wait_job(first, lambda j: j["state"] == "RUNNING")
+    cluster.wait_job(second, lambda j: j.get("reason") == "QOSMaxJobsPerUserLimit")
+    assert "QOS modified: tiny" in corral(cluster, "qos", "modify", "tiny",
+                                          "--max-jobs", "2", "--grp-mem", "-1")
+    cluster.wait_job(second, lambda j: j["state"] == "COMPLETED")
+    gate.write_text("go")
+    cluster.wait_job(first, lambda j: j["state"] == "COMPLETED")
+    tiny = next(q for q in as_json(cluster, "qos", "list")["qos"] if q["name"] == "tiny")
+    assert tiny["limits"]["max_jobs_per_user"] == 2 and tiny["limits"].get("grp_mem_mb") \
+        is None and tiny["limits"]["max_wall_s"] == 3600  # merged, not replaced
+    table = corral(cluster, "qos", "list")
+    assert "tiny" in table and "requeue" in table and "max_wall_s=01:00:00" in table
+    assert "priority: 10" in corral(cluster, "qos", "show", "tiny")
+    # a QOS another one preempts cannot go
+    corral(cluster, "qos", "add", "big", "--preempt", "tiny")
+    assert "preempt: unknown QOS 'tiny'" in corral(cluster, "qos", "delete", "tiny", rc=1)
+    corral(cluster, "qos", "modify", "big", "--preempt", "")
+    assert "QOS deleted: tiny" in corral(cluster, "qos", "delete", "tiny")
+    corral(cluster, "qos", "delete", "big")
+    assert {q["name"] for q in as_json(cluster, "qos", "list")["qos"]} == {"normal"}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("qos", "add", "x", "--preempt-mode", "sometimes"), "bad --preempt-mode 'sometimes'"),
+    (("qos", "add", "x", "--preempt", "no-such-qos"), "no-such-qos"),
+    (("qos", "add", "x", "--max-jobs", "-2"), "must be -1 (no limit) or more"),
+    (("qos", "add", "x", "--max-mem-per-user", "lots"), "bad --max-mem-per-user 'lots'"),
+    (("qos", "add", "x", "--grace-time", "soon"), "bad --grace-time 'soon'"),
+    (("qos", "modify", "normal"), "nothing to change"),
+    (("qos", "modify", "no-such-qos", "--priority", "1"), "no-such-qos"),
+    (("qos", "delete", "no-such-qos"), "no-such-qos"),
+    (("qos", "show", "no-such-qos"), "no such qos: no-such-qos"),
+    (("qos", "add", "normal"), "already exists"),
+])
+def test_qos_bad_input(cluster: ShimCluster, args: tuple[str, ...], message: str) -> None:
+    out = corral(cluster, *args, rc=1)
+    assert message in out

@@ -11,7 +11,9 @@ in the database over ``corral.toml``, checked like the file, audited, operators 
   associations of a known one) / ``modify USER`` (``--default-account``, ``--shares``,
   ``--accounts`` to replace the list) / ``delete USER [--account A]`` (only that
   association; the user goes with the last one);
-- ``corral account assoc``: every (account, user) association with its shares.
+- ``corral account assoc``: every (account, user) association with its shares;
+- ``corral account qos list|show|add|modify|delete``: QOS and their limits
+  (``corral.cli.accounts_qos``).
 
 Every listing takes ``--json`` (the ``corral.toml`` field names).
 """
@@ -33,7 +35,8 @@ from corral.cli.output import (
     text,
 )
 
-account_app = typer.Typer(help="Accounts, users and associations (as sacctmgr changes them).",
+account_app = typer.Typer(help="Accounts, users, associations and QOS (as sacctmgr changes "
+                          "them).",
                           no_args_is_help=True)
 user_app = typer.Typer(help="Users and their account associations.", no_args_is_help=True)
 PROG = "corral account"
@@ -319,5 +322,8 @@ def user_delete_cmd(name: Annotated[str, typer.Argument(help="Login name")],
 
 
 def register(app: typer.Typer) -> None:
+    from corral.cli.accounts_qos import qos_app
+
     account_app.add_typer(user_app, name="user")
+    account_app.add_typer(qos_app, name="qos")
     app.add_typer(account_app, name="account")
