@@ -1,5 +1,5 @@
 // Corral dashboard: vanilla JavaScript over the controller's REST API (/api/v1).
-// Views are chosen by the URL fragment (#/queue, #/job/12, #/nodes, #/utilization,
+// Views are chosen by the URL fragment (#/queue, #/job/12, #/nodes, #/reservations, #/utilization,
 // #/fairshare, #/checks, #/checks/<run>, #/submit). Every request carries the token from `corral token`.
 "use strict";
 
@@ -93,7 +93,7 @@ async function api(method, path, body) {
 
 // ---- views ----------------------------------------------------------------------------
 
-const VIEWS = ["login", "queue", "job", "nodes", "utilization", "fairshare", "checks", "submit"];
+const VIEWS = ["login", "queue", "job", "nodes", "reservations", "utilization", "fairshare", "checks", "submit"];
 
 function show(view) {
   for (const v of VIEWS) $(`view-${v}`).hidden = v !== view;
@@ -240,6 +240,26 @@ async function renderNodes() {
       el("td", {}, ...n.jobs.flatMap((id, i) => [i ? " " : "", el("a", { href: `#/job/${id}`, text: id })])),
       el("td", { text: n.reason || (n.connected ? "" : "agent not connected") })));
   }
+}
+
+async function renderReservations() {
+  const data = await api("GET", "/reservations");
+  const body = clear($("resv-body"));
+  for (const r of data.reservations) {
+    body.append(el("tr", { "data-reservation": r.name },
+      el("td", { text: r.name }),
+      el("td", {}, el("span", { class: `state r-${r.state}`, "data-state": r.state, text: r.state })),
+      el("td", { text: when(r.start_time) }), el("td", { text: when(r.end_time) }),
+      el("td", { text: duration(r.duration_s) }),
+      el("td", { text: `${r.nodelist} (${r.node_count})` }),
+      el("td", { text: r.partition || "-" }),
+      el("td", { text: (r.users || []).join(",") || "-" }),
+      el("td", { text: (r.accounts || []).join(",") || "-" }),
+      el("td", { text: (r.flags || []).join(",") || "-" })));
+  }
+  const active = data.reservations.filter((r) => r.state === "ACTIVE").length;
+  $("resv-summary").textContent = data.reservations.length
+    ? `${data.reservations.length} reservation(s), ${active} active` : "No reservations.";
 }
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -401,6 +421,7 @@ async function route() {
   try { await loadPartitions(); } catch (e) { if (e.status === 401) return; }
   if (view === "job" && parts[1]) { show("job"); every(() => renderJob(decodeURIComponent(parts[1]))); }
   else if (view === "nodes") { show("nodes"); every(renderNodes); }
+  else if (view === "reservations") { show("reservations"); every(renderReservations); }
   else if (view === "utilization") { show("utilization"); stopTimer(); renderUtilization().catch((e) => showError(e.message)); }
   else if (view === "fairshare") { show("fairshare"); stopTimer(); renderFairshare().catch((e) => showError(e.message)); }
   else if (view === "checks") { show("checks"); stopTimer(); renderChecks(parts[1] ? decodeURIComponent(parts[1]) : null).catch((e) => showError(e.message)); }
