@@ -290,3 +290,60 @@ def test_task_prolog_and_epilog_around_each_task(tmp_path: Path) -> None:
     err = b"".join(p for k, _t, p in frames if k == sp.STDERR)
     assert b"slurmstepd: error: TaskProlog failed status=exit 3" in err
     assert [json.loads(p)["exit_code"] for k, _t, p in frames if k == sp.EXIT] == [3]
+
+
+def test_the_agent_feeds_later_steps_straight_to_the_step_server(tmp_path: Path) -> None:
+    """``StepFeeds`` (the agent) writes a step's plan to the job's step server FIFO: only
+    once the supervisor's server reads it, only for the run it was told of, never for
+    what the compiled process leaves to Python; once the server is gone it says so (the
+    runner then asks the supervisor, which refuses an ending job)."""
+    from corral.agent.stepfeed import FIFO, StepFeeds
+
+    jdir = tmp_path / "7"
+    jdir.mkdir()
+    req = _req()
+    feeds = StepFeeds("n1", str(tmp_path))
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(4)
+    lsock.settimeout(20)
+    launch = _launch(lsock.getsockname()[1], ["sh", "-c", "echo fed $SLURM_PROCID"])
+    assert not feeds.send(7, 0, launch)  # not told of the run
+    feeds.started(7, req, (), False)
+    assert not feeds.send(7, 1, launch)  # another run of the job
+    assert not feeds.send(7, 0, launch)  # no server (and FIFO) yet: the supervisor's turn
+    srv = stepbin.StepServer(str(stepbin.binary()), None, str(jdir / FIFO))
+    plan = stepbin.plan_for(launch, req, "n1", {}, False, (), None)
+    assert plan is not None
+    srv.send(plan)  # the first step, through the supervisor's pipe
+
+    def frames_of_one() -> bytes:
+        conn, _ = lsock.accept()
+        conn.settimeout(20)
+        reader, out = sp.FrameReader(), b""
+        done = False
+        while not done:
+            data = conn.recv(65536)
+            assert data
+            for kind, _task, payload in reader.feed(data):
+                out += payload if kind == sp.STDOUT else b""
+                done = done or kind == sp.DONE
+        conn.close()
+        return out
+
+    assert sorted(frames_of_one().split(b"\n")) == [b"", b"fed 0", b"fed 1"]
+    deadline = time.monotonic() + 10
+    while not feeds.send(7, 0, launch):  # the server opens its FIFO soon after its start
+        assert time.monotonic() < deadline, "the step server never read its FIFO"
+        time.sleep(0.01)
+    assert sorted(frames_of_one().split(b"\n")) == [b"", b"fed 0", b"fed 1"]
+    assert feeds.sent == 1
+    assert not feeds.send(7, 0, _launch(1, ["true"], pty=True))  # Python's case
+    pid = srv.pid
+    srv.close()  # the job is ending
+    assert os.waitpid(pid, 0)[0] == pid
+    assert not (jdir / FIFO).exists()
+    assert not feeds.send(7, 0, launch)  # the server is gone: EPIPE, the supervisor's turn
+    feeds.forget(7)
+    assert not feeds.send(7, 0, launch)
+    lsock.close()

@@ -53,6 +53,7 @@ from corral.agent.launch import JobExit, LaunchRequest
 from corral.agent.prepare import parse_warning_signal
 from corral.agent.proctree import forget_dirs, in_dir, is_alive, kill_pids
 from corral.agent.runtimes import ContainerSettings
+from corral.agent.stepfeed import StepFeeds
 from corral.agent.supervisor import encode_job
 from corral.agent.vm import job as vmjob
 from corral.agent.zygote import ForkServer
@@ -97,6 +98,7 @@ class JobRunner:
         self.mem_poll_s = mem_poll_s
         self.sweep_s = sweep_s
         self._jobs_dir = str(spool.open_spool(self.state_dir, spool_dir))
+        self.feeds = StepFeeds(self.node_name, self._jobs_dir)
         self.layout = (node_layout(self.cgroup_parent) if isolation != "none"
                        else CgroupLayout("none", reason="isolation disabled"))
         if self.layout.mode != "none":  # cgroups kept by supervisors that are gone
@@ -186,6 +188,7 @@ class JobRunner:
             self._pending.add(jid)
             return
         msg = encode_job(jdir, jid, req.restarts, groups, switch)
+        self.feeds.started(jid, req, groups, switch)
         self._active[jid] = None
         self._unclaimed[jid] = msg
         if self._batch is not None:
@@ -278,6 +281,8 @@ class JobRunner:
         node's tasks (``corral.agent.stepd``). False when that run is not active here."""
         if self._runs.get(job_id) != restarts:
             return False
+        if self.feeds.send(job_id, restarts, launch):  # straight to the job's step server
+            return True
         return self._command(job_id, {"cmd": "step", "launch": launch})
 
     def cancel(self, job_id: int, grace_s: int | None = None) -> bool:
@@ -453,6 +458,7 @@ class JobRunner:
         except OSError:
             shutil.rmtree(jdir, ignore_errors=True)
         self._runs.pop(jid, None)
+        self.feeds.forget(jid)
         if self._nodefiles:
             pbsaux.remove(self._nodefiles.pop(jid, None))
         self._active.pop(jid, None)

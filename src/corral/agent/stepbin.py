@@ -24,6 +24,7 @@ Plan format: netstrings (``<len>:<bytes>,``) in the order ``stepd.c``'s ``main``
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import os
@@ -217,20 +218,25 @@ class StepServer:
     one length-prefixed plan per step, for each of which it forks a step process. Closing
     its pipe ends it; it ignores the job's signals, so a job's SIGKILL is what else does.
 
+    With ``fifo`` (a path in the job's spool directory, which only root reaches) it also
+    reads plans from that FIFO: the node's agent writes the later steps there itself
+    (``corral.agent.stepfeed``), without waking the supervisor.
+
     Why: spawning the binary for every step cost, per node and step, an exec, the dynamic
     loader and glibc's CPU feature probing (``cpuid``, which traps on a virtual machine):
     about half the step process's CPU in a profile of ``srun -N4 true``."""
 
-    def __init__(self, path: str, attach: Any) -> None:
+    def __init__(self, path: str, attach: Any, fifo: str = "") -> None:
         self.path = path
         self.attach = attach
+        self.fifo = fifo
         self.pid = 0
         self._w = -1
 
     def send(self, plan: bytes) -> None:
         """Hand ``plan`` to the server (started or restarted as needed); OSError when no
         server could take it."""
-        frame = len(plan).to_bytes(4, "big") + plan
+        frame = frame_of(plan)
         for attempt in (1, 2):
             if self._w < 0:
                 self._start()
@@ -243,9 +249,15 @@ class StepServer:
                     raise
 
     def _start(self) -> None:
+        argv = [self.path, "serve"]
+        if self.fifo:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.fifo)
+            os.mkfifo(self.fifo, 0o600)
+            argv.append(self.fifo)
         r, w = os.pipe()
         try:
-            pid = os.posix_spawn(self.path, [self.path, "serve"], {}, file_actions=[
+            pid = os.posix_spawn(self.path, argv, {}, file_actions=[
                 (os.POSIX_SPAWN_DUP2, r, 0), (os.POSIX_SPAWN_CLOSE, w)])
         except OSError:
             os.close(r)
@@ -266,11 +278,19 @@ class StepServer:
             os.close(self._w)
         self._w = -1
         self.pid = 0
+        if self.fifo:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.fifo)
 
     def gone(self, pid: int) -> None:
         """``pid`` was reaped: if it was the server, the next step starts another."""
         if pid == self.pid:
             self.close()
+
+
+def frame_of(plan: bytes) -> bytes:
+    """A plan as the step server reads it: its length (4 bytes, big-endian), then it."""
+    return len(plan).to_bytes(4, "big") + plan
 
 
 def _write_all(fd: int, data: bytes) -> None:

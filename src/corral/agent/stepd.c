@@ -22,7 +22,8 @@
  * Started as "corral-stepd serve", it is the job's step server on this node instead: the
  * supervisor spawns it once per job (in the job's cgroup) and writes it one plan per step,
  * each preceded by its length (4 bytes, big-endian); the server forks a child per plan
- * that runs the step as above. A step then costs a fork of this small process rather
+ * that runs the step as above. "serve FIFO" also takes plans on that FIFO, which the node's
+ * agent writes directly (no supervisor in between). A step then costs a fork of this small process rather
  * than an exec of a new one (its dynamic loading and CPU feature probing are most of its
  * CPU time on a virtual machine). The server ignores every signal it can (the job's
  * signals are for the tasks), reaps its children, and exits when the pipe closes.
@@ -647,7 +648,44 @@ static void on_chld_server(int s) {
     errno = e;
 }
 
-static int serve(void) {
+/* one plan from fd (its 4-byte length, then the plan): fork its step process.
+ * 0: end of input; -1: unreadable or malformed */
+static int take_plan(int fd) {
+    unsigned char h[4];
+    int r = read_full(fd, h, sizeof h);
+    if (r <= 0)
+        return r == 0 ? 0 : -1;
+    size_t n = ((size_t)h[0] << 24) | ((size_t)h[1] << 16) | ((size_t)h[2] << 8) | h[3];
+    if (n == 0 || n > PLAN_MAX)
+        return -1;
+    char *buf = malloc(n + 1);
+    if (!buf || read_full(fd, buf, n) != 1) {
+        free(buf);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (nul >= 0 && nul != 0) {
+            dup2(nul, 0);
+            close(nul);
+        }
+        signal(SIGCHLD, SIG_DFL);
+        g_plan = buf;
+        g_plan_len = n;
+        g_pos = 0;
+        _exit(run_plan());
+    }
+    if (pid < 0)
+        dprintf(2, "corral-stepd: cannot fork a step: %s\n", strerror(errno));
+    free(buf);
+    return 1;
+}
+
+/* plans come on stdin (the supervisor's pipe) and, when a FIFO path is given, on that
+ * FIFO (the agent's direct path); each has one writer, so frames never interleave. The
+ * server holds a write end of its own FIFO, so that a writer closing it is no end. */
+static int serve(const char *fifo) {
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP && s != SIGCHLD)
             signal(s, SIG_IGN);
@@ -659,43 +697,46 @@ static int serve(void) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    for (;;) {
-        unsigned char h[4];
-        int r = read_full(0, h, sizeof h);
-        if (r == 0)
-            return 0; /* the supervisor closed the pipe: the job is ending */
-        if (r < 0)
-            fail("cannot read a plan");
-        size_t n = ((size_t)h[0] << 24) | ((size_t)h[1] << 16) | ((size_t)h[2] << 8) | h[3];
-        if (n == 0 || n > PLAN_MAX)
-            fail("bad plan length");
-        char *buf = malloc(n + 1);
-        if (!buf)
-            fail("out of memory");
-        if (read_full(0, buf, n) != 1)
-            fail("cannot read a plan");
-        pid_t pid = fork();
-        if (pid == 0) {
-            int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
-            if (nul >= 0 && nul != 0) {
-                dup2(nul, 0);
-                close(nul);
-            }
-            signal(SIGCHLD, SIG_DFL);
-            g_plan = buf;
-            g_plan_len = n;
-            g_pos = 0;
-            _exit(run_plan());
+    int ff = -1;
+    if (fifo && *fifo) {
+        ff = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        int keep = ff >= 0 ? open(fifo, O_WRONLY | O_CLOEXEC) : -1;
+        if (ff >= 0 && keep < 0) {
+            close(ff);
+            ff = -1;
         }
-        if (pid < 0)
-            dprintf(2, "corral-stepd: cannot fork a step: %s\n", strerror(errno));
-        free(buf);
+        if (ff >= 0) {
+            fcntl(ff, F_SETPIPE_SZ, 1 << 20); /* room for many plans of a frozen job */
+            fcntl(ff, F_SETFL, fcntl(ff, F_GETFL) & ~O_NONBLOCK);
+        } else {
+            dprintf(2, "corral-stepd: cannot open %s: %s\n", fifo, strerror(errno));
+        }
+    }
+    for (;;) {
+        struct pollfd p[2] = {{0, POLLIN, 0}, {ff, POLLIN, 0}};
+        int r = poll(p, ff >= 0 ? 2 : 1, -1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            fail("poll");
+        if (p[0].revents) {
+            int got = take_plan(0);
+            if (got == 0)
+                return 0; /* the supervisor closed the pipe: the job is ending */
+            if (got < 0)
+                fail("bad plan from the supervisor");
+        }
+        if (ff >= 0 && (p[1].revents & POLLIN) && take_plan(ff) < 0) {
+            dprintf(2, "corral-stepd: bad plan on %s; no longer reading it\n", fifo);
+            close(ff);
+            ff = -1;
+        }
     }
 }
 
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "serve"))
-        return serve();
+        return serve(argc > 2 ? argv[2] : NULL);
     read_plan();
     return run_plan();
 }

@@ -878,8 +878,11 @@ class Supervisor:
         if plan is None:
             return False
         if self.step_server is None:
+            from corral.agent.stepfeed import FIFO  # the agent writes later steps there
+
             self.step_server = stepbin.StepServer(
-                path, self.iso.attach if self.iso is not None else None)
+                path, self.iso.attach if self.iso is not None else None,
+                os.path.join(self.jdir, FIFO))
         try:
             self.step_server.send(plan)
         except OSError as exc:
