@@ -40,3 +40,13 @@ def test_node_spec_roundtrip() -> None:
 def test_tasks_per_node_text() -> None:
     assert tasks_per_node_text([2, 2, 2, 1]) == "2(x3),1"
     assert tasks_per_node_text([4]) == "4"
+
+
+def test_a_frame_with_messages_encoded_once_decodes_as_the_plain_one() -> None:
+    from corral.protocol.messages import Encoded
+
+    step = {"t": "step", "job_id": 3, "restarts": 0, "launch": {"env": {"A": "é\n\"x"}}}
+    other = {"t": "cancel", "job_id": 4}
+    plain = decode_frame(encode_frame([other, step, other]))
+    assert decode_frame(encode_frame([other, Encoded(step), other])) == plain
+    assert decode_frame(encode_frame([Encoded(step)])) == [step]

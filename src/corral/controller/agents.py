@@ -31,7 +31,13 @@ from corral.controller.images import refresh_preferences
 from corral.controller.liveusage import live_samples
 from corral.controller.records import JobRecord, images_from_agent
 from corral.core.model.job import JobState
-from corral.protocol.messages import ProtocolError, decode_frame, encode_frame, node_spec_from_json
+from corral.protocol.messages import (
+    Encoded,
+    ProtocolError,
+    decode_frame,
+    encode_frame,
+    node_spec_from_json,
+)
 
 if TYPE_CHECKING:
     from corral.controller.service import Controller
@@ -43,12 +49,12 @@ class AgentConn:
     def __init__(self, ws: Any, node: str) -> None:
         self.ws = ws
         self.node = node
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.queue: asyncio.Queue[dict[str, Any] | Encoded] = asyncio.Queue()
         self.closed = False
         self.writer = asyncio.create_task(self._write(), name=f"agent-writer-{node}")
         self.frames_out = 0
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: dict[str, Any] | Encoded) -> None:
         if not self.closed:
             self.queue.put_nowait(msg)
 
@@ -167,13 +173,14 @@ class AgentHub:
     def step(self, rec: JobRecord, launch: dict[str, Any]) -> list[str]:
         """Send a step's launch to each of its nodes; returns the nodes not connected."""
         missing = []
+        msg = Encoded({"t": "step", "job_id": rec.id, "restarts": rec.restarts,
+                       "launch": launch})
         for node in launch["nodes"]:
             conn = self._conn(node)
             if conn is None:
                 missing.append(node)
                 continue
-            conn.send({"t": "step", "job_id": rec.id, "restarts": rec.restarts,
-                       "launch": launch})
+            conn.send(msg)
         return missing
 
     async def close_all(self) -> None:

@@ -14,8 +14,22 @@ class ProtocolError(ValueError):
     pass
 
 
-def encode_frame(msgs: list[dict[str, Any]]) -> str:
-    return json.dumps({"v": PROTOCOL_VERSION, "msgs": msgs}, separators=(",", ":"))
+class Encoded:
+    """A message already in its JSON text, for one sent to many agents (a step's launch
+    to each of its nodes): encoded once, spliced into each frame."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, msg: dict[str, Any]) -> None:
+        self.text = json.dumps(msg, separators=(",", ":"))
+
+
+def encode_frame(msgs: list[dict[str, Any]] | list[dict[str, Any] | Encoded]) -> str:
+    if not any(type(m) is Encoded for m in msgs):
+        return json.dumps({"v": PROTOCOL_VERSION, "msgs": msgs}, separators=(",", ":"))
+    parts = [m.text if isinstance(m, Encoded) else json.dumps(m, separators=(",", ":"))
+             for m in msgs]
+    return f'{{"v":{PROTOCOL_VERSION},"msgs":[{",".join(parts)}]}}'
 
 
 def decode_frame(data: str | bytes) -> list[dict[str, Any]]:
