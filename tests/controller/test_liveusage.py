@@ -38,3 +38,18 @@ def test_shapes_and_bounds() -> None:
     pids: list[Any] = list(range(1, MAX_PIDS + 10)) + [True, -3, "x"]
     got = live_samples([{"job_id": 1, "cpu_time_s": 0, "rss_mb": 0, "pids": pids}], 1.0)
     assert got[1]["pids"] == list(range(1, MAX_PIDS + 1))
+
+
+def test_step_samples_are_kept_and_bad_ones_dropped() -> None:
+    good = {"step_id": "0", "cpu_time_s": 2.5, "rss_mb": 8, "ntasks": 2, "pids": [5, True]}
+    bad: list[Any] = [{"step_id": 1, "cpu_time_s": 1, "rss_mb": 1, "ntasks": 1},
+                      {"step_id": "x", "cpu_time_s": 1, "rss_mb": 1, "ntasks": 1},
+                      {"step_id": "2", "cpu_time_s": -1, "rss_mb": 1, "ntasks": 1},
+                      {"step_id": "3", "cpu_time_s": 1, "rss_mb": 1, "ntasks": 0},
+                      {"step_id": "4", "cpu_time_s": 1, "rss_mb": 1}, "junk"]
+    got = live_samples([{"job_id": 7, "cpu_time_s": 3, "rss_mb": 9, "steps": [good, *bad]}],
+                       5.0)
+    assert got[7]["steps"] == {"0": {"cpu_time_s": 2.5, "max_rss_mb": 8.0, "ntasks": 2,
+                                     "pids": [5]}}
+    plain = live_samples([{"job_id": 7, "cpu_time_s": 3, "rss_mb": 9, "steps": "x"}], 5.0)
+    assert "steps" not in plain[7]

@@ -484,6 +484,33 @@ def test_sstat_pid_format_and_no_running_step() -> None:
     assert err == "sstat: error: no steps running for job 20\n"
 
 
+class LiveStepClient(ReportClient):
+    """Job 30: step 0 on n1,n2 (one task each), both nodes' heartbeats sampled it."""
+
+    def job_usage(self, job_id: int | str) -> dict[str, Any]:
+        def node(name: str, cpu: float, rss: float, pid: int) -> dict[str, Any]:
+            return {"node": name, "cpu_time_s": cpu + 1, "max_rss_mb": rss + 1,
+                    "pids": [pid], "time": 0.0, "steps": {"0": {
+                        "cpu_time_s": cpu, "max_rss_mb": rss, "ntasks": 1, "pids": [pid]}}}
+        return {"job_id": int(job_id), "running": True,
+                "nodes": {"n1": node("n1", 40.0, 10.0, 11), "n2": node("n2", 20.0, 30.0, 22)}}
+
+
+def test_sstat_running_srun_step_live_usage_over_its_nodes() -> None:
+    step = {"step_id": 0, "name": "burn", "state": "RUNNING", "nodes": ["n1", "n2"],
+            "node_tasks": [[0], [1]], "ntasks": 2, "start_time": 1000.0, "end_time": None,
+            "usage": None}
+    c = LiveStepClient([job(30, state="RUNNING", start_time=1000.0, nodes=["n1", "n2"],
+                            num_nodes=2, num_cpus=2, steps=[step])])
+    cols = "JobID,MaxRSS,MaxRSSNode,MaxRSSTask,AveCPU,MinCPU,MinCPUNode,MinCPUTask,NTasks"
+    for word in ("30", "30.0"):
+        out, err, rc = run("sstat", ["-n", "-P", "-j", word, "-o", cols], c)
+        assert (err, rc) == ("", 0)
+        assert out.splitlines() == ["30.0|30M|n2|1|00:00:30|00:00:20|n2|1|2"]
+    out, _, _ = run("sstat", ["-i", "-n", "-P", "-j", "30.0"], c)
+    assert out.splitlines() == ["30.0|n[1-2]|11,22"]
+
+
 # ---- against a real controller -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -599,4 +626,30 @@ def test_sstat_real_controller(cluster: ShimCluster, used: int, tmp_path: Path) 
         cluster.run("scancel", str(jid))
     done = cluster.run("sstat", "-j", str(used))  # finished
     assert done.returncode == 0 and "couldn't get steps for job" in done.stderr
+
+
+def test_sstat_running_srun_step_real_controller(cluster: ShimCluster, tmp_path: Path) -> None:
+    script = tmp_path / "step.sh"
+    script.write_text("#!/bin/bash\nsrun -n1 python3 -c 'import time\nx=bytearray(48<<20)\n"
+                      "t=time.time()\nwhile time.time()-t<30: pass'\n")
+    jid = _sbatch(cluster, "-A", "physics", str(script))
+    try:
+        deadline = time.monotonic() + 30
+        fields: list[str] = []
+        while time.monotonic() < deadline:  # until a heartbeat sampled the running step
+            r = cluster.run("sstat", "-n", "-P", "-j", str(jid), "-o",
+                            "JobID,MaxRSS,MaxRSSNode,AveCPU,NTasks")
+            assert r.returncode == 0, r.stderr
+            fields = r.stdout.strip().split("|")
+            if len(fields) == 5 and fields[1] and fields[3] not in ("", "00:00:00"):
+                break
+            time.sleep(0.2)
+        assert fields[0] == f"{jid}.0" and fields[2] == cluster.node, fields
+        kib = float(fields[1][:-1]) * {"K": 1, "M": 1024, "G": 1 << 20}[fields[1][-1]]
+        assert kib >= 48 * 1024 and fields[3] != "00:00:00" and fields[4] == "1", fields
+        r = cluster.run("sstat", "-i", "-n", "-P", "-j", f"{jid}.0")
+        pids = r.stdout.strip().split("|")[2]
+        assert pids and all(p.isdigit() for p in pids.split(",")), r.stdout
+    finally:
+        cluster.run("scancel", str(jid))
 

@@ -168,6 +168,7 @@ class AgentDaemon:
         if state_dir is None or not running:
             return []
         try:
+            from corral.agent.stepusage import step_samples
             from corral.ops.agent_metrics import sample_job
         except ImportError:
             return []
@@ -177,10 +178,18 @@ class AgentDaemon:
                 s = sample_job(spool.job_dir(Path(state_dir), int(r["job_id"])))
             except Exception:  # noqa: BLE001 - a vanished /proc entry, a cgroup gone
                 continue
-            if s is not None:
-                out.append({"job_id": s.job_id, "cpu_time_s": round(s.cpu_seconds, 3),
-                            "rss_mb": round(s.rss_bytes / 1048576, 3),
-                            "pids": sorted(s.pids)[:64]})
+            if s is None:
+                continue
+            entry: dict[str, Any] = {"job_id": s.job_id, "cpu_time_s": round(s.cpu_seconds, 3),
+                                     "rss_mb": round(s.rss_bytes / 1048576, 3),
+                                     "pids": sorted(s.pids)[:64]}
+            try:
+                steps = step_samples(s.pids)  # each running srun step's own share
+            except Exception:  # noqa: BLE001 - a process gone mid-read
+                steps = []
+            if steps:
+                entry["steps"] = steps
+            out.append(entry)
         return out
 
     def _send(self, msg: dict[str, Any]) -> None:

@@ -7,7 +7,10 @@ checks it (whole job ids, finite numbers >= 0, at most ``MAX_JOBS`` entries and
 ``MAX_PIDS`` pids each; anything else is dropped, never an error: a heartbeat must not
 fail for it) and stamps each with the controller's receive time. The node record keeps
 the last one (``NodeRecord.live_usage``), replaced by each heartbeat, so a job that
-ended on the node disappears with the next beat.
+ended on the node disappears with the next beat. An entry may carry ``steps``: each
+running ``srun`` step's share of the node (``corral.agent.stepusage``: ``{step_id,
+cpu_time_s, rss_mb, ntasks, pids}``, at most ``MAX_STEPS``), kept as
+``{step id: {cpu_time_s, max_rss_mb, ntasks, pids}}`` under the job's sample.
 
 ``job_usage`` gives what ``GET /api/v1/ops/usage/{job}`` and the in-controller client
 return: ``{"job_id", "state", "nodes": {node: {node, cpu_time_s, max_rss_mb, pids,
@@ -21,6 +24,7 @@ from typing import Any
 
 MAX_JOBS = 512
 MAX_PIDS = 64
+MAX_STEPS = 64
 
 
 def _num(v: Any) -> float | None:
@@ -43,10 +47,40 @@ def live_samples(raw: Any, now: float) -> dict[int, dict[str, Any]]:
         cpu, rss = _num(item.get("cpu_time_s")), _num(item.get("rss_mb"))
         if cpu is None or rss is None:
             continue
-        pids = [p for p in (item.get("pids") or [])[:MAX_PIDS]
-                if isinstance(p, int) and not isinstance(p, bool) and 0 < p < 1 << 31] \
-            if isinstance(item.get("pids"), list) else []
+        pids = _pids(item.get("pids"))
         out[jid] = {"cpu_time_s": cpu, "max_rss_mb": rss, "pids": pids, "time": now}
+        steps = _steps(item.get("steps"))
+        if steps:
+            out[jid]["steps"] = steps
+    return out
+
+
+def _pids(raw: Any) -> list[int]:
+    if not isinstance(raw, list):
+        return []
+    return [p for p in raw[:MAX_PIDS]
+            if isinstance(p, int) and not isinstance(p, bool) and 0 < p < 1 << 31]
+
+
+def _steps(raw: Any) -> dict[str, dict[str, Any]]:
+    """A job's running ``srun`` steps on the node: ``{step id: {cpu_time_s, max_rss_mb,
+    ntasks, pids}}``; entries with a bad id or figure are dropped."""
+    out: dict[str, dict[str, Any]] = {}
+    if not isinstance(raw, list):
+        return out
+    for item in raw[:MAX_STEPS]:
+        if not isinstance(item, dict):
+            continue
+        sid = item.get("step_id")
+        if not isinstance(sid, str) or not sid.isdigit() or len(sid) > 9:
+            continue
+        cpu, rss = _num(item.get("cpu_time_s")), _num(item.get("rss_mb"))
+        ntasks = item.get("ntasks")
+        if cpu is None or rss is None or isinstance(ntasks, bool) \
+                or not isinstance(ntasks, int) or not 0 < ntasks < 1 << 20:
+            continue
+        out[sid] = {"cpu_time_s": cpu, "max_rss_mb": rss, "ntasks": ntasks,
+                    "pids": _pids(item.get("pids"))}
     return out
 
 

@@ -10,9 +10,12 @@ Which steps (as Slurm): ``-j 12`` the lowest-numbered running ``srun`` step, ``-
 ``--allsteps`` every running step (``.batch`` first), ``-j 12.batch`` / ``-j 12.3`` that
 step; several ``-j`` words or comma lists. What is measured: the ``.batch`` row shows the
 job's live figures on the batch host (every process of the job there, Slurm counts only
-the batch script's), an ``srun`` step run through the agents reports its use only when it
-ends, so a running one prints its columns empty; figures Corral does not measure (virtual
-memory, pages, disk I/O, energy, CPU frequency) print as ``sacct`` prints them.
+the batch script's); a running ``srun`` step shows what its tasks use now on each of its
+nodes (each agent's heartbeat samples the processes started with that step's
+``SLURM_STEP_ID``, ``corral.agent.stepusage``): ``AveCPU`` its CPU time over its tasks,
+``MaxRSS``/``MaxRSSNode`` its biggest task and that task's node, ``Pids`` its processes;
+a step no heartbeat has sampled yet prints those columns empty; figures Corral does not
+measure (virtual memory, pages, disk I/O, energy, CPU frequency) print as ``sacct`` does.
 
 Errors: no ``-j``, a bad id, an unknown option or field: Slurm's message and exit 1. A job
 that is not running, a step that is not, a job without a running ``srun`` step (no
@@ -110,15 +113,33 @@ def _batch(rec: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any] | None:
     return step
 
 
-def _running_steps(rec: dict[str, Any]) -> list[dict[str, Any]]:
+def _live_step_usage(sid: str, usage: dict[str, Any]) -> dict[str, Any] | None:
+    """A running step's figures from its nodes' last samples (None: no node has one):
+    CPU seconds summed over the nodes, the biggest task's resident memory."""
+    per: dict[str, Any] = {}
+    for host, sample in sorted((usage.get("nodes") or {}).items()):
+        got = ((sample or {}).get("steps") or {}).get(sid)
+        if isinstance(got, dict):
+            per[str(host)] = {"node": str(host), "cpu_time_s": float(got["cpu_time_s"]),
+                              "max_rss_mb": float(got["max_rss_mb"]),
+                              "pids": list(got.get("pids") or ())}
+    if not per:
+        return None
+    return {"nodes": per, "cpu_time_s": sum(e["cpu_time_s"] for e in per.values()),
+            "max_rss_mb": max(e["max_rss_mb"] for e in per.values())}
+
+
+def _running_steps(rec: dict[str, Any], usage: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for st in rec.get("steps") or ():
         if str(st.get("state") or "RUNNING") not in ACTIVE_STEP or st.get("end_time"):
             continue
         step = dict(st)
         step["id"] = str(st.get("step_id", st.get("id")))
-        for key in ("usage", "cpu_time_s", "max_rss_mb"):
-            step[key] = None  # an agents' step reports its use when it ends
+        live = _live_step_usage(step["id"], usage)  # the agents' last heartbeats
+        step["usage"] = live
+        step["cpu_time_s"] = live["cpu_time_s"] if live is not None else None
+        step["max_rss_mb"] = live["max_rss_mb"] if live is not None else None
         out.append(step)
     return out
 
@@ -172,7 +193,7 @@ def run(ctx: Context, client: Any) -> None:
         except CorralError:
             usage = {}
         batch = _batch(rec, usage)
-        steps = _running_steps(rec)
+        steps = _running_steps(rec, usage)
         if step_word:
             pool = ([batch] if batch is not None else []) + steps
             chosen = [s for s in pool if s["id"] == step_word]
