@@ -20,7 +20,7 @@ from tests.smtpd import Receiver
 
 def _msg(cfg: MailConfig, to: str = "ann@example.org") -> smtpmail.EmailMessage:
     return smtpmail.build_message(cfg, to, "Slurm Job_id=7 Name=x Began, Queued time "
-                                  "00:00:01", {"Job ID": "7", "Stdout": ""}, 7, "Began")
+                                  "00:00:01", {"Job ID": "7", "Stdout": ""}, 7, "BEGIN")
 
 
 def test_starttls_and_login_deliver(tmp_path: Path) -> None:
@@ -34,7 +34,7 @@ def test_starttls_and_login_deliver(tmp_path: Path) -> None:
         [(frm, to, m)] = rx.received()
         assert (frm, to) == ("hpc@ex.org", ["ann@example.org"])
         assert m["Subject"] == "Slurm Job_id=7 Name=x Began, Queued time 00:00:01"
-        assert m["X-Corral-Job-Id"] == "7" and m["X-Corral-Mail-Type"] == "Began"
+        assert m["X-Corral-Job-Id"] == "7" and m["X-Corral-Mail-Type"] == "BEGIN"
         assert "Job ID: 7" in m.get_content() and "Stdout" not in m.get_content()
 
 

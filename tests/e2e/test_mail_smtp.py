@@ -36,18 +36,33 @@ def test_mail_through_smtp_server() -> None:
                 assert m, p.stdout
                 return int(m.group(1))
 
+            # a time limit of 10 s: mails at 50 % and 80 %, and when it is reached
+            tl = c.submit("sleep 60", name="tl", time_limit_s=10, extra={
+                "mail_type": "TIME_LIMIT,TIME_LIMIT_50,TIME_LIMIT_80", "mail_user": "tl"})
             ok = sbatch("--mail-type=BEGIN,END --mail-user=ann -J mailme --wrap true")
             bad = sbatch("--mail-type=FAIL -J boom --wrap 'exit 3'")
             quiet = sbatch("--mail-type=BEGIN -J quiet --wrap true")  # BEGIN only
             for jid in (ok, bad, quiet):
                 c.wait_done(jid)
-            mails = wait_for(lambda: (lambda m: m if len(m) >= 4 else None)(rx.received()),
-                             15, what="four mails")
+            assert c.wait_done(tl)["state"] == "TIMEOUT"
+            mails = wait_for(lambda: (lambda m: m if len(m) >= 7 else None)(rx.received()),
+                             15, what="seven mails")
             by = {(int(m["X-Corral-Job-Id"]), m["X-Corral-Mail-Type"]): (frm, to, m)
                   for frm, to, m in mails}
-            assert set(by) == {(ok, "Began"), (ok, "Ended"), (bad, "Failed"),
-                               (quiet, "Began")}, sorted(by)
-            frm, to, began = by[(ok, "Began")]
+            assert set(by) == {(ok, "BEGIN"), (ok, "END"), (bad, "FAIL"), (quiet, "BEGIN"),
+                               (tl, "TIME_LIMIT_50"), (tl, "TIME_LIMIT_80"),
+                               (tl, "TIME_LIMIT")}, sorted(by)
+            half = by[(tl, "TIME_LIMIT_50")][2]["Subject"]
+            assert re.fullmatch(rf"Slurm Job_id={tl} Name=tl Reached 50% of time limit, Run "
+                                r"time 00:00:0[5-7]", half), half
+            most = by[(tl, "TIME_LIMIT_80")][2]["Subject"]
+            assert re.fullmatch(rf"Slurm Job_id={tl} Name=tl Reached 80% of time limit, Run "
+                                r"time 00:00:(0[89]|10)", most), most
+            limit = by[(tl, "TIME_LIMIT")][2]
+            assert limit["To"] == "tl@example.org" and re.fullmatch(
+                rf"Slurm Job_id={tl} Name=tl Reached time limit, Run time 00:00:1\d",
+                limit["Subject"]), limit["Subject"]
+            frm, to, began = by[(ok, "BEGIN")]
             assert (frm, to) == ("hpc@example.org", ["ann@example.org"])
             assert began["From"] == "hpc@example.org" and began["To"] == "ann@example.org"
             assert re.fullmatch(rf"Slurm Job_id={ok} Name=mailme Began, Queued time "
@@ -55,13 +70,13 @@ def test_mail_through_smtp_server() -> None:
             assert began["Auto-Submitted"] == "auto-generated" and began["Message-ID"]
             body = began.get_content().replace("\r\n", "\n")
             assert f"Job ID: {ok}\n" in body and "State: RUNNING\n" in body, body
-            ended = by[(ok, "Ended")][2]
+            ended = by[(ok, "END")][2]
             assert re.fullmatch(rf"Slurm Job_id={ok} Name=mailme Ended, Run time "
                                 r"00:00:0\d, COMPLETED, ExitCode 0", ended["Subject"])
-            failed = by[(bad, "Failed")]
+            failed = by[(bad, "FAIL")]
             assert failed[1] == ["root@example.org"]  # default: the job's user + domain
             assert failed[2]["Subject"].endswith(", FAILED, ExitCode 3")
-            assert len(mails) == 4  # no END for quiet, no END for boom (FAIL only)
+            assert len(mails) == 7  # no END for quiet nor boom (FAIL only) nor tl
         finally:
             c.down()
             shutil.rmtree(root, ignore_errors=True)

@@ -10,14 +10,17 @@ SUBJECT USER`` (stdin empty, the job's facts in the environment), for
   DEADLINE, BOOT_FAIL) mails ``Failed`` with ``FAIL``, else ``Ended`` with ``END``; a job
   that completed or was cancelled mails ``Ended`` with ``END`` (``Slurm Job_id=12 Name=x
   Ended, Run time 00:01:40, COMPLETED, ExitCode 0``);
-- ``REQUEUE``: the job was requeued (``Requeued``).
+- ``REQUEUE``: the job was requeued (``Requeued, Run time ...``);
+- ``TIME_LIMIT``: the job ended TIMEOUT (``Reached time limit, Run time ...``); while it
+  runs, ``TIME_LIMIT_50|80|90`` (``Reached 90% of time limit``:
+  ``corral.controller.mail_limits``).
 
 ``ALL`` is BEGIN, END, FAIL, REQUEUE (and INVALID_DEPEND, STAGE_OUT: never sent here);
 ``NONE`` none. ``USER`` is ``--mail-user`` (default the job's user), with ``[scripts]
 mail_domain`` appended when it has no ``@``; one that is not a plain address is refused at
 submit (it becomes an argument of the program). An array task mails only with
-``ARRAY_TASKS`` (Slurm mails once for the whole array; Corral does not, yet);
-``TIME_LIMIT*`` are accepted and not sent. Environment: ``SLURM_JOB_ID``,
+``ARRAY_TASKS`` (Slurm mails once for the whole array; Corral does not, yet).
+Environment: ``SLURM_JOB_ID``,
 ``SLURM_JOB_NAME``, ``SLURM_JOB_USER``, ``SLURM_JOB_MAIL_TYPE``, ``SLURM_JOB_STATE``,
 ``SLURM_JOB_EXIT_CODE_MAX``, ``SLURM_JOB_QUEUED_TIME``, ``SLURM_JOB_RUN_TIME``,
 ``SLURM_JOB_WORK_DIR``, ``SLURM_JOB_STD_OUT``, ``SLURM_JOB_STD_ERR``, ``SLURM_CLUSTER_NAME``,
@@ -67,31 +70,55 @@ def job_event(ctl: Controller, rec: JobRecord, event: str,
               run_s: float | None = None) -> None:
     """``event``: ``BEGIN``, ``END`` (any end; FAIL decided here) or ``REQUEUE``
     (``run_s``: how long the run that was requeued ran)."""
-    prog, smtp = ctl.cfg.scripts.mail_prog, ctl.cfg.mail.smtp_host
-    if not (prog or smtp):
+    if not (ctl.cfg.scripts.mail_prog or ctl.cfg.mail.smtp_host):
         return
     kinds = _types(rec)
     if not kinds or "NONE" in kinds:
         return
     if rec.array_task_id is not None and "ARRAY_TASKS" not in kinds:
         return
+    if event == "BEGIN":
+        from corral.controller.mail_limits import wants
+
+        if wants(kinds):
+            ctl.mail_limits.watch(rec)
     if event == "END":
+        if rec.state is JobState.TIMEOUT and "TIME_LIMIT" in kinds:
+            send_mail(ctl, rec, "TIME_LIMIT", WORDS["TIME_LIMIT"], run_s)
         failed = rec.state in _FAILED
         if failed and "FAIL" in kinds:
-            event, word = "FAIL", "Failed"
-        elif "END" in kinds:
-            word = "Ended"
-        else:
+            event = "FAIL"
+        elif "END" not in kinds:
             return
-    elif event in kinds:
-        word = {"BEGIN": "Began", "REQUEUE": "Requeued"}[event]
-    else:
+    elif event not in kinds:
         return
+    send_mail(ctl, rec, event, WORDS[event], run_s)
+
+
+#: Slurm's word for each mail type in the subject.
+WORDS = {"BEGIN": "Began", "END": "Ended", "FAIL": "Failed", "REQUEUE": "Requeued",
+         "TIME_LIMIT": "Reached time limit", "TIME_LIMIT_90": "Reached 90% of time limit",
+         "TIME_LIMIT_80": "Reached 80% of time limit",
+         "TIME_LIMIT_50": "Reached 50% of time limit"}
+
+
+def run_time_s(rec: JobRecord, now: float) -> float:
+    """How long this run has run, its suspensions not counted."""
+    if rec.start_time is None:
+        return 0.0
+    used = (rec.end_time if rec.end_time is not None else now) - rec.start_time
+    used -= rec.suspended_s + (now - rec.suspended_at if rec.suspended_at is not None
+                               else 0.0)
+    return max(0.0, used)
+
+
+def send_mail(ctl: Controller, rec: JobRecord, event: str, word: str,
+              run_s: float | None = None) -> None:
+    """Mail ``event`` (a key of ``WORDS``, decided by the caller) to the job's users."""
+    prog, smtp = ctl.cfg.scripts.mail_prog, ctl.cfg.mail.smtp_host
     now = time.time()
     queued = (rec.start_time or now) - float(rec.submit_time or now)
-    run = ((rec.end_time or now) - rec.start_time) if rec.start_time else 0.0
-    if run_s is not None:
-        run = run_s
+    run = run_time_s(rec, now) if run_s is None else run_s
     if event == "BEGIN":
         when = f"Queued time {format_time_s(max(0.0, queued))}"
     else:
@@ -123,17 +150,17 @@ def job_event(ctl: Controller, rec: JobRecord, event: str,
             continue
         to = user if "@" in user or not domain else f"{user}@{domain}"
         if smtp:
-            _by_smtp(ctl, rec, to, subject, env, word)
+            _by_smtp(ctl, rec, to, subject, env, event)
         else:
             _by_program(prog, rec, to, subject, env)
 
 
 def _by_smtp(ctl: Controller, rec: JobRecord, to: str, subject: str, env: dict[str, str],
-             word: str) -> None:
+             event: str) -> None:
     from corral.controller.smtpmail import build_message, send
 
     facts = {_FACTS.get(k, k): v for k, v in env.items()}
-    send(ctl.cfg.mail, build_message(ctl.cfg.mail, to, subject, facts, rec.id, word), rec.id)
+    send(ctl.cfg.mail, build_message(ctl.cfg.mail, to, subject, facts, rec.id, event), rec.id)
 
 
 def _by_program(prog: str, rec: JobRecord, to: str, subject: str,

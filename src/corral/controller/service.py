@@ -116,6 +116,9 @@ class Controller:
             lambda: self.cfg.checks, self.state_dir,
             lambda: Path(self.cfg.controller.socket or self.state_dir / SOCKET_NAME))
         self.reservations = ReservationTable(self)
+        from corral.controller.mail_limits import TimeLimitMail
+
+        self.mail_limits = TimeLimitMail(self)
         self.livecfg = LiveConfig(self)
         self.started_at = time.time()
         # high availability: this controller's role and its peers, for ``/ping``
@@ -250,6 +253,7 @@ class Controller:
         self.health.tick(now)
         self.periodic_checks.tick(now)
         self.reservations.tick(now)
+        self.mail_limits.tick(now)
         await self.power.tick(now)
         allocations.check_keepalives(self, now)
         self._prune_recent(now)

@@ -18,7 +18,8 @@ running ``[scripts] mail_prog``. Policy:
 The message: ``From`` (``from_address``, default ``corral@<this host>``), ``To``,
 ``Subject`` (Slurm's subject line), ``Date``, ``Message-ID``, ``Auto-Submitted:
 auto-generated`` (RFC 3834: no vacation replies), ``X-Corral-Job-Id`` and
-``X-Corral-Mail-Type``; the body lists the job's facts, one ``Key: value`` per line.
+``X-Corral-Mail-Type`` (``BEGIN``, ``END``, ``FAIL``, ``REQUEUE``, ``TIME_LIMIT``,
+``TIME_LIMIT_90``, ...); the body lists the job's facts, one ``Key: value`` per line.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ _queued = 0
 
 
 def build_message(cfg: MailConfig, to: str, subject: str, facts: dict[str, str],
-                  job_id: int, word: str) -> EmailMessage:
+                  job_id: int, mail_type: str) -> EmailMessage:
     """The mail for one recipient (``facts``: shown in the body, in order)."""
     msg = EmailMessage(policy=_POLICY)
     sender = cfg.from_address or f"corral@{socket.gethostname()}"
@@ -61,7 +62,7 @@ def build_message(cfg: MailConfig, to: str, subject: str, facts: dict[str, str],
     msg["Message-ID"] = make_msgid("corral", domain=sender.rpartition("@")[2] or None)
     msg["Auto-Submitted"] = "auto-generated"
     msg["X-Corral-Job-Id"] = str(job_id)
-    msg["X-Corral-Mail-Type"] = word
+    msg["X-Corral-Mail-Type"] = mail_type
     body = "".join(f"{key}: {value}\n" for key, value in facts.items() if value != "")
     msg.set_content(f"{subject}\n\n{body}")
     return msg
