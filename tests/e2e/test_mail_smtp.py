@@ -36,31 +36,37 @@ def test_mail_through_smtp_server() -> None:
                 assert m, p.stdout
                 return int(m.group(1))
 
-            # a time limit of 10 s: mails at 50 % and 80 %, and when it is reached
-            tl = c.submit("sleep 60", name="tl", time_limit_s=10, extra={
+            # a time limit of 8 s: mails at 50 % and 80 %, and when it is reached
+            tl = c.submit("sleep 60", name="tl", time_limit_s=8, extra={
                 "mail_type": "TIME_LIMIT,TIME_LIMIT_50,TIME_LIMIT_80", "mail_user": "tl"})
             ok = sbatch("--mail-type=BEGIN,END --mail-user=ann -J mailme --wrap true")
             bad = sbatch("--mail-type=FAIL -J boom --wrap 'exit 3'")
             quiet = sbatch("--mail-type=BEGIN -J quiet --wrap true")  # BEGIN only
             for jid in (ok, bad, quiet):
                 c.wait_done(jid)
+            dep = sbatch(f"--mail-type=INVALID_DEPEND -J dep --dependency=afterok:{bad} "
+                         "--wrap true")  # boom failed: this can never start
             assert c.wait_done(tl)["state"] == "TIMEOUT"
-            mails = wait_for(lambda: (lambda m: m if len(m) >= 7 else None)(rx.received()),
-                             15, what="seven mails")
+            mails = wait_for(lambda: (lambda m: m if len(m) >= 8 else None)(rx.received()),
+                             15, what="eight mails")
+            assert c.job(dep)["reason"] == "DependencyNeverSatisfied"
+            c.client.cancel([dep])
             by = {(int(m["X-Corral-Job-Id"]), m["X-Corral-Mail-Type"]): (frm, to, m)
                   for frm, to, m in mails}
             assert set(by) == {(ok, "BEGIN"), (ok, "END"), (bad, "FAIL"), (quiet, "BEGIN"),
                                (tl, "TIME_LIMIT_50"), (tl, "TIME_LIMIT_80"),
-                               (tl, "TIME_LIMIT")}, sorted(by)
+                               (tl, "TIME_LIMIT"), (dep, "INVALID_DEPEND")}, sorted(by)
+            assert by[(dep, "INVALID_DEPEND")][2]["Subject"] == \
+                f"Slurm Job_id={dep} Name=dep Invalid dependency"
             half = by[(tl, "TIME_LIMIT_50")][2]["Subject"]
             assert re.fullmatch(rf"Slurm Job_id={tl} Name=tl Reached 50% of time limit, Run "
-                                r"time 00:00:0[5-7]", half), half
+                                r"time 00:00:0[4-6]", half), half
             most = by[(tl, "TIME_LIMIT_80")][2]["Subject"]
             assert re.fullmatch(rf"Slurm Job_id={tl} Name=tl Reached 80% of time limit, Run "
-                                r"time 00:00:(0[89]|10)", most), most
+                                r"time 00:00:0[6-8]", most), most
             limit = by[(tl, "TIME_LIMIT")][2]
             assert limit["To"] == "tl@example.org" and re.fullmatch(
-                rf"Slurm Job_id={tl} Name=tl Reached time limit, Run time 00:00:1\d",
+                rf"Slurm Job_id={tl} Name=tl Reached time limit, Run time 00:00:(0[89]|1\d)",
                 limit["Subject"]), limit["Subject"]
             frm, to, began = by[(ok, "BEGIN")]
             assert (frm, to) == ("hpc@example.org", ["ann@example.org"])
@@ -76,7 +82,8 @@ def test_mail_through_smtp_server() -> None:
             failed = by[(bad, "FAIL")]
             assert failed[1] == ["root@example.org"]  # default: the job's user + domain
             assert failed[2]["Subject"].endswith(", FAILED, ExitCode 3")
-            assert len(mails) == 7  # no END for quiet nor boom (FAIL only) nor tl
+            c.wait_done(dep)
+            assert len(rx.received()) == 8  # no END for quiet, boom (FAIL only), tl, dep
         finally:
             c.down()
             shutil.rmtree(root, ignore_errors=True)

@@ -15,7 +15,10 @@ SUBJECT USER`` (stdin empty, the job's facts in the environment), for
   runs, ``TIME_LIMIT_50|80|90`` (``Reached 90% of time limit``:
   ``corral.controller.mail_limits``).
 
-``ALL`` is BEGIN, END, FAIL, REQUEUE (and INVALID_DEPEND, STAGE_OUT: never sent here);
+- ``INVALID_DEPEND``: a pending job's dependency can never be satisfied (its reason
+  became ``DependencyNeverSatisfied``; ``Invalid dependency``, no time).
+
+``ALL`` is BEGIN, END, FAIL, REQUEUE, INVALID_DEPEND (and STAGE_OUT: never sent here);
 ``NONE`` none. ``USER`` is ``--mail-user`` (default the job's user), with ``[scripts]
 mail_domain`` appended when it has no ``@``; one that is not a plain address is refused at
 submit (it becomes an argument of the program). An array task mails only with
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("corral.mail")
 
 _ADDRESS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._%+=-]*(@[A-Za-z0-9.-]+)?$")
-_ALL = {"BEGIN", "END", "FAIL", "REQUEUE"}
+_ALL = {"BEGIN", "END", "FAIL", "REQUEUE", "INVALID_DEPEND"}
 _FAILED = {JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY,
            JobState.PREEMPTED, JobState.DEADLINE, JobState.BOOT_FAIL}
 
@@ -97,6 +100,7 @@ def job_event(ctl: Controller, rec: JobRecord, event: str,
 
 #: Slurm's word for each mail type in the subject.
 WORDS = {"BEGIN": "Began", "END": "Ended", "FAIL": "Failed", "REQUEUE": "Requeued",
+         "INVALID_DEPEND": "Invalid dependency",
          "TIME_LIMIT": "Reached time limit", "TIME_LIMIT_90": "Reached 90% of time limit",
          "TIME_LIMIT_80": "Reached 80% of time limit",
          "TIME_LIMIT_50": "Reached 50% of time limit"}
@@ -120,13 +124,15 @@ def send_mail(ctl: Controller, rec: JobRecord, event: str, word: str,
     queued = (rec.start_time or now) - float(rec.submit_time or now)
     run = run_time_s(rec, now) if run_s is None else run_s
     if event == "BEGIN":
-        when = f"Queued time {format_time_s(max(0.0, queued))}"
+        when = f", Queued time {format_time_s(max(0.0, queued))}"
+    elif event == "INVALID_DEPEND":
+        when = ""  # as Slurm: a job that never ran has no time to tell
     else:
-        when = f"Run time {format_time_s(max(0.0, run))}"
-    subject = f"Slurm Job_id={rec.display_id} Name={rec.sub.spec.name} {word}, {when}"
+        when = f", Run time {format_time_s(max(0.0, run))}"
+    subject = f"Slurm Job_id={rec.display_id} Name={rec.sub.spec.name} {word}{when}"
     if rec.array_task_id is not None:
         subject = (f"Slurm Array Task Job_id={rec.array_job_id}_{rec.array_task_id} "
-                   f"({rec.id}) Name={rec.sub.spec.name} {word}, {when}")
+                   f"({rec.id}) Name={rec.sub.spec.name} {word}{when}")
     if event in ("END", "FAIL"):
         subject += f", {rec.state.value}, ExitCode {rec.exit_code or 0}"
     users = [u for u in (rec.sub.extra.get("mail_user") or rec.sub.spec.user).split(",")

@@ -337,6 +337,11 @@ class SchedulerLoop:
             prio = float(round(info.priority))
             if (rec.reason != info.reason or rec.priority != prio or rec.rank != info.rank
                     or rec.est_start != info.est_start or rec.reason_detail != info.detail):
+                if info.reason == _NEVER and rec.reason != _NEVER \
+                        and rec.sub.extra.get("mail_type"):
+                    from corral.controller.mail import job_event
+
+                    job_event(self.ctl, rec, "INVALID_DEPEND")
                 rec.reason = info.reason
                 rec.reason_detail = info.detail
                 rec.priority = prio
@@ -597,6 +602,7 @@ def _held_core(rec: JobRecord) -> Any:
                else 0.0, hold=HoldKind.ADMIN)
 
 
+_NEVER = "DependencyNeverSatisfied"  # --mail-type=INVALID_DEPEND mails when a job gets it
 _INELIGIBLE = frozenset({"BeginTime", "Dependency", "DependencyNeverSatisfied",
                          "JobHeldUser", "JobHeldAdmin"})
 
