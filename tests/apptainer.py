@@ -48,3 +48,16 @@ def build_sif(program: str, ref: str, dest: Path) -> Path:
     assert res.returncode == 0, res.stderr
     os.chmod(dest, 0o644)
     return dest
+
+
+def build_sif_from(program: str, base: Path, dest: Path, sections: str) -> Path:
+    """A SIF made from the SIF ``base`` with a definition file's extra ``sections``
+    (``%environment``, ``%runscript``, ...); world-readable."""
+    spec = dest.with_suffix(".def")
+    spec.write_text(f"Bootstrap: localimage\nFrom: {base}\n\n{sections}")
+    res = subprocess.run([program, "-q", "build", str(dest), str(spec)],
+                         capture_output=True, text=True, timeout=120, check=False,
+                         cwd=dest.parent, env={**os.environ, "HOME": str(dest.parent)})
+    assert res.returncode == 0, res.stderr
+    os.chmod(dest, 0o644)
+    return dest

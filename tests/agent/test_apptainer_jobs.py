@@ -20,7 +20,7 @@ from corral.agent.runtimes import settings
 from corral.containers.config import ContainersConfig
 from corral.containers.spec import ContainerSpec, parse_image
 from tests.agent.conftest import CGROUP_ROOT, kill_leftovers, make_request, wait_exits
-from tests.apptainer import build_sif, require_apptainer
+from tests.apptainer import build_sif, build_sif_from, require_apptainer
 from tests.registry import Registry, require_containers, running_registry
 
 
@@ -268,3 +268,31 @@ def test_bad_sif_fails_the_job_with_its_reason(arunner: JobRunner,
     launch(arunner, 23, w, test_user, "#!/bin/sh\ntrue\n", str(d / "private.sif"))
     ex = wait_exits(arunner, 1, 30)[23]
     assert ex.state == "FAILED" and "Permission denied (as user" in ex.reason, ex.reason
+
+
+def test_sif_environment_container_env_and_runscript_in_a_batch_job(
+        arunner: JobRunner, images: tuple[Registry, Path, str],
+        test_user: tuple[str, int, int, int]) -> None:
+    """A SIF's %environment reaches the batch job (Apptainer applies it); a name given
+    with --container-env keeps the job's value over it; --container-entrypoint runs the
+    SIF's %runscript with the command as its arguments (apptainer run)."""
+    _reg, d, program = images
+    sif = d / "env.sif"
+    if not sif.exists():
+        build_sif_from(program, d / "bb.sif", sif,
+                       "%environment\n    export FROM_SIF=yes KEEP=image OTHER=image\n"
+                       "%runscript\n    echo runscript \"$#\"\n")
+    w = work(d)
+    name, uid, gid, _supp = test_user
+    for jid, spec in ((71, ContainerSpec(parse_image(str(sif)), env=("KEEP",))),
+                      (72, ContainerSpec(parse_image(str(sif)), entrypoint=True))):
+        arunner.launch(make_request(
+            jid, w, "#!/bin/sh\necho \"env=$FROM_SIF $KEEP $OTHER\"\n", user=name, uid=uid,
+            gid=gid, stdout=str(w / f"out-{jid}.txt"),
+            env={"KEEP": "job", "OTHER": "job", "PATH": "/usr/bin:/bin"},
+            extra={"container": spec.to_text()}))
+    ex = wait_exits(arunner, 2, 60)
+    out71, out72 = ((w / f"out-{j}.txt").read_text() for j in (71, 72))
+    assert ex[71].state == "COMPLETED" and out71 == "env=yes job image\n", (ex[71], out71)
+    # the runscript got the job's command line (the shell and its script) and ran instead
+    assert ex[72].state == "COMPLETED" and out72 == "runscript 2\n", (ex[72], out72)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apptainer import build_sif, find_apptainer
+from tests.apptainer import build_sif, build_sif_from, find_apptainer
 from tests.e2e import test_multinode_steps as mn
 from tests.registry import Registry, require_containers, running_registry
 
@@ -97,22 +97,40 @@ def test_named_container_keeps_its_changes_for_later_steps(two: mn.TwoNodes,
 
 def test_two_node_srun_in_a_sif(two: mn.TwoNodes, registry: Registry) -> None:
     """A .sif in srun steps: each node unpacks it once (Apptainer) into its own cache and
-    runs the tasks on that tree as for a registry image."""
+    runs the tasks on that tree as ``apptainer exec`` would: the SIF's %environment is
+    applied (PATH too), APPTAINERENV_ and --container-env win over it, the host's PATH
+    and LD_LIBRARY_PATH stay out; --container-entrypoint runs its %runscript."""
     program, why = find_apptainer()
     if not program:
         pytest.skip(why)
-    sif = build_sif(program, registry.ref("steps/bb:1"), two.work / "steps.sif")
+    base = build_sif(program, registry.ref("steps/bb:1"), two.work / "steps-base.sif")
+    sif = build_sif_from(program, base, two.work / "steps.sif",
+                         "%environment\n    export FROM_SIF=sif-env\n"
+                         "    export PATH=/opt/sif/bin:$PATH\n    export KEEP_ME=image\n"
+                         "    export FORCED=image\n"
+                         "%runscript\n    echo runscript \"$@\"\n")
+    probe = ("echo task $SLURM_PROCID $SLURMD_NODENAME \"$NAME\" $(id -u) "
+             "$FROM_SIF $KEEP_ME $FORCED ${LD_LIBRARY_PATH} $APPTAINER_NAME; "
+             "echo path $PATH")
     script = ("#!/bin/bash\n"
-              f"srun -N2 -n2 --container-image={sif} sh -c '. /etc/os-release; "
-              "echo task $SLURM_PROCID $SLURMD_NODENAME \"$NAME\" $(id -u)'\n")
+              "export KEEP_ME=job FORCED=no APPTAINERENV_FORCED=forced "
+              "LD_LIBRARY_PATH=/host/lib\n"
+              f"srun -N2 -n2 --container-image={sif} --container-env=KEEP_ME sh -c "
+              f"'. /etc/os-release; {probe}'\n"
+              f"srun -N1 -n1 --container-image={sif} --container-entrypoint one two\n")
     jid = two.sbatch(script, "-N2", "-n2", "-o", str(two.work / "sif-%j.out"))
     job = two.wait_done(jid, 90)
     out = (two.work / f"sif-{jid}.out").read_text()
     assert job["state"] == "COMPLETED", (job, out, two.logs())
     tasks = sorted(line for line in out.splitlines() if line.startswith("task "))
     me = os.geteuid()  # sbatch runs as the test's user
-    assert tasks == [f"task 0 ma Corral Step Image {me}",
-                     f"task 1 mb Corral Step Image {me}"], out
+    tail = "sif-env job forced /.singularity.d/libs steps.sif"
+    assert tasks == [f"task 0 ma Corral Step Image {me} {tail}",
+                     f"task 1 mb Corral Step Image {me} {tail}"], out
+    paths = [line for line in out.splitlines() if line.startswith("path ")]
+    assert paths == ["path /opt/sif/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+                     "/sbin:/bin"] * 2, out
+    assert "runscript one two" in out.splitlines(), out
 
 
 def test_task_prolog_of_a_container_step_is_the_hosts(two: mn.TwoNodes,

@@ -435,8 +435,14 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
         name, sep, value = item.partition("=")
         if sep and name not in spec.env and name.isidentifier():
             out_env[f"APPTAINERENV_{name}"] = value
+    if ref.kind == "sif":  # --container-env: the job's value wins over %environment
+        for name in spec.env:
+            if name in env and name.isidentifier():
+                out_env[f"APPTAINERENV_{name}"] = env[name]
     out_env["CORRAL_APPTAINER_BINDS"] = settings.cache_dir  # read by the sid wrapper only
     out_env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-    argv = [settings.apptainer, "-q", "exec", *opts, image, *entry, *command]
+    # --container-entrypoint with a SIF: its %runscript, given the command (apptainer run)
+    action = "run" if ref.kind == "sif" and spec.entrypoint else "exec"
+    argv = [settings.apptainer, "-q", action, *opts, image, *entry, *command]
     return AptPlan(argv=argv, env=out_env, uid=req.uid, gid=req.gid, groups=groups,
                    cwd=req.workdir, pin_fd=pin, digest=digest, pulled=pulled, binds=binds)

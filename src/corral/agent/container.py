@@ -80,6 +80,8 @@ class ContainerPlan:
     remap_root: bool = False  # a user namespace: the bundle lives under state_root
     named_dir: str = ""  # --container-name: the upper layer lives here (ctrjob._named)
     named_lock: int = -1  # held while this step uses the named container
+    sif: str = ""  # a SIF's sandbox tree: its tasks get Apptainer's environment (aptenv)
+    sif_run: bool = False  # ... and its %runscript in front (--container-entrypoint)
 
     def argv(self) -> list[str]:
         out = [self.runtime, "--root", self.state_root, "run", "--bundle", self.bundle]

@@ -149,6 +149,8 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
             os.close(pin)
         raise PrepareError(f"cannot plan the container: {exc}") from None
     p.named_dir, p.named_lock = named_dir, lock
+    if ref.kind == "sif":
+        p.sif, p.sif_run = ref.canonical, spec.entrypoint
     return Prepared(p, pin, digest, pulled)
 
 

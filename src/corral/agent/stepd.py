@@ -329,12 +329,16 @@ class StepProcess:
                     else None
                 early = jobscripts.run_task_prologs(prologs, env, self.req.script_timeout_s,
                                                     creds=creds, cwd=self.launch.cwd)
-            if self.container is not None:
+            if self.container is not None:  # (imports before the chroot: no sources there)
+                from corral.agent import aptenv
                 from corral.agent.container import chroot_task, image_env
 
                 stage = "container"
                 chroot_task(self.root, self.launch.cwd)
                 env = image_env(env, self.container)
+                if self.container.sif:  # Apptainer's exec environment (aptenv)
+                    env = aptenv.step_env(env, self.container.sif, self.container.keep_env,
+                                          "run" if self.container.sif_run else "exec")
             if self.switch_user:
                 stage = f"switching to uid {self.req.uid}"
                 os.setgroups(list(self.groups))
@@ -392,6 +396,8 @@ class StepProcess:
                 self._prolog_outcome(early if early is not None else jobscripts.run_task_prologs(
                     prologs, env, self.req.script_timeout_s, creds=None, cwd=os.getcwd()))
             argv = self.launch.argv
+            if self.container is not None and self.container.sif:
+                argv, env = aptenv.in_tree(argv, env, runscript=self.container.sif_run)
             stage = f"execve(): {argv[0]}"
             os.execvpe(argv[0], argv, env)
         except BaseException as exc:  # noqa: B036 - report, then leave as slurmstepd does
