@@ -696,8 +696,10 @@ class Client:
         partition: str | None = None,
         limit: int | None = None,
         all_users: bool = False,
+        names: Iterable[str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Accounting records of jobs (any state) from the database, oldest first.
+        """Accounting records of jobs (any state) from the database, oldest first;
+        ``names``: only jobs of these names (answered from the database's name index).
 
         ``since``/``until`` select jobs whose lifetime overlaps that window (epoch seconds).
         Without ``user`` and without ``all_users`` a user sees their own jobs.
@@ -711,6 +713,8 @@ class Client:
             body["states"] = list(states)
         if ids is not None:
             body["ids"] = _ids_param(ids)
+        if names is not None:
+            body["names"] = list(names)
         return self._all_pages("/history", body)
 
     # ---- job events -------------------------------------------------------------------

@@ -162,4 +162,26 @@ def test_nodes_meta_steps_and_history_filters(db_url: str) -> None:
     assert [r.id for r in st.history(user="ann")] == [1, 3, 5]
     assert [r.id for r in st.history(after=2, limit=2)] == [3, 4]
     assert [r.id for r in st.history(ids=[4], array_ids=[])] == [4]
+    # sacct --name: by the name index, alone, with a user, with the lifetime window
+    assert [r.id for r in st.history(names=["j2", "j5", "nope"])] == [2, 5]
+    assert [r.id for r in st.history(names=["j2", "j5"], user="ann")] == [5]
+    assert [r.id for r in st.history(names=["j3"], since=0.0)] == [3]
+    assert st.history(names=[]) == []
     st.close()
+
+
+def test_history_by_name_uses_the_name_index(tmp_path: Path) -> None:
+    """sacct --name never scans the jobs table (SQLite's plan for the store's query)."""
+    import sqlalchemy as sa
+
+    st = Store(f"sqlite:///{tmp_path / 'c.db'}")
+    st.open()
+    from corral.controller.store import jobs
+
+    q = sa.select(jobs).where(jobs.c.name.in_(["a", "b"])).order_by(jobs.c.id)
+    with st.engine.connect() as conn:
+        plan = " ".join(str(r[-1]) for r in conn.execute(
+            sa.text("EXPLAIN QUERY PLAN "
+                    + str(q.compile(compile_kwargs={"literal_binds": True})))))
+    st.close()
+    assert "SEARCH jobs USING INDEX ix_jobs_name" in plan, plan

@@ -108,9 +108,11 @@ class FakeClient:
                 until: float | None = None, states: Iterable[str] | None = None,
                 ids: Iterable[int | str] | None = None, account: str | None = None,
                 partition: str | None = None, limit: int | None = None,
-                all_users: bool = False) -> list[dict[str, Any]]:
+                all_users: bool = False,
+                names: Iterable[str] | None = None) -> list[dict[str, Any]]:
         self.calls.append(("history", (since, until, list(ids or []))))
-        return [dict(r) for r in self.records]
+        wanted = set(names) if names is not None else None
+        return [dict(r) for r in self.records if wanted is None or r.get("name") in wanted]
 
     def nodes(self) -> list[dict[str, Any]]:
         return [dict(n) for n in self.node_records]

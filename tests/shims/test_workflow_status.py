@@ -85,6 +85,29 @@ def test_squeue_by_user_name_and_id_list(quick_cluster: ShimCluster) -> None:
         c.run("scancel", a, b)
 
 
+def test_sacct_by_name_from_the_database(quick_cluster: ShimCluster) -> None:
+    """sacct --name is answered by the controller from its name index (the API's
+    ``names`` filter), finished and pending jobs alike."""
+    c = quick_cluster
+    a = _submit(c, "-J", "wf-acct-one", "--wrap", "true")
+    b = _submit(c, "--hold", "-J", "wf-acct-two", "--wrap", "true")
+    _submit(c, "--hold", "-J", "wf-acct-other", "--wrap", "true")
+    try:
+        _poll(lambda: c.run("sacct", "-n", "-X", "-j", a, "-o", "state").stdout.split()
+              == ["COMPLETED"])
+        p = c.run("sacct", "-n", "-X", "-P", "--name", "wf-acct-one,wf-acct-two",
+                  "-o", "jobid,jobname,state")
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines() == [f"{a}|wf-acct-one|COMPLETED",
+                                         f"{b}|wf-acct-two|PENDING"]
+        with c.client() as cl:
+            assert [j["id"] for j in cl.history(names=["wf-acct-two"])] == [int(b)]
+            assert cl.history(names=["wf-acct-none"]) == []
+    finally:
+        c.run("scancel", "-n", "wf-acct-two")
+        c.run("scancel", "-n", "wf-acct-other")
+
+
 def test_squeue_iterate(quick_cluster: ShimCluster) -> None:
     c = quick_cluster
     jid = _submit(c, "--hold", "-J", "wf-iter", "--wrap", "true")

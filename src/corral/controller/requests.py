@@ -78,6 +78,8 @@ class HistoryQuery(Body):
     until: float | None = Field(None, allow_inf_nan=False)
     account: Name | None = None
     partition: Name | None = None
+    names: Annotated[list[Name], Field(max_length=MAX_IDS)] | None = Field(
+        None, description="job names (sacct --name): the database's name index")
     limit: Count | None = None
     after: Int64 | None = None
 

@@ -753,7 +753,7 @@ class Controller:
             user=user, since=flt.get("since"), until=flt.get("until"),
             states=flt.get("states"), ids=ids, array_ids=array_ids,
             account=flt.get("account"), partition=flt.get("partition"),
-            limit=flt.get("limit"), after=flt.get("after")))
+            names=flt.get("names"), limit=flt.get("limit"), after=flt.get("after")))
         now = time.time()
         recs = []
         for row in rows:
@@ -783,12 +783,15 @@ class Controller:
         rows = await loop.run_in_executor(None, lambda: self.store.load_tails(
             user=user, ids=ids))
         states = set(flt.get("states") or ())
+        names = set(flt.get("names") or ())
         out = []
         for row in rows:
             tail = self.tails.get(int(row.array_job_id)) or tail_from_row(row)
             if tail.state is JobState.PENDING and not tail.remaining:
                 continue
             if states and tail.state.value not in states:
+                continue
+            if names and tail.sub.spec.name not in names:
                 continue
             since, until = flt.get("since"), flt.get("until")
             if until is not None and tail.submit_time > until:

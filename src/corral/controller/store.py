@@ -625,9 +625,11 @@ class Store:
         until: float | None = None, states: list[str] | None = None,
         ids: list[int] | None = None, array_ids: list[int] | None = None,
         account: str | None = None, partition: str | None = None, limit: int | None = None,
-        after: int | None = None,
+        after: int | None = None, names: list[str] | None = None,
     ) -> list[sa.Row[Any]]:
         q = sa.select(jobs)
+        if names is not None:  # sacct --name: the (name, id) index
+            q = q.where(jobs.c.name.in_(names))
         if after is not None:  # paging: the rows after the last id of the previous page
             q = q.where(jobs.c.id > after)
         windowed = since is not None and ids is None and array_ids is None
@@ -641,6 +643,8 @@ class Store:
                 sel = sa.select(jobs.c.id)
                 if user is not None:
                     sel = sel.where(jobs.c.user == user)
+                if names is not None:
+                    sel = sel.where(jobs.c.name.in_(names))
                 return sel.where(*conds)
             window = sa.union_all(alive(jobs.c.end_time.is_(None)),
                                   alive(jobs.c.end_time >= since)).subquery()

@@ -77,6 +77,7 @@ class Client(Protocol):
         partition: str | None = None,
         limit: int | None = None,
         all_users: bool = False,
+        names: Iterable[str] | None = None,
     ) -> list[dict[str, Any]]: ...
 
     def nodes(self) -> list[dict[str, Any]]: ...

@@ -143,10 +143,13 @@ class InProcessClient:
                 until: float | None = None, states: Iterable[str] | None = None,
                 ids: Iterable[int | str] | None = None, account: str | None = None,
                 partition: str | None = None, limit: int | None = None,
-                all_users: bool = False) -> list[dict[str, Any]]:
+                all_users: bool = False,
+                names: Iterable[str] | None = None) -> list[dict[str, Any]]:
         flt: dict[str, Any] = {"all_users": all_users, "user": user, "since": since,
                                "until": until, "account": account, "partition": partition,
                                "limit": limit}
+        if names is not None:
+            flt["names"] = list(names)
         if states is not None:
             flt["states"] = list(states)
         if ids is not None:

@@ -201,10 +201,11 @@ def run(ctx: Context, client: Client) -> None:
             one_user = pwd.getpwuid(next(iter(users))).pw_name
         except KeyError:
             pass
+    names = set(_split(values("name")))
     records = client.history(
         user=one_user, since=since, until=until, ids=api_ids or None, all_users=True,
+        names=sorted(names) if names else None,
     )
-    names = set(_split(values("name")))
     accounts = set(_split(values("accounts")))
     partitions = set(_split(values("partition")))
     qos = set(_split(values("qos")))
