@@ -1,4 +1,4 @@
-"""The job event log on a real SQLite store: ids in commit order, published only after
+"""The job event log on a real store (SQLite, and a PostgreSQL server the run starts): ids in commit order, published only after
 the commit, read from memory or (older than the ring) from the database, filters, and
 the counter continuing after a reopen."""
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+
+import pytest
 
 from corral.controller.events import EventFilter, EventLog
 from corral.controller.records import JobRecord
@@ -21,6 +23,13 @@ def _rec(i: int, user: str = "u", name: str = "j", comment: str = "",
     sub = JobSubmission(spec=JobSpec(name=name, user=user, uid=1000, comment=comment),
                         argv=("true",), workdir="/tmp", array=array)
     return JobRecord(id=i, sub=sub, submit_time=1000.0 + i)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'c.db'}"
+    return str(request.getfixturevalue("pg_url"))
 
 
 def _persist(store: Store, log: EventLog, inserts: list[JobRecord],
@@ -38,8 +47,8 @@ def _persist(store: Store, log: EventLog, inserts: list[JobRecord],
     store.submit(run).result(timeout=10)
 
 
-def test_events_in_order_from_memory_and_store(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'c.db'}"
+def test_events_in_order_from_memory_and_store(db_url: str) -> None:
+    url = db_url
     store = Store(url)
     store.open()
     log = EventLog(store, ring_size=4)
@@ -93,8 +102,8 @@ def test_events_in_order_from_memory_and_store(tmp_path: Path) -> None:
     again.close()
 
 
-def test_array_is_one_event_and_rollback_publishes_nothing(tmp_path: Path) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'c.db'}")
+def test_array_is_one_event_and_rollback_publishes_nothing(db_url: str) -> None:
+    store = Store(db_url)
     store.open()
     log = EventLog(store)
     log.load()
@@ -128,9 +137,9 @@ def test_array_is_one_event_and_rollback_publishes_nothing(tmp_path: Path) -> No
     store.close()
 
 
-def test_waiters_wake_on_commit(tmp_path: Path) -> None:
+def test_waiters_wake_on_commit(db_url: str) -> None:
     async def main() -> float:
-        store = Store(f"sqlite:///{tmp_path / 'c.db'}")
+        store = Store(db_url)
         store.open()
         log = EventLog(store)
         log.load()
