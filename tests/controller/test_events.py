@@ -1,6 +1,6 @@
-"""The job event log on a real store (SQLite, and a PostgreSQL server the run starts): ids in commit order, published only after
-the commit, read from memory or (older than the ring) from the database, filters, and
-the counter continuing after a reopen."""
+"""The job event log on a real store (SQLite, and a PostgreSQL server the run starts):
+ids in commit order, published only after the commit, read from memory or (older than
+the ring) from the database, filters, and the counter continuing after a reopen."""
 
 from __future__ import annotations
 
