@@ -24,6 +24,7 @@ from corral.controller.power import (
 )
 from corral.controller.records import NodeRecord
 from corral.core.decisions import Reserve
+from corral.core.model.job import JobState
 from corral.core.model.node import NodeSpec, NodeState
 
 
@@ -43,6 +44,30 @@ def _prog(path: Path) -> str:
     path.write_text(f'#!/bin/sh\necho "$1" >> {path}.log\n')
     path.chmod(0o755)
     return str(path)
+
+
+def _job(node: str) -> Any:
+    return SimpleNamespace(allocation=SimpleNamespace(node_names=[node]), configuring=False,
+                           state=JobState.RUNNING, start_time=1000.0, end_time=None,
+                           touch=lambda: None)
+
+
+def test_node_up_ends_configuring_and_resets_the_start(tmp_path: Path) -> None:
+    ctl = _ctl(tmp_path, ["c1", "c2"])
+    pm = PowerManager(ctl, clock=lambda: 1500.0)
+    for n in ("c1", "c2"):
+        ctl.nodes.nodes[n].power, ctl.nodes.nodes[n].jobs = POWERED_DOWN, {7}
+    rec = _job("c1")
+    rec.allocation.node_names = ["c1", "c2"]
+    ctl.jobs[7] = rec
+    pm.started(rec)
+    assert rec.configuring
+    ctl.nodes.nodes["c1"].power = ""  # c1 registered, c2 still boots
+    assert pm.node_up("c1") == [] and rec.configuring
+    ctl.nodes.nodes["c2"].power = ""
+    assert pm.node_up("c2") == [rec]
+    assert not rec.configuring and rec.start_time == 1500.0
+    assert pm.node_up("c2") == []  # once
 
 
 def _ctl(tmp: Path, names: list[str], **power: Any) -> Any:
@@ -79,7 +104,10 @@ def test_resume_rate_lets_the_rest_wait_for_the_next_minute(tmp_path: Path) -> N
         for i, n in enumerate(names):  # five jobs, one powered-down node each
             node = ctl.nodes.nodes[n]
             node.power, node.jobs = POWERED_DOWN, {i + 1}
-            pm.started(SimpleNamespace(allocation=SimpleNamespace(node_names=[n])))
+            rec = _job(n)
+            ctl.jobs[i + 1] = rec
+            pm.started(rec)
+            assert rec.configuring  # allocated on a powered-down node: CONFIGURING
         ctl.nodes.nodes["c5"].jobs = set()  # its job ended before its turn: never resumed
         pm.flush()
         assert [ctl.nodes.nodes[n].power for n in names] == [POWERING_UP] * 2 + \

@@ -92,3 +92,19 @@ def test_field_width_is_capped() -> None:
     assert rc == 0 and len(out) < 100
     out, _, rc = run("sinfo", ["-h", "-o", "%99999999P"], client)
     assert rc == 0 and all(len(line) <= 1024 for line in out.splitlines())
+
+
+def test_configuring_job_while_its_nodes_boot() -> None:
+    """A running job on nodes that are still booting: CF/CONFIGURING in squeue and
+    scontrol, matched by -t CF and by -t R (its base state), RUNNING in sacct."""
+    recs = [job(40, state="RUNNING", start_time=1000.0, nodes=["cloud1"], configuring=True),
+            job(41, state="RUNNING", start_time=1000.0, nodes=["n1"])]
+    c = FakeClient(recs)
+    out, _, rc = run("squeue", ["-h", "-o", "%i %t %T %R"], c)
+    assert rc == 0 and out.splitlines() == ["40 CF CONFIGURING cloud1", "41 R RUNNING n1"]
+    assert run("squeue", ["-h", "-t", "CF", "-o", "%i"], c)[0].split() == ["40"]
+    assert run("squeue", ["-h", "-t", "configuring", "-o", "%i"], c)[0].split() == ["40"]
+    assert run("squeue", ["-h", "-t", "R", "-o", "%i"], c)[0].split() == ["40", "41"]
+    assert "JobState=CONFIGURING " in run("scontrol", ["show", "job", "40"], c)[0]
+    out, _, _ = run("sacct", ["-n", "-X", "-P", "-j", "40", "-o", "jobid,state"], c)
+    assert out.splitlines() == ["40|RUNNING"]

@@ -169,7 +169,8 @@ def job_sections(job: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str]
     """What ``corral show`` prints, as (section, [(label, value)]) in reading order."""
     state = str(job.get("state") or "")
     pending = state == "PENDING"
-    status: list[tuple[str, str]] = [("State", state)]
+    status: list[tuple[str, str]] = [("State", "CONFIGURING" if job.get("configuring")
+                                      else state)]
     if job.get("reason") and job.get("reason") != "None":
         status.append(("Reason", f"{job.get('reason')}: {reason_words(job)}".rstrip(": ")))
     if pending:

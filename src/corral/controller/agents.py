@@ -212,6 +212,10 @@ class AgentHub:
             await ws.close(code=4403, reason=str(exc)[:120])
             return
         name = node.name
+        if ctl.cfg.power.enabled:
+            ready = ctl.power.node_up(name)  # jobs that waited for this node's boot
+            if ready:
+                await ctl.persist(updates=ready)
         if isinstance(hello.get("images"), list):
             node.images = images_from_agent(hello["images"])
             refresh_preferences(ctl.pending.values(), ctl.nodes.nodes)

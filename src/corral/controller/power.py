@@ -6,9 +6,12 @@ A node's power state (``NodeRecord.power``): ``""`` (on), ``POWERED_DOWN``,
 - A powered-down node is planned on like an idle one (the scheduling core sees it IDLE),
   so a job is queued for it and never refused. When a cycle starts a job on such nodes,
   ``resume_program`` runs once for them (their host list as its argument) and they are
-  POWERING_UP; the job is allocated (RUNNING, as Slurm's CONFIGURING) and its launch
-  reaches each node when its agent registers (the hello reconciliation sends launches
-  that never reached a node). A node not registered within ``resume_timeout_s`` goes
+  POWERING_UP; the job is allocated, CONFIGURING (``JobRecord.configuring``: its state
+  is RUNNING, the shown state CONFIGURING, ``CF`` in squeue; sacct shows RUNNING, as
+  Slurm's accounting keeps the base state) and its launch reaches each node when its
+  agent registers (the hello reconciliation sends launches that never reached a node).
+  When the last of its nodes registered it stops CONFIGURING and its start time is reset
+  to then (``node_up``), as Slurm does. A node not registered within ``resume_timeout_s`` goes
   DOWN (``ResumeTimeout reached``) and its jobs are requeued (or NODE_FAIL).
 - A node idle for ``suspend_time_s`` (connected, no jobs, no operator state, not in
   ``suspend_exc_nodes`` or a ``suspend_exc_parts`` partition) is powered down:
@@ -108,13 +111,47 @@ class PowerManager:
     # ---- starts ------------------------------------------------------------------------
 
     def started(self, rec: JobRecord) -> None:
-        """A job was allocated: the powered-down nodes it got are to be resumed."""
+        """A job was allocated: the powered-down nodes it got are to be resumed, and the
+        job is CONFIGURING until they are all up."""
         if rec.allocation is None:
             return
         for name in rec.allocation.node_names:
             node = self.ctl.nodes.nodes.get(name)
             if node is not None and node.power == POWERED_DOWN:
                 self._resume[name] = None
+        self._mark_configuring(rec)
+
+    def _booting(self, rec: JobRecord) -> bool:
+        nodes = self.ctl.nodes.nodes
+        return rec.allocation is not None and any(
+            n in nodes and nodes[n].power in (POWERED_DOWN, POWERING_UP)
+            for n in rec.allocation.node_names)
+
+    def _mark_configuring(self, rec: JobRecord) -> None:
+        if not rec.configuring and rec.state.is_active and self._booting(rec):
+            rec.configuring = True
+            rec.touch()
+
+    def node_up(self, name: str, now: float | None = None) -> list[JobRecord]:
+        """A node registered: its jobs whose nodes are now all up stop CONFIGURING, and
+        their start time is reset to now, as Slurm does after a node power up (the boot
+        counts neither in the elapsed time nor against the time limit). Returns them,
+        changed, for the caller to persist."""
+        node = self.ctl.nodes.nodes.get(name)
+        if node is None:
+            return []
+        now = self.clock() if now is None else now
+        out: list[JobRecord] = []
+        for jid in sorted(node.jobs):
+            rec = self.ctl.jobs.get(jid)
+            if rec is None or not rec.configuring or self._booting(rec):
+                continue
+            rec.configuring = False
+            if rec.start_time is not None and rec.end_time is None:
+                rec.start_time = max(rec.start_time, now)
+            rec.touch()
+            out.append(rec)
+        return out
 
     @property
     def waiting(self) -> list[str]:
@@ -249,6 +286,11 @@ class PowerManager:
         failed: list[JobRecord] = []
         idle: list[str] = []
         for node in list(nodes.nodes.values()):
+            if node.power in (POWERED_DOWN, POWERING_UP):  # also after a restart
+                for jid in node.jobs:
+                    job = self.ctl.jobs.get(jid)
+                    if job is not None:
+                        self._mark_configuring(job)
             if node.power == POWERING_UP and not node.connected and \
                     node.power_deadline is not None and now >= node.power_deadline:
                 log.warning("node %s: not registered %d s after its resume: DOWN",

@@ -80,6 +80,9 @@ class JobRecord:
     steps: list[StepRecord] = field(default_factory=list)  # srun steps of this run
     steps_unsaved: list[StepRecord] = field(default_factory=list)  # closed, not yet persisted
     dispatched: bool = False  # the agent confirmed the launch (not persisted)
+    # allocated on nodes still powered down or powering up: Slurm's CONFIGURING
+    # (``corral.controller.power``; not persisted, found again after a restart)
+    configuring: bool = False
     # nodes whose image cache holds this pending container job's image: tried first
     # (JobSpec.prefer_nodes of the core view; corral.controller.images; not persisted)
     prefer: tuple[str, ...] = ()
@@ -236,7 +239,9 @@ class JobRecord:
             "partition": self.partition or ",".join(spec.partitions) or self.default_partition,
             "partitions": list(spec.partitions),
             "state": self.state.value,
-            "state_short": self.state.short,
+            "state_short": "CF" if self.configuring and self.state is JobState.RUNNING
+            else self.state.short,
+            "configuring": self.configuring and self.state is JobState.RUNNING,
             "reason": self.reason,
             "reason_detail": self.reason_detail,
             "priority": self.priority,

@@ -78,7 +78,8 @@ def job_lines(rec: Record, now: float) -> list[str]:
         f"UserId={sf.user_of(rec)}({uid}) GroupId={sf.group_name(gid)}({gid}) MCS_label=N/A",
         f"Priority={_priority(rec)} Nice={int(rec.get('nice') or 0)} "
         f"Account={_null(rec.get('account'))} QOS={_null(rec.get('qos'))}",
-        f"JobState={state} Reason={sf.reason(rec)} Dependency={_null(rec.get('dependency'))}",
+        f"JobState={sf.shown_state(rec)} Reason={sf.reason(rec)} "
+        f"Dependency={_null(rec.get('dependency'))}",
         f"Requeue={1 if rec.get('requeue', True) else 0} Restarts={int(rec.get('restarts') or 0)}"
         f" BatchFlag={0 if rec.get('interactive') else 1} Reboot=0 "
         f"ExitCode={sf.exit_code_text(rec)}",

@@ -77,7 +77,14 @@ def is_array(rec: Record) -> bool:
 
 
 def job_state(rec: Record) -> str:
+    """The base state (what sacct and every decision use)."""
     return str(rec.get("state") or "PENDING")
+
+
+def shown_state(rec: Record) -> str:
+    """The state squeue and scontrol print: CONFIGURING while a running job's nodes boot."""
+    state = job_state(rec)
+    return "CONFIGURING" if state == "RUNNING" and rec.get("configuring") else state
 
 
 _SHORT = {

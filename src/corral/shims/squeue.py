@@ -128,7 +128,7 @@ def _sort_key_fn(spec: str) -> list[tuple[qf.Getter, bool, bool]]:
 def _sorted(rows: list[dict[str, Any]], spec: str | None, now: float) -> list[dict[str, Any]]:
     if spec is None:
         short = sf.state_short
-        rows.sort(key=lambda r: (str(r.get("partition") or ""), short(r.get("state") or ""),
+        rows.sort(key=lambda r: (str(r.get("partition") or ""), short(sf.shown_state(r)),
                                  -float(r.get("priority") or 0.0), int(r["id"])))
         return rows
     rows.sort(key=lambda r: int(r["id"]))
@@ -242,7 +242,9 @@ def _report(ctx: Context, client: Client, opts: dict[str, list[str | None]],
     def keep(r: dict[str, Any]) -> bool:
         if refs and not any(ref_matches(ref, r) for ref in refs):
             return False
-        if states is not None and sf.job_state(r) not in states:
+        # a CONFIGURING job is also a RUNNING one (Slurm matches the base state too)
+        if states is not None and sf.job_state(r) not in states \
+                and sf.shown_state(r) not in states:
             return False
         if users is not None and int(r.get("uid", -1)) not in users:
             return False
