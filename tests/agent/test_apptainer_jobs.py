@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.agent import nvbind
 from corral.agent.images import pull_main
 from corral.agent.runner import JobRunner
 from corral.agent.runtimes import settings
@@ -296,3 +297,43 @@ def test_sif_environment_container_env_and_runscript_in_a_batch_job(
     assert ex[71].state == "COMPLETED" and out71 == "env=yes job image\n", (ex[71], out71)
     # the runscript got the job's command line (the shell and its script) and ran instead
     assert ex[72].state == "COMPLETED" and out72 == "runscript 2\n", (ex[72], out72)
+
+
+def test_gpu_job_on_a_node_without_a_driver_warns_and_runs(
+        arunner: JobRunner, images: tuple[Registry, Path, str],
+        test_user: tuple[str, int, int, int]) -> None:
+    """--nv semantics with no NVIDIA driver here: a warning on the job's stderr, as
+    Apptainer gives, and the job runs with its CUDA_VISIBLE_DEVICES."""
+    _reg, d, _program = images
+    w = work(d)
+    launch(arunner, 81, w, test_user, "#!/bin/sh\necho gpus=$CUDA_VISIBLE_DEVICES\n",
+           str(d / "bb.sif"), gpus=(0,))
+    launch(arunner, 82, w, test_user, "#!/bin/sh\necho none\n", str(d / "bb.sif"))
+    ex = wait_exits(arunner, 2, 60)
+    out81, out82 = ((w / f"out-{j}.txt").read_text() for j in (81, 82))
+    assert ex[81].state == "COMPLETED", (ex[81], out81)
+    assert out81 == nvbind.NO_DRIVER + "gpus=0\n", out81
+    assert ex[82].state == "COMPLETED" and out82 == "none\n", out82  # no GPU: no warning
+
+
+def test_step_plan_of_a_gpu_sif_job_without_a_driver_warns(
+        tmp_path: Path, images: tuple[Registry, Path, str],
+        test_user: tuple[str, int, int, int]) -> None:
+    """An srun step of a GPU job in a SIF: its tasks are told there is no driver (the
+    step's plan carries the warning; stepd writes it on each task's stderr)."""
+    from corral.agent.ctrjob import prepare
+
+    reg, d, program = images
+    st = settings(ContainersConfig(apptainer=program, cache_dir=str(d / "cache")),
+                  str(tmp_path), "aptnode")
+    if not st.runtime:
+        pytest.skip("no runc/crun: srun container steps need one")
+    name, uid, gid, _supp = test_user
+    spec = ContainerSpec(parse_image(str(d / "bb.sif")))
+    for gpus, want in (((0,), [nvbind.NO_DRIVER]), ((), [])):
+        req = make_request(90, work(d), None, user=name, uid=uid, gid=gid, gpus=gpus)
+        got = prepare(spec, req, st, jdir=str(tmp_path), node="aptnode", step="s0",
+                      command=["true"], env={}, groups=(gid,), cgroup_rel=None,
+                      script=False)
+        os.close(got.pin_fd)
+        assert got.plan.sif == str(d / "bb.sif") and got.plan.warnings == want, gpus

@@ -53,6 +53,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from corral.agent import nvbind
 from corral.agent.images import ImageCache, ImageError, _dir_size, _write_json
 from corral.agent.launch import LaunchRequest
 from corral.agent.runtimes import ContainerSettings
@@ -77,6 +78,7 @@ class AptPlan:
     digest: str = ""
     pulled: bool = False  # pulled or unpacked for this job (a cold start)
     binds: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # for the job's stderr, as Apptainer's
 
 
 def wanted(spec: ContainerSpec, settings: ContainerSettings) -> bool:
@@ -425,6 +427,12 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
     if os.path.isdir(req.workdir) and req.workdir != "/":
         binds.append(f"{req.workdir}:{req.workdir}:rw")
     binds += [_bind_arg(m) for m in (*defaults, *spec.mounts)]
+    warnings: list[str] = []
+    if req.gpus:  # --nv: the host's driver files (its /dev is Apptainer's default /dev)
+        nv = nvbind.discover(req.hidden_devices)
+        if not nv.found:
+            warnings.append(nvbind.NO_DRIVER)
+        binds += [f"{host}:{inside}:ro" for host, inside in nv.files()]
     for b in binds:
         opts += ["--bind", b]
     opts += ["--pwd", spec.workdir or req.workdir]
@@ -445,4 +453,5 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
     action = "run" if ref.kind == "sif" and spec.entrypoint else "exec"
     argv = [settings.apptainer, "-q", action, *opts, image, *entry, *command]
     return AptPlan(argv=argv, env=out_env, uid=req.uid, gid=req.gid, groups=groups,
-                   cwd=req.workdir, pin_fd=pin, digest=digest, pulled=pulled, binds=binds)
+                   cwd=req.workdir, pin_fd=pin, digest=digest, pulled=pulled, binds=binds,
+                   warnings=warnings)

@@ -82,6 +82,7 @@ class ContainerPlan:
     named_lock: int = -1  # held while this step uses the named container
     sif: str = ""  # a SIF's sandbox tree: its tasks get Apptainer's environment (aptenv)
     sif_run: bool = False  # ... and its %runscript in front (--container-entrypoint)
+    warnings: list[str] = field(default_factory=list)  # for each task's stderr (steps)
 
     def argv(self) -> list[str]:
         out = [self.runtime, "--root", self.state_root, "run", "--bundle", self.bundle]

@@ -22,11 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from corral.agent import nvbind
 from corral.agent.container import ContainerPlan, plan
 from corral.agent.images import ImageCache, ImageError
 from corral.agent.launch import LaunchRequest
 from corral.agent.runtimes import ContainerSettings
-from corral.containers.spec import ContainerError, ContainerSpec, parse_mounts
+from corral.containers.spec import ContainerError, ContainerSpec, Mount, parse_mounts
 
 
 class PrepareError(Exception):
@@ -135,6 +136,13 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
         defaults = tuple(m for text in settings.default_mounts for m in parse_mounts(text))
     except ContainerError as exc:
         raise PrepareError(f"[containers] default_mounts: {exc}") from None
+    warnings: list[str] = []
+    if ref.kind == "sif" and req.gpus:  # --nv: the job's devices, the driver's files
+        nv = nvbind.discover(req.hidden_devices)
+        if not nv.found:
+            warnings.append(nvbind.NO_DRIVER)
+        defaults += tuple(Mount(host, inside, readonly=True) for host, inside in nv.files())
+        defaults += tuple(Mount(dev, dev) for dev in nv.devices)
     try:
         p = plan(spec, lower=lower, image_cfg=image_cfg, job_id=req.job_id,
                  restarts=req.restarts, step=step, node=node, jdir=jdir,
@@ -150,7 +158,7 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
         raise PrepareError(f"cannot plan the container: {exc}") from None
     p.named_dir, p.named_lock = named_dir, lock
     if ref.kind == "sif":
-        p.sif, p.sif_run = ref.canonical, spec.entrypoint
+        p.sif, p.sif_run, p.warnings = ref.canonical, spec.entrypoint, warnings
     return Prepared(p, pin, digest, pulled)
 
 

@@ -387,6 +387,8 @@ class StepProcess:
                             os.close(fd)
             if note:
                 os.write(2, note)
+            for text in self.container.warnings if self.container is not None else ():
+                os.write(2, text.encode())
             if self.container_error:  # told on the task's stderr, which srun relays
                 stage = "container"
                 raise OSError(errno.EINVAL, self.container_error)

@@ -488,6 +488,8 @@ class Supervisor:
         for fd in {in_fd, out_fd, err_fd, keep_fd}:
             if fd > SCRIPT_FD or (fd > 2 and keep_fd < 0):
                 os.close(fd)
+        for text in p.warnings:
+            os.write(2, text.encode())
         os.chdir(p.cwd)
         os.execve(p.argv[0], p.argv, p.env)
 
