@@ -152,6 +152,10 @@ def test_minavailable_defaults_to_the_tasks_minimums() -> None:
      "spec.networkTopology.mode"),
     (lambda m: m["spec"]["tasks"][0].update(topologyPolicy="single-numa-node"),
      "spec.tasks[0].topologyPolicy"),
+    (lambda m: m["spec"]["tasks"][1].update(topologyPolicy="restricted"),
+     "spec.tasks[1].topologyPolicy"),
+    (lambda m: m["spec"]["tasks"][0].update(topologyPolicy="numa-please"),
+     "spec.tasks[0].topologyPolicy"),
     (lambda m: m["spec"].update(policies=[{"event": "Unknown", "action": "AbortJob"}]),
      "spec.policies[0].events"),
     (lambda m: m["spec"]["tasks"][0]["template"]["spec"]["containers"][0].pop("command"),
@@ -281,6 +285,7 @@ def test_fields_real_volcano_accepts_are_honoured() -> None:
                             "env": []}
     m["spec"]["networkTopology"] = {"mode": "hard", "highestTierAllowed": 1}
     m["spec"]["tasks"][0]["topologyPolicy"] = "none"
+    m["spec"]["tasks"][1]["topologyPolicy"] = "best-effort"
     m["spec"]["policies"] = [{"event": "TaskFailed", "action": "AbortJob"}]
     vj = parse_job(m)
     assert vj.plan["plugins"] == ["env", "ssh", "svc"]

@@ -15,8 +15,11 @@ arguments, ``networkTopology``, and a task's ``topologyPolicy``.
   keeps the whole job under one leaf switch of ``[[switches]]`` (Slurm's
   ``--switches=1`` with no time limit); higher tiers and ``soft`` are refused (Corral's
   switch limit counts leaf switches, it has no tiers above them).
-* a task's ``topologyPolicy``: ``none`` (no NUMA alignment asked) is honoured; the others
-  are refused (CPU binding follows the node's cores).
+* a task's ``topologyPolicy``: ``none`` (no NUMA alignment asked) and ``best-effort``
+  (align where possible, never refuse a node for it) are honoured: the core always takes
+  a job's cores from as few NUMA domains as fit, those holding its GPUs first
+  (``corral.core.placement.within``), which is best-effort alignment; ``restricted`` and
+  ``single-numa-node`` (a node only if the job fits one domain there) are refused.
 """
 
 from __future__ import annotations
@@ -90,7 +93,16 @@ def network_topology(c: Check, raw: Any) -> int | None:
     return 1
 
 
+TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+
+
 def topology_policy(c: Check, raw: Any, path: str) -> None:
-    if raw is not None and raw != "none":
-        c.unsupported(f"{path}.topologyPolicy", f"{raw!r}: only 'none' (CPU binding follows "
-                                                "the node's cores, no NUMA alignment)")
+    if raw is None or raw in ("none", "best-effort"):
+        return
+    if raw not in TOPOLOGY_POLICIES:
+        c.bad(f"{path}.topologyPolicy", f"Unsupported value: {raw!r}: supported values: "
+              + ", ".join(f'"{p}"' for p in TOPOLOGY_POLICIES))
+        return
+    c.unsupported(f"{path}.topologyPolicy", f"{raw!r}: Corral aligns a job's cores with "
+                                            "NUMA domains where it can (best-effort) but "
+                                            "does not refuse a node for it")
