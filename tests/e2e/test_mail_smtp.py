@@ -18,7 +18,9 @@ from tests.smtpd import Receiver
 def test_mail_through_smtp_server() -> None:
     root = Path(tempfile.mkdtemp(prefix="corral-smtp-"))
     with Receiver() as rx:
-        c = Cluster(root, config=TEST_CONFIG + (
+        # array_window = 2: an array of 5 keeps 3 tasks in its compact tail at first
+        c = Cluster(root, config=TEST_CONFIG.replace(
+            "[controller]\n", "[controller]\narray_window = 2\n") + (
             f'\n[scripts]\nmail_domain = "example.org"\n\n[mail]\nsmtp_host = "127.0.0.1"\n'
             f'smtp_port = {rx.port}\nfrom_address = "hpc@example.org"\ntimeout_s = 5\n'))
         c.up()
@@ -44,18 +46,32 @@ def test_mail_through_smtp_server() -> None:
             quiet = sbatch("--mail-type=BEGIN -J quiet --wrap true")  # BEGIN only
             for jid in (ok, bad, quiet):
                 c.wait_done(jid)
+            arr = sbatch("--array=0-4 --mail-type=BEGIN,END -J arr --wrap "
+                         "'exit $((SLURM_ARRAY_TASK_ID % 2))'")  # one mail each, not five
+            gone = sbatch("--array=0-5 --hold --mail-type=END -J gone --wrap true")
+            p = subprocess.run(f"scancel {gone}", shell=True, env=env, text=True,
+                               capture_output=True, timeout=60)
+            assert p.returncode == 0, p.stderr
             dep = sbatch(f"--mail-type=INVALID_DEPEND -J dep --dependency=afterok:{bad} "
                          "--wrap true")  # boom failed: this can never start
             assert c.wait_done(tl)["state"] == "TIMEOUT"
-            mails = wait_for(lambda: (lambda m: m if len(m) >= 8 else None)(rx.received()),
-                             15, what="eight mails")
+            mails = wait_for(lambda: (lambda m: m if len(m) >= 11 else None)(rx.received()),
+                             20, what="eleven mails")
             assert c.job(dep)["reason"] == "DependencyNeverSatisfied"
             c.client.cancel([dep])
             by = {(int(m["X-Corral-Job-Id"]), m["X-Corral-Mail-Type"]): (frm, to, m)
                   for frm, to, m in mails}
             assert set(by) == {(ok, "BEGIN"), (ok, "END"), (bad, "FAIL"), (quiet, "BEGIN"),
                                (tl, "TIME_LIMIT_50"), (tl, "TIME_LIMIT_80"),
-                               (tl, "TIME_LIMIT"), (dep, "INVALID_DEPEND")}, sorted(by)
+                               (tl, "TIME_LIMIT"), (dep, "INVALID_DEPEND"), (arr, "BEGIN"),
+                               (arr, "END"), (gone, "END")}, sorted(by)
+            assert by[(arr, "BEGIN")][2]["Subject"] == \
+                f"Slurm Array Summary Job_id={arr}_* ({arr}) Name=arr Began"
+            assert by[(arr, "END")][2]["Subject"] == \
+                f"Slurm Array Summary Job_id={arr}_* ({arr}) Name=arr Ended, Mixed, ExitCode [0-1]"
+            assert by[(gone, "END")][2]["Subject"] == \
+                f"Slurm Array Summary Job_id={gone}_* ({gone}) Name=gone Ended, CANCELLED, " \
+                "ExitCode [0-0]"
             assert by[(dep, "INVALID_DEPEND")][2]["Subject"] == \
                 f"Slurm Job_id={dep} Name=dep Invalid dependency"
             half = by[(tl, "TIME_LIMIT_50")][2]["Subject"]
@@ -83,7 +99,7 @@ def test_mail_through_smtp_server() -> None:
             assert failed[1] == ["root@example.org"]  # default: the job's user + domain
             assert failed[2]["Subject"].endswith(", FAILED, ExitCode 3")
             c.wait_done(dep)
-            assert len(rx.received()) == 8  # no END for quiet, boom (FAIL only), tl, dep
+            assert len(rx.received()) == 11  # no END for quiet, boom (FAIL only), tl, dep
         finally:
             c.down()
             shutil.rmtree(root, ignore_errors=True)

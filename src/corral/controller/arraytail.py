@@ -258,6 +258,7 @@ async def act_whole(ctl: Controller, action: str, array_job_id: int, uid: int,
             user=tail.sub.spec.user, start_time=None, end_time=now,
             array_job_id=array_job_id, array_task_id=view.array_task_id)
         ctl.tails.pop(array_job_id, None)
+        ctl.mail_arrays.tail_cancelled(array_job_id, n)  # its summary mail may be due
         rows = ctl.events.capture((), [view], now)
         ops = [ctl.store.op_save_tail(tail.row())]
         if rows:

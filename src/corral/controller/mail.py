@@ -21,8 +21,8 @@ SUBJECT USER`` (stdin empty, the job's facts in the environment), for
 ``ALL`` is BEGIN, END, FAIL, REQUEUE, INVALID_DEPEND (and STAGE_OUT: never sent here);
 ``NONE`` none. ``USER`` is ``--mail-user`` (default the job's user), with ``[scripts]
 mail_domain`` appended when it has no ``@``; one that is not a plain address is refused at
-submit (it becomes an argument of the program). An array task mails only with
-``ARRAY_TASKS`` (Slurm mails once for the whole array; Corral does not, yet).
+submit (it becomes an argument of the program). An array's tasks mail one by one only
+with ``ARRAY_TASKS``; otherwise the array mails once (``corral.controller.mail_arrays``).
 Environment: ``SLURM_JOB_ID``,
 ``SLURM_JOB_NAME``, ``SLURM_JOB_USER``, ``SLURM_JOB_MAIL_TYPE``, ``SLURM_JOB_STATE``,
 ``SLURM_JOB_EXIT_CODE_MAX``, ``SLURM_JOB_QUEUED_TIME``, ``SLURM_JOB_RUN_TIME``,
@@ -79,6 +79,8 @@ def job_event(ctl: Controller, rec: JobRecord, event: str,
     if not kinds or "NONE" in kinds:
         return
     if rec.array_task_id is not None and "ARRAY_TASKS" not in kinds:
+        if event in ("BEGIN", "END"):  # one mail for the whole array
+            ctl.mail_arrays.task_event(rec, event, kinds)
         return
     if event == "BEGIN":
         from corral.controller.mail_limits import wants
@@ -119,7 +121,13 @@ def run_time_s(rec: JobRecord, now: float) -> float:
 def send_mail(ctl: Controller, rec: JobRecord, event: str, word: str,
               run_s: float | None = None) -> None:
     """Mail ``event`` (a key of ``WORDS``, decided by the caller) to the job's users."""
-    prog, smtp = ctl.cfg.scripts.mail_prog, ctl.cfg.mail.smtp_host
+    subject, env = compose(ctl, rec, event, word, run_s)
+    deliver(ctl, rec, event, subject, env)
+
+
+def compose(ctl: Controller, rec: JobRecord, event: str, word: str,
+            run_s: float | None = None) -> tuple[str, dict[str, str]]:
+    """The subject and the facts (``SLURM_*``) of the mail for ``event``."""
     now = time.time()
     queued = (rec.start_time or now) - float(rec.submit_time or now)
     run = run_time_s(rec, now) if run_s is None else run_s
@@ -135,9 +143,6 @@ def send_mail(ctl: Controller, rec: JobRecord, event: str, word: str,
                    f"({rec.id}) Name={rec.sub.spec.name} {word}{when}")
     if event in ("END", "FAIL"):
         subject += f", {rec.state.value}, ExitCode {rec.exit_code or 0}"
-    users = [u for u in (rec.sub.extra.get("mail_user") or rec.sub.spec.user).split(",")
-             if u]
-    domain = ctl.cfg.scripts.mail_domain
     env = {
         "SLURM_JOB_ID": str(rec.id), "SLURM_JOB_NAME": rec.sub.spec.name,
         "SLURM_JOB_USER": rec.sub.spec.user, "SLURM_JOB_MAIL_TYPE": word,
@@ -150,6 +155,16 @@ def send_mail(ctl: Controller, rec: JobRecord, event: str, word: str,
     if rec.array_job_id is not None and rec.array_task_id is not None:
         env["SLURM_ARRAY_JOB_ID"] = str(rec.array_job_id)
         env["SLURM_ARRAY_TASK_ID"] = str(rec.array_task_id)
+    return subject, env
+
+
+def deliver(ctl: Controller, rec: JobRecord, event: str, subject: str,
+            env: dict[str, str]) -> None:
+    """Send the mail to each of the job's users, by SMTP or the mail program."""
+    prog, smtp = ctl.cfg.scripts.mail_prog, ctl.cfg.mail.smtp_host
+    users = [u for u in (rec.sub.extra.get("mail_user") or rec.sub.spec.user).split(",")
+             if u]
+    domain = ctl.cfg.scripts.mail_domain
     for user in users:
         if not _ADDRESS.match(user):
             log.warning("job %d: not mailing %r (not a plain address)", rec.id, user)
@@ -166,7 +181,8 @@ def _by_smtp(ctl: Controller, rec: JobRecord, to: str, subject: str, env: dict[s
     from corral.controller.smtpmail import build_message, send
 
     facts = {_FACTS.get(k, k): v for k, v in env.items()}
-    send(ctl.cfg.mail, build_message(ctl.cfg.mail, to, subject, facts, rec.id, event), rec.id)
+    job_id = int(env.get("SLURM_JOB_ID") or rec.id)  # an array's summary: the array's id
+    send(ctl.cfg.mail, build_message(ctl.cfg.mail, to, subject, facts, job_id, event), rec.id)
 
 
 def _by_program(prog: str, rec: JobRecord, to: str, subject: str,
@@ -191,5 +207,6 @@ _FACTS = {
     "SLURM_JOB_RUN_TIME": "Run time", "SLURM_JOB_WORK_DIR": "Work dir",
     "SLURM_JOB_STD_OUT": "Stdout", "SLURM_JOB_STD_ERR": "Stderr",
     "SLURM_CLUSTER_NAME": "Cluster", "SLURM_ARRAY_JOB_ID": "Array job ID",
-    "SLURM_ARRAY_TASK_ID": "Array task ID",
+    "SLURM_ARRAY_TASK_ID": "Array task ID", "SLURM_JOB_EXIT_CODE_MIN": "Lowest exit code",
+    "SLURM_ARRAY_TASK_COUNT": "Array tasks",
 }

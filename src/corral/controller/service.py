@@ -116,9 +116,11 @@ class Controller:
             lambda: self.cfg.checks, self.state_dir,
             lambda: Path(self.cfg.controller.socket or self.state_dir / SOCKET_NAME))
         self.reservations = ReservationTable(self)
+        from corral.controller.mail_arrays import ArrayMail
         from corral.controller.mail_limits import TimeLimitMail
 
         self.mail_limits = TimeLimitMail(self)
+        self.mail_arrays = ArrayMail(self)
         self.livecfg = LiveConfig(self)
         self.started_at = time.time()
         # high availability: this controller's role and its peers, for ``/ping``

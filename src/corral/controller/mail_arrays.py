@@ -1,0 +1,144 @@
+"""One mail for a whole job array (``--mail-type`` without ``ARRAY_TASKS``), as Slurm's
+"Array Summary" mails.
+
+Policy:
+
+- ``BEGIN``: when the array's first task starts (``Slurm Array Summary Job_id=12_* (12)
+  Name=x Began``); later tasks' starts mail nothing;
+- ``END`` / ``FAIL``: when the array's last task has ended (``Slurm Array Summary
+  Job_id=12_* (12) Name=x Ended, COMPLETED, ExitCode [0-0]``): ``Failed`` with ``FAIL``
+  when a task failed, else ``Ended`` with ``END``; the state is ``Mixed`` when some tasks
+  exited 0 and others not, else the last task's; ``ExitCode [min-max]`` over the tasks;
+- other types (``REQUEUE``, ``TIME_LIMIT*``, ``INVALID_DEPEND``) are not mailed for an
+  array's tasks without ``ARRAY_TASKS``.
+
+How the last task is known without scanning the array at each end: on the first task
+end seen for an array, the tasks still unfinished are counted once (its records not
+finished plus its compact tail, ``corral.controller.arraytail``); each later task end
+takes one off, and a cancelled tail takes off all it held. State lives in memory: a
+controller restarted while an array runs counts afresh (its exit-code range then covers
+the tasks that ended since) and may mail ``BEGIN`` again only if no started task of the
+array is still in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from corral.core.model.job import JobState
+
+if TYPE_CHECKING:
+    from corral.controller.records import JobRecord
+    from corral.controller.service import Controller
+
+
+@dataclass(slots=True)
+class _Ended:
+    left: int  # tasks not finished yet
+    exit_min: int | None = None
+    exit_max: int | None = None
+    failed: bool = False
+    last: JobRecord | None = None
+    states: set[str] = field(default_factory=set)
+
+
+class ArrayMail:
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        self.begun: set[int] = set()  # arrays whose BEGIN was mailed (or not to mail)
+        self.ended: dict[int, _Ended] = {}
+
+    def task_event(self, rec: JobRecord, event: str, kinds: set[str]) -> None:
+        """Task ``rec`` of an array started (``BEGIN``) or ended (``END``)."""
+        aid = rec.array_job_id
+        if aid is None:
+            return
+        if event == "BEGIN":
+            if aid in self.begun:
+                return
+            self.begun.add(aid)
+            if "BEGIN" in kinds and not self._started_before(aid, rec):
+                self._send(rec, "BEGIN", "Began", "")
+            return
+        st = self.ended.get(aid)
+        if st is None:  # first end seen: count what is left once (this task is finished)
+            st = self.ended[aid] = _Ended(left=self._unfinished(aid))
+        else:
+            st.left -= 1
+        self._note(st, rec)
+        self._maybe_done(aid, st, kinds)
+
+    def tail_cancelled(self, array_job_id: int, tasks: int) -> None:
+        """The compact tail of an array, ``tasks`` tasks, was cancelled at once."""
+        st = self.ended.get(array_job_id)
+        if st is None or st.last is None:
+            return  # no task ended yet: the first end counts without the tail
+        st.left -= tasks
+        st.states.add(JobState.CANCELLED.value)
+        st.exit_min = 0 if st.exit_min is None else min(st.exit_min, 0)
+        st.exit_max = 0 if st.exit_max is None else max(st.exit_max, 0)
+        from corral.controller.mail import _types
+
+        self._maybe_done(array_job_id, st, _types(st.last))
+
+    # ---- inside ------------------------------------------------------------------------
+
+    def _started_before(self, aid: int, rec: JobRecord) -> bool:
+        """A task of the array started before ``rec`` (a restarted controller)."""
+        jobs, started = self.ctl.jobs, rec.start_time or 0.0
+        return any((r := jobs.get(t)) is not None and r.start_time is not None
+                   and r.start_time < started for t in self.ctl.arrays.get(aid) or ())
+
+    def _unfinished(self, aid: int) -> int:
+        jobs = self.ctl.jobs
+        n = sum(1 for t in self.ctl.arrays.get(aid) or ()
+                if (r := jobs.get(t)) is not None and not r.state.is_finished)
+        tail = self.ctl.tails.get(aid)
+        if tail is not None and tail.state is JobState.PENDING:
+            n += tail.remaining
+        return n
+
+    @staticmethod
+    def _note(st: _Ended, rec: JobRecord) -> None:
+        code = rec.exit_code or 0
+        st.exit_min = code if st.exit_min is None else min(st.exit_min, code)
+        st.exit_max = code if st.exit_max is None else max(st.exit_max, code)
+        from corral.controller.mail import _FAILED
+
+        st.failed = st.failed or rec.state in _FAILED
+        st.states.add(rec.state.value)
+        st.last = rec
+
+    def _maybe_done(self, aid: int, st: _Ended, kinds: set[str]) -> None:
+        if st.left > 0 or st.last is None:
+            return
+        del self.ended[aid]
+        self.begun.discard(aid)
+        if st.failed and "FAIL" in kinds:
+            event, word = "FAIL", "Failed"
+        elif "END" in kinds:
+            event, word = "END", "Ended"
+        else:
+            return
+        lo, hi = st.exit_min or 0, st.exit_max or 0
+        state = "Mixed" if lo == 0 and hi > 0 else (
+            next(iter(st.states)) if len(st.states) == 1 else st.last.state.value)
+        self._send(st.last, event, word, f", {state}, ExitCode [{lo}-{hi}]",
+                   {"SLURM_JOB_STATE": state, "SLURM_JOB_EXIT_CODE_MIN": str(lo),
+                    "SLURM_JOB_EXIT_CODE_MAX": str(hi)})
+
+    def _send(self, rec: JobRecord, event: str, word: str, tail: str,
+              extra: dict[str, str] | None = None) -> None:
+        from corral.controller.mail import compose, deliver
+
+        aid = rec.array_job_id
+        _, env = compose(self.ctl, rec, event, word)
+        subject = f"Slurm Array Summary Job_id={aid}_* ({aid}) Name={rec.sub.spec.name} " \
+                  f"{word}{tail}"
+        env.update({"SLURM_JOB_ID": str(aid), "SLURM_ARRAY_JOB_ID": str(aid),
+                    "SLURM_ARRAY_TASK_COUNT": str(rec.array_task_count)})
+        env.pop("SLURM_ARRAY_TASK_ID", None)
+        env.pop("SLURM_JOB_RUN_TIME", None)
+        env.update(extra or {})
+        deliver(self.ctl, rec, event, subject, env)
