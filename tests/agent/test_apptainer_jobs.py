@@ -4,6 +4,7 @@ the registry tests push, the job as a real unprivileged user in its real cgroup.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -337,3 +338,46 @@ def test_step_plan_of_a_gpu_sif_job_without_a_driver_warns(
                       script=False)
         os.close(got.pin_fd)
         assert got.plan.sif == str(d / "bb.sif") and got.plan.warnings == want, gpus
+
+
+def test_named_container_of_a_sif_runs_on_the_oci_path_or_is_refused(
+        tmp_path: Path, arunner: JobRunner, images: tuple[Registry, Path, str],
+        test_user: tuple[str, int, int, int]) -> None:
+    """--container-name with a SIF: where the node has runc/crun, the batch script runs
+    in the named container on the OCI path (as srun steps do), with the SIF's
+    %environment; a node with Apptainer only refuses it by name."""
+    reg, d, program = images
+    sif = d / "env.sif"
+    if not sif.exists():
+        build_sif_from(program, d / "bb.sif", sif,
+                       "%environment\n    export FROM_SIF=yes KEEP=image OTHER=image\n"
+                       "%runscript\n    echo runscript \"$#\"\n")
+    w = work(d)
+    name, uid, gid, _supp = test_user
+    spec = ContainerSpec(parse_image(str(sif)), name="c1", writable=True, env=("KEEP",))
+    script = ("#!/bin/sh\n. /etc/os-release\necho \"$NAME $(id -u) $FROM_SIF $KEEP "
+              "$APPTAINER_NAME\"\n")
+    st = settings(ContainersConfig(runtime="apptainer", apptainer=program,
+                                   insecure_registries=(reg.host,),
+                                   cache_dir=str(d / "cache")), str(tmp_path), "aptnode")
+    if st.runtime:
+        arunner.launch(make_request(91, w, script, user=name, uid=uid, gid=gid,
+                                    stdout=str(w / "out-91.txt"), env={"KEEP": "job"},
+                                    extra={"container": spec.to_text()}))
+        ex = wait_exits(arunner, 1, 60)[91]
+        out = (w / "out-91.txt").read_text()
+        assert ex.state == "COMPLETED", (ex, out)
+        assert out == f"Corral Apptainer Image {uid} yes job env.sif\n", out
+        assert not any("(apptainer" in n for n in notes(arunner, 91)), notes(arunner, 91)
+    bare = JobRunner(tmp_path / "st-bare", cgroup_root=CGROUP_ROOT, node_name="aptbare",
+                     containers=dataclasses.replace(st, runtime=""))
+    try:
+        bare.launch(make_request(92, w, script, user=name, uid=uid, gid=gid,
+                                 stdout=str(w / "out-92.txt"),
+                                 extra={"container": spec.to_text()}))
+        ex = wait_exits(bare, 1, 60)[92]
+        assert ex.state == "FAILED" and ex.reason.startswith(
+            "--container-name needs an OCI runtime (runc or crun) on this node"), ex
+    finally:
+        bare.close()
+        kill_leftovers(tmp_path / "st-bare")

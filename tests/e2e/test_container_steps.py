@@ -99,7 +99,8 @@ def test_two_node_srun_in_a_sif(two: mn.TwoNodes, registry: Registry) -> None:
     """A .sif in srun steps: each node unpacks it once (Apptainer) into its own cache and
     runs the tasks on that tree as ``apptainer exec`` would: the SIF's %environment is
     applied (PATH too), APPTAINERENV_ and --container-env win over it, the host's PATH
-    and LD_LIBRARY_PATH stay out; --container-entrypoint runs its %runscript."""
+    and LD_LIBRARY_PATH stay out; --container-entrypoint runs its %runscript; a named
+    container of the SIF keeps its changes for the next step."""
     program, why = find_apptainer()
     if not program:
         pytest.skip(why)
@@ -117,7 +118,11 @@ def test_two_node_srun_in_a_sif(two: mn.TwoNodes, registry: Registry) -> None:
               "LD_LIBRARY_PATH=/host/lib\n"
               f"srun -N2 -n2 --container-image={sif} --container-env=KEEP_ME sh -c "
               f"'. /etc/os-release; {probe}'\n"
-              f"srun -N1 -n1 --container-image={sif} --container-entrypoint one two\n")
+              f"srun -N1 -n1 --container-image={sif} --container-entrypoint one two\n"
+              f"srun -N2 -n2 --container-image={sif} --container-name=s1 "
+              "--container-writable sh -c 'echo kept-$SLURMD_NODENAME > /etc/marker'\n"
+              "srun -N2 -n2 --container-name=s1 sh -c 'echo named $(cat /etc/marker) "
+              "$FROM_SIF'\n")
     jid = two.sbatch(script, "-N2", "-n2", "-o", str(two.work / "sif-%j.out"))
     job = two.wait_done(jid, 90)
     out = (two.work / f"sif-{jid}.out").read_text()
@@ -131,6 +136,9 @@ def test_two_node_srun_in_a_sif(two: mn.TwoNodes, registry: Registry) -> None:
     assert paths == ["path /opt/sif/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
                      "/sbin:/bin"] * 2, out
     assert "runscript one two" in out.splitlines(), out
+    # a named container of a SIF keeps its changes for the job's later steps
+    named = sorted(line for line in out.splitlines() if line.startswith("named "))
+    assert named == ["named kept-ma sif-env", "named kept-mb sif-env"], out
 
 
 def test_task_prolog_of_a_container_step_is_the_hosts(two: mn.TwoNodes,

@@ -28,8 +28,9 @@ Policy:
   ``APPTAINERENV_*`` (names given with ``--container-env`` keep the job's value).
 - Binds: home (``--no-home`` when the job or ``mount_home`` says no), the submit
   directory, ``default_mounts`` and ``--container-mounts`` (``ro`` kept). ``--writable``
-  is ``--writable-tmpfs``. ``--container-name`` and ``--container-remap-root`` are
-  refused with Apptainer (a reason the job ends FAILED with).
+  is ``--writable-tmpfs``. ``--container-remap-root`` is refused with Apptainer (a reason
+  the job ends FAILED with); so is ``--container-name`` on a node without runc/crun
+  (where there is one, a named container runs on the OCI path, as ``srun`` steps do).
 
 The ``apptainer`` program is a real one found on ``PATH`` or ``[containers] apptainer``
 (e.g. ``scripts/apptainer-sid``, Apptainer of a Debian sid root run with bubblewrap).
@@ -367,7 +368,8 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
         raise AptError(f"{spec.image.canonical} needs Apptainer, which this node does not "
                        "have ([containers] apptainer, or apptainer on PATH)")
     if spec.name:
-        raise AptError("--container-name is not supported with Apptainer images")
+        raise AptError("--container-name needs an OCI runtime (runc or crun) on this node: "
+                       "Apptainer cannot keep a named container's changes for later steps")
     if spec.remap_root:
         raise AptError("--container-remap-root is not supported with Apptainer images")
     ref = spec.image

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from corral.agent import nvbind
+from corral.agent import aptenv, nvbind
 from corral.agent.container import ContainerPlan, plan
 from corral.agent.images import ImageCache, ImageError
 from corral.agent.launch import LaunchRequest
@@ -159,6 +159,7 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
     p.named_dir, p.named_lock = named_dir, lock
     if ref.kind == "sif":
         p.sif, p.sif_run, p.warnings = ref.canonical, spec.entrypoint, warnings
+        _sif_process(p, lower, spec)
     return Prepared(p, pin, digest, pulled)
 
 
@@ -179,8 +180,9 @@ def _sif(path: str, req: LaunchRequest, settings: ContainerSettings,
         try:
             if not os.fstat(fd).st_mode & 0o004:
                 raise PrepareError(f"SIF image {path} is readable by its owner only: srun "
-                                   "steps run SIFs from the node's shared cache (make it "
-                                   "world-readable, or use it in a batch job)")
+                                   "steps and named containers run SIFs from the node's "
+                                   "shared cache (make it world-readable, or use it in a "
+                                   "batch job without --container-name)")
             digest, lower, pulled = apptainer.sif_sandbox(cache, settings, path, fd, progress)
         finally:
             os.close(fd)
@@ -191,6 +193,21 @@ def _sif(path: str, req: LaunchRequest, settings: ContainerSettings,
     pin = cache.pin(digest)
     cache.evict(keep=digest)
     return lower, {}, digest, pulled, pin
+
+
+def _sif_process(p: ContainerPlan, lower: str, spec: ContainerSpec) -> None:
+    """A SIF run by the OCI runtime (a named container's batch script): its process gets
+    Apptainer's exec environment, as steps' tasks do (``corral.agent.aptenv``)."""
+    proc = p.config["process"]
+    env = dict(str(e).partition("=")[::2] for e in proc["env"])
+    env = aptenv.step_env(env, p.sif, spec.env, "run" if spec.entrypoint else "exec")
+    have_env = os.path.isdir(os.path.join(lower, aptenv.ENV_DIR.lstrip("/")))
+    have_sh = os.path.lexists(os.path.join(lower, "bin", "sh"))
+    proc["args"] = aptenv.step_argv(list(proc["args"]), runscript=spec.entrypoint,
+                                    have_env=have_env, have_sh=have_sh)
+    if not (have_env and have_sh):
+        env = aptenv.strip_forced(env)
+    proc["env"] = [f"{k}={v}" for k, v in env.items() if "\0" not in k + v]
 
 
 def _named(spec: ContainerSpec, jdir: str, job_id: int) -> tuple[str, int, ContainerSpec]:

@@ -453,6 +453,8 @@ class Supervisor:
         for fd in {in_fd, out_fd, err_fd, keep_fd}:
             if fd > SCRIPT_FD or (fd > 2 and keep_fd < 0):
                 os.close(fd)
+        for text in p.warnings:
+            os.write(2, text.encode())
         os.chdir("/")
         os.execve(p.runtime, p.argv(), {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:"
                                                 "/usr/bin:/sbin:/bin"})
@@ -530,7 +532,9 @@ class Supervisor:
             if lay.tracking:
                 mounts["tracking"] = lay.tracking
             rel = cgroup_rel(cg.dirs, mounts)
-        if apptainer.wanted(spec, settings):
+        # a named container (--container-name) is kept by the OCI path, which steps use
+        # too: a SIF's tree runs there with Apptainer's environment (ctrjob, aptenv)
+        if apptainer.wanted(spec, settings) and not (spec.name and settings.runtime):
             try:
                 self.apt = apptainer.prepare(spec, self.req, settings, command=argv, env=env,
                                              groups=self.cfg.groups, progress=progress,
