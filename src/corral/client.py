@@ -897,6 +897,14 @@ class Client:
         data: dict[str, Any] = self.request("GET", f"/ops/usage/{quote(str(job_id))}")
         return data
 
+    def node_history(self, since: float, until: float) -> dict[str, Any]:
+        """``{"nodes": [{name, state, start, end, cpus}], "reservations": [{name, start,
+        end, cpus, maint, nodes}]}``: nodes DOWN or DRAINED and reservations inside the
+        window (sreport; ``corral.controller.nodehistory``)."""
+        data: dict[str, Any] = self.request(
+            "GET", f"/ops/node-history?since={since!r}&until={until!r}")
+        return data
+
     def priorities(self) -> dict[str, Any]:
         """``{"ordering", "weights", "jobs"}``: priority factors of pending jobs (sprio;
         ``corral.ops.schedview.priorities_payload``)."""

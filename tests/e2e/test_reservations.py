@@ -173,3 +173,33 @@ def test_corral_reservation_cli(sh: Shims) -> None:
     assert r.returncode != 0 and "Invalid node name specified: nosuch" in r.stderr, r.stderr
     assert corral("reservation", "delete", "cli1", env=sh.env).returncode == 0
     assert sh.ok("scontrol show res") == "No reservations in the system\n"
+
+
+def _utilization(sh: Shims) -> dict[str, int]:
+    out = sh.ok("sreport -t seconds -nP cluster utilization start=now-1hour end=now+1hour")
+    f = out.strip().split("|")
+    return dict(zip(("alloc", "down", "pdown", "idle", "resv", "reported"),
+                    (int(x) for x in f[1:7]), strict=True))
+
+
+def test_sreport_down_and_reserved_from_node_history(sh: Shims) -> None:
+    before = _utilization(sh)
+    sh.ok("scontrol update NodeName=testnode State=DRAIN Reason=sreport-test")
+    try:
+        wait_for(lambda: "drain" in sh.ok("sinfo -h -N -o %t"), 10, what="drained")
+        # down time grows while the node stays drained (16 CPUs a second)
+        got = wait_for(lambda: (lambda u: u if u["down"] >= before["down"] + 16 else None)(
+            _utilization(sh)), 20, interval=0.2, what="Down time")
+    finally:
+        sh.ok("scontrol update NodeName=testnode State=RESUME")
+    assert got["idle"] <= before["idle"] + got["reported"] - before["reported"]
+    sh.ok("scontrol create res ReservationName=acct StartTime=now Duration=5 "
+          "Nodes=ALL Users=root")
+    try:
+        got = wait_for(lambda: (lambda u: u if u["resv"] >= before["resv"] + 16 else None)(
+            _utilization(sh)), 20, interval=0.2, what="Reserved time")
+        assert got["pdown"] == before["pdown"]  # not a maintenance reservation
+    finally:
+        sh.ok("scontrol delete reservation ReservationName=acct")
+    stopped = _utilization(sh)["down"]
+    assert _utilization(sh)["down"] == stopped  # resumed: no more down time

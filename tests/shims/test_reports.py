@@ -325,6 +325,31 @@ def test_sreport_cluster_utilization_layout() -> None:
         "Cluster|Allocated|Reported|", "shimtest|4(50.00%)|8(100.00%)|"]
 
 
+class NodeHistoryClient(ReportClient):
+    """The day before: n1 DOWN 02-03h, a MAINT reservation 04-05h, reservation r on n1
+    10-13h (job 1 used 4 of its 8 CPUs 10-12h)."""
+
+    def node_history(self, since: float, until: float) -> dict[str, Any]:
+        self.calls.append(("node_history", (since, until)))
+        return {"nodes": [{"name": "n1", "state": "DOWN", "start": _at(28, 2),
+                           "end": _at(28, 3), "cpus": 8}],
+                "reservations": [
+                    {"name": "maint", "start": _at(28, 4), "end": _at(28, 5), "cpus": 8,
+                     "maint": True, "nodes": ["n1"]},
+                    {"name": "r", "start": _at(28, 10), "end": _at(28, 13), "cpus": 8,
+                     "maint": False, "nodes": ["n1"]}]}
+
+
+def test_sreport_cluster_utilization_down_and_reserved() -> None:
+    c = NodeHistoryClient(history_client().records, nodes=[{"name": "n1", "cpus": 8}])
+    c.records[0].update(nodes=["n1"], nodelist="n1")
+    out, err, rc = run("sreport", ["-nP", "cluster", "utilization"], c)
+    assert (err, rc) == ("", 0)
+    # minutes: 600 allocated, 480 down, 480 planned down (MAINT), 1440-480 reserved
+    assert out == "shimtest|600|480|480|9000|960|11520\n"
+    assert ("node_history", (_at(28, 0), _at(29, 0))) in c.calls
+
+
 def test_sreport_account_utilization_by_user() -> None:
     out, _, rc = run("sreport", ["cluster", "AccountUtilizationByUser"], history_client())
     lines = out.splitlines()

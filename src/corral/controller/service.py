@@ -116,6 +116,9 @@ class Controller:
             lambda: self.cfg.checks, self.state_dir,
             lambda: Path(self.cfg.controller.socket or self.state_dir / SOCKET_NAME))
         self.reservations = ReservationTable(self)
+        from corral.controller.nodehistory import NodeHistory
+
+        self.history_log = NodeHistory(self)  # node states, reservations (sreport)
         from corral.controller.mail_arrays import ArrayMail
         from corral.controller.mail_limits import TimeLimitMail
 
@@ -198,6 +201,11 @@ class Controller:
                 None, self.store.get_meta, reservations.META_KEY))
         except (ValueError, TypeError, KeyError):
             log.exception("ignoring an unreadable record of advance reservations")
+        try:
+            self.history_log.load(await loop.run_in_executor(None,
+                                                             self.store.load_history_last))
+        except (ValueError, TypeError, KeyError):
+            log.exception("ignoring an unreadable node history")
         saved = await loop.run_in_executor(None, self.store.get_meta, META_KEY)
         if saved:
             try:
@@ -257,6 +265,7 @@ class Controller:
         self.reservations.tick(now)
         self.mail_limits.tick(now)
         await self.power.tick(now)
+        self.history_log.tick(now)
         allocations.check_keepalives(self, now)
         self._prune_recent(now)
         self.keys.prune(now)
@@ -323,6 +332,18 @@ class Controller:
             for jid in list(self.finished):
                 if jid not in needed and jid not in self.jobs:
                     del self.finished[jid]
+
+    async def node_history(self, since: float, until: float) -> dict[str, Any]:
+        """Node DOWN/DRAINED and reservation intervals inside a window (sreport;
+        ``corral.controller.nodehistory.window``)."""
+        from corral.controller.nodehistory import window
+
+        if not since < until:
+            raise ApiError("invalid", f"since ({since}) must be before until ({until})")
+        self.history_log.tick(time.time())  # what changed since the last tick, first
+        rows = await asyncio.get_running_loop().run_in_executor(
+            None, self.store.load_history, since, until)
+        return window(rows, since, min(until, time.time()))
 
     def persist(self, inserts: Iterable[JobRecord] = (), updates: Iterable[JobRecord] = (),
                 with_submission: Iterable[JobRecord] = (),

@@ -177,6 +177,19 @@ array_tails = sa.Table(
     sa.Index("ix_array_tails_user", "user"),
 )
 
+# node state and reservation history for utilization reports (sreport's Down, PLND Down,
+# Reserved; ``corral.controller.nodehistory``): a row per change, kind "node" or "resv"
+node_history = sa.Table(
+    "node_history", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("time", sa.Float, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Index("ix_node_history_time", "time"),
+    sa.Index("ix_node_history_name", "kind", "name"),
+)
+
 Op = Callable[[Connection], Any]
 
 
@@ -582,6 +595,34 @@ class Store:
             q = q.where(array_tails.c.array_job_id.in_(list(ids)[:1000]))
         with self.engine.connect() as conn:
             return list(conn.execute(q.order_by(array_tails.c.array_job_id)))
+
+    @staticmethod
+    def op_insert_history(rows: list[dict[str, Any]]) -> Op:
+        """Node history rows (``time``, ``kind``, ``name``, ``data``)."""
+        def run(conn: Connection) -> None:
+            if rows:
+                conn.execute(node_history.insert(), rows)
+        return run
+
+    def load_history(self, since: float, until: float) -> list[sa.Row[Any]]:
+        """History rows before ``until`` that may matter from ``since`` on: each one
+        written since then, and the last one of every node or reservation before it."""
+        last = (sa.select(sa.func.max(node_history.c.id))
+                .where(node_history.c.time < since)
+                .group_by(node_history.c.kind, node_history.c.name))
+        q = sa.select(node_history).where(
+            sa.or_(sa.and_(node_history.c.time >= since, node_history.c.time < until),
+                   node_history.c.id.in_(last))).order_by(node_history.c.id)
+        with self.engine.connect() as conn:
+            return list(conn.execute(q))
+
+    def load_history_last(self) -> list[sa.Row[Any]]:
+        """The newest history row of every node and reservation."""
+        last = sa.select(sa.func.max(node_history.c.id)).group_by(
+            node_history.c.kind, node_history.c.name)
+        with self.engine.connect() as conn:
+            return list(conn.execute(sa.select(node_history)
+                                     .where(node_history.c.id.in_(last))))
 
     def max_event_id(self) -> int:
         with self.engine.connect() as conn:

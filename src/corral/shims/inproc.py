@@ -287,6 +287,9 @@ class InProcessClient:
 
         return self._sync(lambda: fairshare_payload(self.ctl))
 
+    def node_history(self, since: float, until: float) -> dict[str, Any]:
+        return self._wrap(lambda: self.ctl.node_history(since, until))
+
     def job_usage(self, job_id: int | str) -> dict[str, Any]:
         from corral.controller.liveusage import job_usage
 

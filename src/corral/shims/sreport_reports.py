@@ -3,7 +3,8 @@ the rows and columns of ``cluster utilization``, ``cluster AccountUtilizationByU
 ``cluster UserUtilizationByAccount`` and ``user topusage``, from the job history.
 
 Every report charges a job its CPUs for each second of its run inside the window (the
-``corral.ops.accounting`` rule); column lengths are ``sreport``'s own
+``corral.ops.accounting`` rule); ``cluster utilization``'s Down, PLND Down and Reserved
+come from the controller's node history (``_node_time``); column lengths are ``sreport``'s own
 (``cluster_reports.c``, ``user_reports.c``), ``Used``/``Energy`` sized to the largest
 value as ``sreport_set_usage_col_width`` does.
 """
@@ -113,6 +114,41 @@ def _charges(client: Any, start: float, end: float, now: float) -> list[tuple[st
     return out
 
 
+def _node_time(client: Any, start: float, end: float, now: float
+               ) -> tuple[float, float, float]:
+    """(Down, PLND Down, Reserved) CPU-seconds in the window from the controller's node
+    history (``corral.controller.nodehistory``): nodes DOWN or DRAINED; maintenance
+    reservations; other reservations, less what jobs on their nodes used meanwhile.
+    Zeros from a controller that keeps no history."""
+    from corral.client import CorralError
+    from corral.core.parse.hostlist import expand
+    from corral.ops.jobs import acct_jobs
+
+    try:
+        hist = client.node_history(start, end)
+    except (AttributeError, CorralError):
+        return 0.0, 0.0, 0.0
+    down = sum(int(n["cpus"]) * (float(n["end"]) - float(n["start"]))
+               for n in hist.get("nodes") or ())
+    resvs = hist.get("reservations") or []
+    pdown = reserved = 0.0
+    if resvs:
+        jobs = [(j, set(expand(j.nodelist)) if j.nodelist else set())
+                for j in acct_jobs(client.history(all_users=True, since=start, until=end))]
+        for r in resvs:
+            lo, hi = float(r["start"]), float(r["end"])
+            mine = set(r.get("nodes") or ())
+            total = int(r.get("cpus") or 0) * (hi - lo)
+            used = sum(j.cpus / max(1, len(nodes)) * len(nodes & mine) * j.overlap_s(lo, hi, now)
+                       for j, nodes in jobs if nodes & mine)
+            left = max(0.0, total - used)
+            if r.get("maint"):
+                pdown += left
+            else:
+                reserved += left
+    return down, pdown, reserved
+
+
 def _used(units: Units, total: float) -> Callable[[Row], str]:
     return lambda r: units.text(r["used"], total)
 
@@ -123,9 +159,10 @@ def cluster_util(ctx: Context, client: Any, cluster: str, units: Units, kv: dict
     reported = cpus * (end - start)
     alloc = sum(c[2] for c in _charges(client, start, end, ctx.now))
     alloc = min(alloc, reported)
-    row = {"cluster": cluster, "alloc": alloc, "down": 0.0, "pdown": 0.0,
-           "idle": max(0.0, reported - alloc), "resv": 0.0, "over": 0.0,
-           "reported": reported}
+    down, pdown, resv = _node_time(client, start, end, ctx.now)
+    row = {"cluster": cluster, "alloc": alloc, "down": down, "pdown": pdown,
+           "idle": max(0.0, reported - alloc - down - pdown - resv), "resv": resv,
+           "over": 0.0, "reported": reported}
 
     def t(key: str) -> Callable[[Row], str]:
         return lambda r: units.text(r[key], reported)

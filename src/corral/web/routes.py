@@ -156,6 +156,11 @@ def router(ctl: Any, identity: Callable[[Request], Any]) -> APIRouter:
         job = await ctl.get_job(job_id, who)  # the caller may see it; 404 otherwise
         return _json(job_usage(ctl, int(job["id"])))
 
+    @r.get(PREFIX + "/node-history", summary="Node down time and reservations (sreport)")
+    async def node_history(request: Request, since: float, until: float) -> Response:
+        identity(request)
+        return _json(await ctl.node_history(since, until))
+
     @r.get(PREFIX + "/priorities", summary="Priority factors of pending jobs (sprio)")
     async def priorities(request: Request) -> Response:
         from corral.ops.schedview import priorities_payload
