@@ -347,3 +347,32 @@ def test_the_agent_feeds_later_steps_straight_to_the_step_server(tmp_path: Path)
     feeds.forget(7)
     assert not feeds.send(7, 0, launch)
     lsock.close()
+
+
+def test_the_command_is_searched_on_the_tasks_own_path(tmp_path: Path) -> None:
+    """The compiled step process's own PATH search (its tasks are vforked: glibc's
+    execvpe would read the step process's environment): the task's PATH, past a
+    directory whose file may not run, a script without ``#!`` through /bin/sh (as
+    execvpe), a missing command's message and status."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    (first / "corral-probe").write_text("#!/bin/sh\necho not me\n")  # not executable
+    _prog(second / "corral-probe", "#!/bin/sh\necho found $SLURM_PROCID\n")
+    _prog(second / "corral-plain", "echo plain $SLURM_PROCID\n")  # no #! line
+    env = {"PATH": f"{first}:{second}:/usr/bin:/bin", "HOME": "/tmp"}
+    for kind in ("c", "srv", "py"):
+        frames = run_step(kind, ["corral-probe"], env=env)
+        out = b"".join(p for k, _t, p in frames if k == sp.STDOUT)
+        assert sorted(out.split(b"\n")) == [b"", b"found 0", b"found 1"], (kind, frames)
+    for kind in ("c", "srv"):
+        frames = run_step(kind, ["corral-plain"], env=env)
+        out = b"".join(p for k, _t, p in frames if k == sp.STDOUT)
+        assert sorted(out.split(b"\n")) == [b"", b"plain 0", b"plain 1"], (kind, frames)
+        frames = run_step(kind, ["corral-nowhere"], env=env)
+        err = b"".join(p for k, _t, p in frames if k == sp.STDERR)
+        assert b"execve(): corral-nowhere: No such file or directory" in err
+        assert {json.loads(p)["exit_code"] for k, _t, p in frames if k == sp.EXIT} == {2}
+        frames = run_step(kind, [str(first / "corral-probe")], env=env)  # a path: as is
+        err = b"".join(p for k, _t, p in frames if k == sp.STDERR)
+        assert b"Permission denied" in err, frames

@@ -10,7 +10,8 @@
  * 2. start each task: own process group, default signal dispositions, its CPUs, the job's
  *    user (groups, gid, uid of the plan, never anything srun sent), srun's working
  *    directory (/tmp with slurmstepd's message when missing), its stdin/stdout/stderr
- *    opened by the task itself after the user switch; SLURM_TASK_PID set; execvpe;
+ *    opened by the task itself after the user switch; SLURM_TASK_PID set; a PATH search
+ *    as execvpe's (each task is a vfork: no copy of this process's memory before its exec);
  * 3. relay output to srun, srun's stdin and signals to the tasks, report each exit
  *    (EXIT) and, once all are gone and their output drained (at most 0.5 s after the last
  *    exit), the node's usage (DONE); srun's connection breaking kills the tasks.
@@ -70,6 +71,8 @@ typedef struct {
     char *cpus, *in_mode, *in_path, *out_path, *err_mode, *err_path;
     int trunc;
     char **env;
+    char **exec_env;  /* env with SLURM_TASK_PID, built before the task's vfork */
+    char pidv[32];
     pid_t pid;
     int status, exited;
     int in_fd, out_fd, err_fd;
@@ -206,6 +209,25 @@ static int open_to(const char *path, int flags, int target) {
     return 0;
 }
 
+static void exec_search(char **argv, char **env, const char *path);
+
+/* a script without #!: /bin/sh runs it, as execvpe(3) does (argv on the child's stack) */
+static void exec_sh(const char *file, char **argv, char **env) {
+    size_t n = 0;
+    while (argv[n])
+        n++;
+    if (n > 4096) {
+        errno = E2BIG;
+        return;
+    }
+    char *sh_argv[n + 2];
+    sh_argv[0] = (char *)"/bin/sh";
+    sh_argv[1] = (char *)file;
+    for (size_t i = 1; i <= n; i++)
+        sh_argv[i + 1] = argv[i];
+    execve("/bin/sh", sh_argv, env);
+}
+
 static void exec_task(task_t *t, int switch_user, uid_t uid, gid_t gid, gid_t *groups,
                       size_t ngroups, const char *cwd, char **argv, int in_r, int out_w,
                       int err_w) {
@@ -273,32 +295,66 @@ static void exec_task(task_t *t, int switch_user, uid_t uid, gid_t gid, gid_t *g
     if (note)
         dprintf(2, "slurmstepd: error: couldn't chdir to `%s': %s: going to /tmp instead\n",
                 cwd, strerror(chdir_errno));
-    char pidv[32];
-    snprintf(pidv, sizeof pidv, "SLURM_TASK_PID=%ld", (long)getpid());
-    size_t ne = 0;
-    while (t->env[ne])
-        ne++;
-    char **env = calloc(ne + 2, sizeof(char *));
-    if (!env)
-        _exit(1);
-    size_t k = 0;
-    for (size_t i = 0; i < ne; i++)
-        if (strncmp(t->env[i], "SLURM_TASK_PID=", 15))
-            env[k++] = t->env[i];
-    env[k++] = pidv;
-    env[k] = NULL;
+    /* the task shares our memory until it execs (vfork): nothing here allocates or
+     * writes anything but its own slot (t->pidv, t->exec_env were made for it) */
+    snprintf(t->pidv, sizeof t->pidv, "SLURM_TASK_PID=%ld", (long)getpid());
     snprintf(stage, sizeof stage, "execve(): %s", argv[0]);
-    /* execvpe searches the PATH of the environment it is given, as os.execvpe does */
     const char *path = NULL;
-    for (size_t i = 0; env[i]; i++)
-        if (!strncmp(env[i], "PATH=", 5))
-            path = env[i] + 5;
-    if (path)
-        setenv("PATH", path, 1);
-    else
-        unsetenv("PATH");
-    execvpe(argv[0], argv, env);
+    for (size_t i = 0; t->exec_env[i]; i++)
+        if (!strncmp(t->exec_env[i], "PATH=", 5))
+            path = t->exec_env[i] + 5;
+    exec_search(argv, t->exec_env, path);
     child_fail(stage, errno);
+}
+
+/* execvpe(3) over the task's own PATH (glibc's searches the caller's environment, which a
+ * vfork child must not change): a name with a slash as is; else each PATH entry ("" is the
+ * working directory; no PATH: /bin:/usr/bin), going on past ENOENT/ENOTDIR/EACCES-like
+ * failures, a file the kernel cannot run (ENOEXEC) through /bin/sh; errno is EACCES if
+ * any entry was not permitted, else the last failure. Returns only on failure. */
+static void exec_search(char **argv, char **env, const char *path) {
+    const char *name = argv[0];
+    if (strchr(name, '/')) {
+        execve(name, argv, env);
+        if (errno == ENOEXEC)
+            exec_sh(name, argv, env);
+        return;
+    }
+    if (!path)
+        path = "/bin:/usr/bin";
+    size_t nlen = strlen(name);
+    int denied = 0, last = ENOENT;
+    char buf[4096 + 256];
+    for (const char *p = path;; p++) {
+        const char *end = strchrnul(p, ':');
+        size_t dlen = (size_t)(end - p);
+        if (dlen + nlen + 2 <= sizeof buf) {
+            if (dlen) {
+                memcpy(buf, p, dlen);
+                buf[dlen] = '/';
+                memcpy(buf + dlen + 1, name, nlen + 1);
+            } else {
+                memcpy(buf, name, nlen + 1);
+            }
+            execve(buf, argv, env);
+            int e = errno;
+            if (e == ENOEXEC) {
+                exec_sh(buf, argv, env);
+                return;
+            }
+            if (e == EACCES)
+                denied = 1;
+            else if (e != ENOENT && e != ENOTDIR && e != ESTALE && e != ENODEV &&
+                     e != ETIMEDOUT && e != ELOOP && e != ENAMETOOLONG) {
+                return;
+            }
+            last = e;
+        }
+        if (!*end)
+            break;
+        p = end;
+    }
+    errno = denied ? EACCES : last;
 }
 
 static void on_chld(int s) {
@@ -423,7 +479,22 @@ static int run_plan(void) {
             ok = ok && pipe2(out_p, O_CLOEXEC) == 0;
         if (!strcmp(t->err_mode, "pipe"))
             ok = ok && pipe2(err_p, O_CLOEXEC) == 0;
-        pid_t pid = ok ? fork() : -1;
+        if (ok) { /* the task's environment, SLURM_TASK_PID's slot filled by the task */
+            size_t ne = 0;
+            while (t->env[ne])
+                ne++;
+            t->exec_env = calloc(ne + 2, sizeof(char *));
+            ok = t->exec_env != NULL;
+            if (ok) {
+                size_t k = 0;
+                for (size_t i = 0; i < ne; i++)
+                    if (strncmp(t->env[i], "SLURM_TASK_PID=", 15))
+                        t->exec_env[k++] = t->env[i];
+                t->exec_env[k++] = t->pidv;
+                t->exec_env[k] = NULL;
+            }
+        }
+        pid_t pid = ok ? vfork() : -1;
         if (pid == 0)
             exec_task(t, switch_user, uid, gid, groups, ngroups, cwd, argv, in_p[0], out_p[1],
                       err_p[1]);
