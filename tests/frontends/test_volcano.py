@@ -290,4 +290,11 @@ def test_fields_real_volcano_accepts_are_honoured() -> None:
     vj = parse_job(m)
     assert vj.plan["plugins"] == ["env", "ssh", "svc"]
     assert vj.submission.spec.switches == 1
+    # soft: as few switches as the free nodes allow, which topology placement does
+    m["spec"]["networkTopology"] = {"mode": "soft", "highestTierAllowed": 2}
+    soft = parse_job(m, topology_placement=True)
+    assert soft.submission.spec.switches is None
+    with pytest.raises(ManifestError) as err:
+        parse_job(m)  # a cluster that does not place by switches refuses it, saying why
+    assert any("placement" in str(c) for c in err.value.causes), err.value.causes
     assert vj.plan["policies"][0]["events"] == ["TaskFailed"]

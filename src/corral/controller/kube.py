@@ -38,6 +38,7 @@ from corral.controller.kube_http import (
     table,
     wants_table,
 )
+from corral.core.config import PlacementMode
 from corral.frontends.volcano import ManifestError, parse_job
 
 if TYPE_CHECKING:
@@ -125,8 +126,9 @@ class Kube:
         md = body.get("metadata") if isinstance(body, dict) else None
         name = str(md.get("name", "")) if isinstance(md, dict) else ""
         try:
-            vj = parse_job(body, namespace=ns,
-                           host_commands=host_commands(self.ctl))
+            vj = parse_job(body, namespace=ns, host_commands=host_commands(self.ctl),
+                           topology_placement=self.ctl.cfg.scheduler.placement
+                           is PlacementMode.TOPOLOGY)
         except ManifestError as exc:
             raise invalid("Job", GROUP, exc.name or name, exc.causes) from None
         self.check_names(vj.name, vj.submission.spec)

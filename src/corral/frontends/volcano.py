@@ -396,9 +396,10 @@ def _start_order(c: _Check, tasks: list[dict[str, Any]], names: list[str]
 
 
 def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool = True,
-              python: str = sys.executable) -> VolcanoJob:
+              python: str = sys.executable, topology_placement: bool = False) -> VolcanoJob:
     """Check ``manifest`` and build its submission; ``ManifestError`` lists every field
-    Corral cannot take. ``namespace`` is the request path's (the manifest's must match)."""
+    Corral cannot take. ``namespace`` is the request path's (the manifest's must match);
+    ``topology_placement``: the cluster places multi-node jobs by switches."""
     c = _Check()
     m = c.obj(manifest, "")
     if m.get("apiVersion") != API_VERSION or m.get("kind") != KIND:
@@ -426,7 +427,8 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
                           "minSuccess", "networkTopology"),
            {"volumes": "no persistent volume claims",
             "runningEstimate": "give activeDeadlineSeconds for a time limit"})
-    switches = volcano_spec.network_topology(c, spec.get("networkTopology"))
+    switches = volcano_spec.network_topology(c, spec.get("networkTopology"),
+                                             topology_placement)
     sched = spec.get("schedulerName")
     if sched not in (None, "volcano", "corral"):
         c.unsupported("spec.schedulerName", f"{sched!r}: Corral is the scheduler")

@@ -13,8 +13,11 @@ arguments, ``networkTopology``, and a task's ``topologyPolicy``.
   refused by name.
 * ``networkTopology`` (Volcano 1.12+): ``mode: hard`` with ``highestTierAllowed: 1``
   keeps the whole job under one leaf switch of ``[[switches]]`` (Slurm's
-  ``--switches=1`` with no time limit); higher tiers and ``soft`` are refused (Corral's
-  switch limit counts leaf switches, it has no tiers above them).
+  ``--switches=1`` with no time limit); higher hard tiers are refused (Corral's switch
+  limit counts leaf switches, it has no tiers above them). ``mode: soft`` (as few
+  switches as the free nodes allow, crossing tiers when they must) is what
+  ``[scheduler] placement = "topology"`` does for every multi-node job: accepted on such a
+  cluster, refused with that reason on others.
 * a task's ``topologyPolicy``: ``none`` (no NUMA alignment asked) and ``best-effort``
   (align where possible, never refuse a node for it) are honoured: the core always takes
   a job's cores from as few NUMA domains as fit, those holding its GPUs first
@@ -64,8 +67,9 @@ def plugins(c: Check, raw: Any) -> dict[str, list[str]]:
     return out
 
 
-def network_topology(c: Check, raw: Any) -> int | None:
-    """``spec.networkTopology`` as Corral's switch limit (None: no limit)."""
+def network_topology(c: Check, raw: Any, topology_placement: bool = False) -> int | None:
+    """``spec.networkTopology`` as Corral's switch limit (None: no limit);
+    ``topology_placement``: the cluster places by switches (soft mode holds)."""
     if raw is None:
         return None
     nt = c.obj(raw, "spec.networkTopology")
@@ -78,9 +82,11 @@ def network_topology(c: Check, raw: Any) -> int | None:
                                            "\"hard\", \"soft\"")
         return None
     if mode == "soft":
-        c.unsupported("spec.networkTopology.mode", "'soft': Corral's switch limit is hard "
-                                                   "(or bounded in time through sbatch "
-                                                   "--switches=N@wait)")
+        if not topology_placement:
+            c.unsupported("spec.networkTopology.mode",
+                          "'soft': this cluster does not place jobs by switches ([scheduler] "
+                          "placement is not \"topology\"); use mode hard with "
+                          "highestTierAllowed 1")
         return None
     if tier is None:
         c.bad("spec.networkTopology.highestTierAllowed", "Required value: with mode hard")
