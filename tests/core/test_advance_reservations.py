@@ -100,3 +100,62 @@ def test_an_ended_reservation_changes_nothing() -> None:
     j = job(1).cpus(8).walltime_s(5000).build()
     res = run_cycle(c.snapshot(pending=[j], advance=(old,)), config(), NOW)
     assert _nodes(res, 1) == ("n001",)
+
+
+# ---- FLEX: start before, end after, use nodes outside ------------------------------------
+
+FLEX = frozenset({"FLEX"})
+
+
+def test_flex_jobs_start_before_the_reservation_on_its_nodes_first() -> None:
+    c = cluster(nodes=3)
+    flex = resv(name="f", nodes=("n002",), flags=FLEX)  # starts at NOW+1000
+    plain = resv(name="p", start=NOW + 1000, end=NOW + 2000, nodes=("n003",))
+    early = job(1).user("ann").cpus(2).walltime_s(3000).build()  # runs past its end too
+    waits = job(2).user("ann").cpus(2).build()
+    snap = c.snapshot(pending=[early, waits], advance=(flex, plain),
+                      job_reservations={1: "f", 2: "p"})
+    res = run_cycle(snap, config(), NOW)
+    assert _nodes(res, 1) == ("n002",)  # its reservation's node, though n001 is free
+    assert res.pending[2].reason == R.RESERVATION  # not FLEX: waits for its start
+
+
+def test_flex_jobs_use_nodes_outside_an_active_reservation() -> None:
+    c = cluster(nodes=3)
+    flex = resv(name="f", start=NOW - 10, end=NOW + 5000, nodes=("n001",), flags=FLEX)
+    other = resv(name="o", start=NOW - 10, end=NOW + 5000, nodes=("n003",),
+                 users=frozenset({"bob"}))
+    wide = job(1).user("ann").nodes(2).tasks_per_node(1).cpus(8).walltime_s(100).build()
+    third = job(2).user("ann").nodes(1).cpus(8).walltime_s(100).build()
+    snap = c.snapshot(pending=[wide, third], advance=(flex, other),
+                      job_reservations={1: "f", 2: "f"})
+    res = run_cycle(snap, config(), NOW)
+    assert sorted(_nodes(res, 1)) == ["n001", "n002"]  # never bob's n003
+    assert 2 not in {s.job_id for s in res.starts}
+
+
+def test_flex_jobs_never_take_what_other_jobs_got_or_were_planned() -> None:
+    c = cluster(nodes=3)
+    flex = resv(name="f", start=NOW + 5000, end=NOW + 6000, nodes=("n001",), flags=FLEX)
+    busy = job(9).cpus(8).walltime_s(500).running_on(alloc_on("n003", list(range(8))),
+                                                      start=NOW - 10).build()
+    wide = job(1).nodes(3).tasks_per_node(1).cpus(8).walltime_s(1000).build()  # at +500
+    long_flex = job(2).user("ann").cpus(8).walltime_s(1000).build()  # would delay it
+    short_flex = job(3).user("ann").cpus(8).walltime_s(300).build()  # ends before
+    for mode in MODES[:2]:
+        snap = c.snapshot(pending=[wide, long_flex], running=[busy], advance=(flex,),
+                          job_reservations={2: "f"})
+        res = run_cycle(snap, config(backfill=mode), NOW)
+        assert not res.starts, (mode, res.starts)
+        assert any(x.job_id == 1 for x in res.reservations)
+        snap = c.snapshot(pending=[wide, short_flex], running=[busy], advance=(flex,),
+                          job_reservations={3: "f"})
+        res = run_cycle(snap, config(backfill=mode), NOW)
+        assert _nodes(res, 3) == ("n001",), mode
+    # a job of the main pass started on n001 now: the FLEX job does not share it
+    small = job(4).cpus(1).walltime_s(100).build()
+    snap = c.snapshot(pending=[small, long_flex], running=[busy], advance=(flex,),
+                      job_reservations={2: "f"})
+    res = run_cycle(snap, config(), NOW)
+    got = {s.job_id: s.allocation.node_names for s in res.starts}
+    assert got == {4: ("n001",), 2: ("n002",)}, got

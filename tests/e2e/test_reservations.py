@@ -203,3 +203,20 @@ def test_sreport_down_and_reserved_from_node_history(sh: Shims) -> None:
         sh.ok("scontrol delete reservation ReservationName=acct")
     stopped = _utilization(sh)["down"]
     assert _utilization(sh)["down"] == stopped  # resumed: no more down time
+
+
+def test_flex_reservation_jobs_start_before_it(sh: Shims) -> None:
+    assert sh.ok("scontrol create reservation ReservationName=flex StartTime=now+1hour "
+                 "Duration=60 Nodes=testnode Users=root flags=flex") == \
+        "Reservation created: flex\n"
+    try:
+        assert "Flags=FLEX,SPEC_NODES" in sh.ok("scontrol show reservation flex")
+        plain = _jid(sh.ok("sbatch -t 5 --reservation=flex --wrap true"))
+        assert sh.c.wait_done(plain)["state"] == "COMPLETED"  # an hour early: FLEX
+        sh.ok("scontrol update ReservationName=flex Flags=-FLEX")
+        held = _jid(sh.ok("sbatch -t 5 --reservation=flex --wrap true"))
+        reason = wait_for(lambda: sh.ok(f"squeue -h -j {held} -o %r").strip() or None, 10)
+        assert reason == "Reservation" and sh.c.job(held)["state"] == "PENDING"
+        sh.ok(f"scancel {held}")
+    finally:
+        sh.ok("scontrol delete ReservationName=flex")

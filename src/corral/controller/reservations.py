@@ -10,6 +10,8 @@ duration), nodes (a hostlist, ``ALL``, or a count chosen at creation), who may u
   window (else "Requested nodes are busy");
 - ``OVERLAP``: may share nodes and time with other reservations (else refused);
 - ``DAILY`` / ``WEEKLY``: when it ends it moves one day / week ahead instead of going away;
+- ``FLEX``: its jobs may start before it, run past its end and use nodes outside it as
+  well as its own (tried first; ``corral.core.advance``);
 - ``SPEC_NODES`` (given nodes) and ``ALL_NODES`` (``Nodes=ALL``) are set as Slurm sets them.
 
 A reservation that ended (and does not repeat) is removed. The table is stored as one
@@ -41,7 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("corral.reservations")
 
 META_KEY = "advance_reservations"
-FLAGS = ("MAINT", "IGNORE_JOBS", "OVERLAP", "DAILY", "WEEKLY", "SPEC_NODES", "ALL_NODES")
+FLAGS = ("MAINT", "IGNORE_JOBS", "OVERLAP", "DAILY", "WEEKLY", "FLEX", "SPEC_NODES",
+         "ALL_NODES")
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _USER = re.compile(r"^[A-Za-z0-9_.\-$@]{1,64}$")
 MAX_RESERVATIONS = 1000

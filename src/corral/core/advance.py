@@ -19,7 +19,15 @@ reservation each pending job asked for by name, ``--reservation``). Output: the 
    exact); later windows on those nodes stay in force. The passes share no node (active
    reservations' node sets are disjoint in what they give: a node in two active
    reservations belongs to the first by start time, then name).
-4. The results are merged. A job of the main pass waiting for resources that a
+4. ``FLEX`` reservations (Slurm's ``Flags=FLEX``): their jobs may start before the
+   reservation does, run past its end and use nodes outside it. They run after the
+   passes above, one pass per FLEX reservation (by start, then name), on its own nodes
+   plus every node no active reservation holds, their reservation's nodes tried first
+   (``prefer_nodes``); the nodes the earlier passes started jobs on are left out, and
+   the planned starts of the earlier passes (``Reserve`` with nodes) are windows like
+   the other reservations', so a FLEX job never delays what those passes planned.
+   Other reservations' windows stay in force; its own is no window for it.
+5. The results are merged. A job of the main pass waiting for resources that a
    maintenance reservation (flag ``MAINT``) holds now or within its time limit shows
    Slurm's reason ``ReqNodeNotAvail, Reserved for maintenance``.
 
@@ -48,7 +56,7 @@ from corral.core.decisions import (
 )
 from corral.core.model.job import Job
 from corral.core.model.node import Node, NodeState
-from corral.core.model.reservation import MAINT, AdvanceReservation
+from corral.core.model.reservation import FLEX, MAINT, AdvanceReservation
 from corral.core.snapshot import ClusterSnapshot
 
 Cycle = Callable[[ClusterSnapshot, SchedulerConfig, float], CycleResult]
@@ -79,6 +87,7 @@ def run_with_reservations(snapshot: ClusterSnapshot, config: SchedulerConfig, no
     waiting: dict[int, PendingInfo] = {}
     main: list[Job] = []
     groups: dict[str, list[Job]] = {r.name: [] for r in active}
+    flex: dict[str, list[Job]] = {}
     for job in snapshot.pending:
         name = snapshot.job_reservations.get(job.id)
         if not name:
@@ -94,6 +103,8 @@ def run_with_reservations(snapshot: ClusterSnapshot, config: SchedulerConfig, no
             waiting[job.id] = PendingInfo(job.id, R.RESERVATION, 0.0, None,
                                           f"reservation {name} does not allow user "
                                           f"{job.spec.user} (account {job.spec.account})")
+        elif FLEX in r.flags:  # may start before it and outside its nodes
+            flex.setdefault(name, []).append(job)
         elif not r.active(now):
             waiting[job.id] = PendingInfo(job.id, R.RESERVATION, 0.0, r.start_time,
                                           f"reservation {name} starts at "
@@ -115,9 +126,48 @@ def run_with_reservations(snapshot: ClusterSnapshot, config: SchedulerConfig, no
                                             for n in snapshot.nodes),
                       pending=tuple(jobs), advance=future, job_reservations={})
         results.append(cycle(sub, config, now))
+    if flex:
+        results.extend(_flex_passes(snapshot, config, now, cycle, flex, by_name, owner,
+                                    future, results))
     out = _merge(results, waiting, len(snapshot.pending), len(snapshot.running))
     if config.annotate_pending and any(MAINT in r.flags for r in live):
         _maintenance_reasons(out, main, live, snapshot, config, now)
+    return out
+
+
+def _plan_windows(res: CycleResult, default_s: int) -> list[AdvanceReservation]:
+    """A pass's planned starts as windows over their nodes (for the passes after it)."""
+    out = []
+    for x in res.reservations:
+        if x.nodes:
+            end = x.end_time if x.end_time > x.start_time else x.start_time + default_s
+            out.append(AdvanceReservation(f"(plan {x.job_id})", x.start_time, end, x.nodes))
+    return out
+
+
+def _flex_passes(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
+                 cycle: Cycle, flex: dict[str, list[Job]],
+                 by_name: dict[str, AdvanceReservation], owner: dict[str, str],
+                 future: tuple[AdvanceReservation, ...],
+                 earlier: list[CycleResult]) -> list[CycleResult]:
+    """One pass per FLEX reservation with jobs (step 4 of the module docstring)."""
+    taken = {n for res in earlier for s in res.starts for n in s.allocation.node_names}
+    plans = [w for res in earlier for w in _plan_windows(res, config.default_time_s)]
+    out: list[CycleResult] = []
+    for r in sorted((by_name[n] for n in flex), key=lambda r: (r.start_time, r.name)):
+        def usable(node: Node, r: AdvanceReservation = r) -> bool:
+            name = node.spec.name
+            return name not in taken and owner.get(name, r.name) == r.name
+        jobs = tuple(replace(j, spec=replace(j.spec, prefer_nodes=r.nodes + tuple(
+            p for p in j.spec.prefer_nodes if p not in r.nodes))) for j in flex[r.name])
+        windows = tuple(w for w in future if w.name != r.name) + tuple(plans)
+        sub = replace(snapshot, nodes=tuple(n if usable(n) else _away(n)
+                                            for n in snapshot.nodes),
+                      pending=jobs, advance=windows, job_reservations={})
+        res = cycle(sub, config, now)
+        out.append(res)
+        taken.update(n for s in res.starts for n in s.allocation.node_names)
+        plans.extend(_plan_windows(res, config.default_time_s))
     return out
 
 

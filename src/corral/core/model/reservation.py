@@ -7,6 +7,8 @@ from dataclasses import dataclass
 #: flags the scheduler acts on (the others are the shell's: DAILY/WEEKLY roll a
 #: reservation forward, IGNORE_JOBS lets one be created over running jobs)
 MAINT = "MAINT"
+#: its jobs may start before it, end after it and use nodes outside it (``core.advance``)
+FLEX = "FLEX"
 
 
 @dataclass(frozen=True, slots=True)
