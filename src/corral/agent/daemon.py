@@ -37,6 +37,7 @@ from corral.agent import spool
 from corral.agent.launch import JobExit, LaunchRequest
 from corral.core.model.node import NodeSpec
 
+USAGE_REPORT_MAX_PROCS = 4096  # processes read per heartbeat to split jobs into steps
 USAGE_REPORT_MAX_JOBS = 512  # live samples per heartbeat (sstat); more jobs: the first ones
 
 log = logging.getLogger("corral.agent")
@@ -173,6 +174,7 @@ class AgentDaemon:
         except ImportError:
             return []
         out: list[dict[str, Any]] = []
+        budget = USAGE_REPORT_MAX_PROCS  # /proc/<pid>/environ reads for the steps
         for r in running[:USAGE_REPORT_MAX_JOBS]:
             try:
                 s = sample_job(spool.job_dir(Path(state_dir), int(r["job_id"])))
@@ -183,10 +185,13 @@ class AgentDaemon:
             entry: dict[str, Any] = {"job_id": s.job_id, "cpu_time_s": round(s.cpu_seconds, 3),
                                      "rss_mb": round(s.rss_bytes / 1048576, 3),
                                      "pids": sorted(s.pids)[:64]}
-            try:
-                steps = step_samples(s.pids)  # each running srun step's own share
-            except Exception:  # noqa: BLE001 - a process gone mid-read
-                steps = []
+            steps: list[dict[str, Any]] = []
+            if budget > 0:
+                try:
+                    steps = step_samples(s.pids, min(budget, 512))  # each step's share
+                except Exception:  # noqa: BLE001 - a process gone mid-read
+                    steps = []
+                budget -= min(len(s.pids), 512)
             if steps:
                 entry["steps"] = steps
             out.append(entry)

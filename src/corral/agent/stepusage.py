@@ -12,7 +12,8 @@ step.
 Per step: CPU seconds of its live processes (with what they already reaped, as
 ``agent_metrics._proc_cpu_seconds`` counts), resident memory of its biggest task (Slurm's
 ``MaxRSS`` is a task's), how many tasks run here and their pids. A process that vanishes
-mid-read is skipped. At most ``MAX_PROCS`` processes are read per job.
+mid-read is skipped. At most ``MAX_PROCS`` processes are read per job (the agent also
+bounds the reads of one heartbeat over all its jobs, ``USAGE_REPORT_MAX_PROCS``).
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ def _environ_ids(pid: int) -> tuple[str, str] | None:
     return step, rank or "0"
 
 
-def group_by_step(pids: Iterable[int]) -> dict[str, dict[str, list[int]]]:
-    """``{step id: {task rank: [pids]}}`` of the processes that belong to a step."""
+def group_by_step(pids: Iterable[int], max_procs: int = MAX_PROCS
+                  ) -> dict[str, dict[str, list[int]]]:
+    """``{step id: {task rank: [pids]}}`` of the processes that belong to a step (at
+    most ``max_procs`` processes read)."""
     out: dict[str, dict[str, list[int]]] = {}
     for n, pid in enumerate(sorted(pids)):
-        if n >= MAX_PROCS:
+        if n >= max_procs:
             break
         ids = _environ_ids(pid)
         if ids is None:
@@ -58,13 +61,14 @@ def group_by_step(pids: Iterable[int]) -> dict[str, dict[str, list[int]]]:
     return out
 
 
-def step_samples(pids: Iterable[int]) -> list[dict[str, Any]]:
+def step_samples(pids: Iterable[int], max_procs: int = MAX_PROCS) -> list[dict[str, Any]]:
     """One entry per step running here: ``{step_id, cpu_time_s, rss_mb, ntasks, pids}``."""
     from corral.agent.proctree import rss_bytes
     from corral.ops.agent_metrics import _proc_cpu_seconds
 
     out: list[dict[str, Any]] = []
-    for step, tasks in sorted(group_by_step(pids).items(), key=lambda kv: int(kv[0])):
+    groups = group_by_step(pids, max_procs)
+    for step, tasks in sorted(groups.items(), key=lambda kv: int(kv[0])):
         every = sorted(p for ps in tasks.values() for p in ps)
         top = max((rss_bytes(ps) for ps in tasks.values()), default=0)
         out.append({"step_id": step, "cpu_time_s": round(_proc_cpu_seconds(every), 3),
