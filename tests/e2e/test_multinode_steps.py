@@ -473,3 +473,29 @@ def test_ctrl_c_once_reports_twice_kills_the_step(two: TwoNodes) -> None:
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_sstat_shows_a_running_step_on_both_nodes(two: TwoNodes) -> None:
+    burn = two.work / "burn.py"
+    burn.write_text("import time\nb = bytearray(40 << 20)\nt = time.time()\n"
+                    "while time.time() - t < 30:\n    pass\n")
+    jid = two.sbatch(f"#!/bin/bash\nsrun -N2 -n2 {sys.executable} {burn}\n",
+                     "-N2", "-w", "ma,mb", "-o", "/dev/null")
+    try:
+        def sampled() -> list[str] | None:
+            r = two.run("sstat", "-n", "-P", "-j", f"{jid}.0", "-o",
+                        "JobID,NTasks,AveCPU,MaxRSS,MaxRSSNode")
+            with two.client() as c:
+                nodes = c.job_usage(jid).get("nodes") or {}
+            both = all("0" in (nodes.get(n) or {}).get("steps", {}) for n in ("ma", "mb"))
+            f = r.stdout.strip().split("|")
+            return f if both and len(f) == 5 and f[2] not in ("", "00:00:00") else None
+        f = wait_for(sampled, 30, interval=0.2, what="both nodes' samples of step 0")
+        assert f[0] == f"{jid}.0" and f[1] == "2" and f[4] in ("ma", "mb"), f
+        kib = float(f[3][:-1]) * {"K": 1, "M": 1024, "G": 1 << 20}[f[3][-1]]
+        assert kib >= 40 * 1024, f  # one task's 40 MiB buffer (the biggest task's)
+        r = two.run("sstat", "-i", "-n", "-P", "-j", f"{jid}.0")
+        _id, nodelist, pids = r.stdout.strip().split("|")
+        assert nodelist == "ma,mb" and len(pids.split(",")) >= 2, r.stdout
+    finally:
+        two.run("scancel", str(jid))
