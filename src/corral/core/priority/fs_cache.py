@@ -26,6 +26,9 @@ Algorithm:
    test of the ranking comes out the same and its factors are reused. Otherwise the lists
    are ranked again (``_rank``: ``fair_tree.fair_tree_factors``'s walk, on numbers).
    **Classic** factors move continuously with usage: recomputed on the kept tree.
+5. **Flat trees** (``factors_of``, for a caller that needs a few associations' factors:
+   the queue's): when the ranking is one list of every user with equal shares (a trace
+   replay's tree), ``fs_flat`` counts each asked user's rank instead of ranking everyone.
 
 Invariant (property test, ``tests/core/priority/test_fs_cache.py``): for any sequence of
 calls each result equals ``fair_tree_factors(build_tree(tree, usage, extra))`` (or
@@ -35,7 +38,7 @@ calls each result equals ``fair_tree_factors(build_tree(tree, usage, extra))`` (
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from itertools import accumulate, repeat
 from operator import eq, ge, neg, truediv
 
@@ -43,6 +46,7 @@ from corral.core.config import FairshareAlgorithm
 from corral.core.model.account import AccountTree
 from corral.core.priority.assoc import AssocIndex, AssocNode, build_tree
 from corral.core.priority.classic import classic_factors
+from corral.core.priority.fs_flat import FlatList, flat_factors, flat_list
 
 Key = tuple[str, str]
 _INF = math.inf
@@ -71,7 +75,9 @@ class FairShareCache:
         self.assoc: dict[Key, float] = {}
         self.fairshare: dict[Key, float] = {}
         self.visited: list[tuple[list[int], list[bool]]] = []
-        self.hits = self.misses = 0
+        self.usage_in_tree: list[Key] = []  # last usage keys found all in the tree
+        self.flat: FlatList | None = None  # set when the tree is flat (``fs_flat``)
+        self.hits = self.misses = self.flat_hits = 0
 
     def factors(
         self,
@@ -84,17 +90,48 @@ class FairShareCache:
 
         ``keys`` are the associations pending jobs name (leaves added when the tree
         lacks them, as ``build_tree``'s ``extra``)."""
+        self._prepare(tree, usage, keys, algorithm)
+        return self._all_factors(usage, algorithm)
+
+    def factors_of(
+        self,
+        tree: AccountTree,
+        usage: Mapping[Key, float],
+        keys: Collection[Key],
+        algorithm: FairshareAlgorithm,
+    ) -> tuple[dict[Key, float], dict[Key, float]]:
+        """``factors``, where the fair-share dict need only hold ``keys``: on a flat tree
+        (``fs_flat``) only those are computed, by counting; otherwise all, as ``factors``."""
+        self._prepare(tree, usage, keys, algorithm)
+        if self.flat is not None and algorithm is FairshareAlgorithm.FAIR_TREE:
+            got = flat_factors(self.flat, usage, keys)
+            if got is not None:
+                self.flat_hits += 1
+                return got, self.assoc
+        return self._all_factors(usage, algorithm)
+
+    def _prepare(self, tree: AccountTree, usage: Mapping[Key, float], keys: Iterable[Key],
+                 algorithm: FairshareAlgorithm) -> None:
+        """Keep or rebuild the numbered structure for this call's tree and leaves."""
         if tree is not self.tree:
             self.tree = tree
             self.assoc_keys = frozenset((a.account, a.user) for a in tree.associations)
             self.extra = None
+            self.usage_in_tree = []
         have = self.assoc_keys
         extra = frozenset(k for k in keys if k not in usage and k not in have)
-        missing = [k for k in usage if k not in have]
-        if missing:
-            extra = extra.union(missing)
+        seen = list(usage)
+        if seen != self.usage_in_tree:  # the same keys as last time need no new check
+            if have.issuperset(seen):
+                self.usage_in_tree = seen
+            else:
+                self.usage_in_tree = []
+                extra = extra.union(k for k in usage if k not in have)
         if extra != self.extra or algorithm is not self.algorithm:
             self._build(tree, usage, extra, algorithm)
+
+    def _all_factors(self, usage: Mapping[Key, float],
+                     algorithm: FairshareAlgorithm) -> tuple[dict[Key, float], dict[Key, float]]:
         vals = self._usage(usage)
         if algorithm is FairshareAlgorithm.CLASSIC:
             assert self.index is not None
@@ -165,6 +202,8 @@ class FairShareCache:
             fast = None if any(x is None for x in shares) else [x for x in shares if x is not None]
             groups.append((i, s, e, fast, shares))
         self.groups = groups
+        self.flat = flat_list(span, self.is_user, self.keys, len(index.leaves),
+                              {g[0]: g[4] for g in groups})
         max_ap = max((n.priority for n in index.leaves.values()), default=0)
         self.assoc = ({k2: max(n.priority, 0) / max_ap for k2, n in index.leaves.items()}
                       if max_ap > 0 else {})

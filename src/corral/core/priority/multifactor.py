@@ -358,14 +358,16 @@ def multifactor_priorities(
     ctx = MultifactorContext(snapshot, config, now, factors_needed=False, keys=())
     plain_size = not (w.size_relative or w.favor_small) and ctx.cluster_cpus > 0
     terms = _spec_terms(ctx, pending, plain_size)
+    keys = set(map(_KEY, terms))
     if w.fairshare or w.assoc:
-        ctx.fairshare, ctx.assoc = _fairshare(snapshot.accounts, snapshot.usage,
-                                              set(map(_KEY, terms)), config.fairshare)
+        # the factors of these associations only (a flat tree counts instead of ranking)
+        ctx.fairshare, ctx.assoc = _MEMO.fs.factors_of(snapshot.accounts, snapshot.usage,
+                                                       keys, config.fairshare)
     fairshare, assoc = ctx.fairshare, ctx.assoc
     w_age, w_fs, w_assoc = w.age, w.fairshare, w.assoc
     # per association, its two weighted factors (the same products as per job)
     per_key = {key: (w_assoc * assoc.get(key, 0.0), w_fs * fairshare.get(key, 0.0))
-               for key in set(map(_KEY, terms))}
+               for key in keys}
     max_age = w.max_age_s
     none = HoldKind.NONE
     values: list[float] = []
