@@ -39,6 +39,9 @@ CTLD_PROLOG = """#!/bin/sh
 f="{root}/ctld-prolog-$SLURM_JOB_ID-$SLURM_RESTART_COUNT.env"
 env > "$f.tmp" && mv "$f.tmp" "$f"
 if [ -e "{root}/fail-ctld-prolog" ]; then exit 2; fi
+if [ -e "{root}/gate-ctld-prolog" ]; then
+  while [ -e "{root}/gate-ctld-prolog" ]; do sleep 0.02; done
+fi
 """
 CTLD_EPILOG = """#!/bin/sh
 env > "{root}/.ce$$" && mv "{root}/.ce$$" "{root}/ctld-epilog-$SLURM_JOB_ID.env"
@@ -288,3 +291,18 @@ def test_mail_through_mail_prog() -> None:
     finally:
         c.down()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_job_is_configuring_while_prolog_slurmctld_runs(lc: Cluster) -> None:
+    out: Path = lc.out  # type: ignore[attr-defined]
+    gate = out / "gate-ctld-prolog"
+    gate.touch()  # the controller's prolog waits until it is gone (timeout_s 2)
+    try:
+        jid = lc.submit("true")
+        job = wait_for(lambda: (lambda j: j if j.get("configuring") else None)(lc.job(jid)),
+                       1.5, interval=0.01, what="CONFIGURING while the prolog runs")
+        assert job["state"] == "RUNNING" and job["state_short"] == "CF"
+    finally:
+        gate.unlink()
+    done = lc.wait_done(jid)
+    assert done["state"] == "COMPLETED" and not done["configuring"], done

@@ -6,9 +6,10 @@ node's failed Prolog or Epilog does to the job and the node (Slurm 22.05 semanti
   and the node's GPUs): never from the submit environment, since these programs run as
   root.
 - ``launch_after_prolog``: with ``[scripts] prolog_slurmctld``, a started job's launch
-  waits for that program on the controller's host (the job is RUNNING meanwhile, as
-  Slurm's CONFIGURING); exit 0 launches it, anything else requeues a batch job (held
-  unless ``flags`` has ``nohold``) and cancels an interactive one (salloc/srun).
+  waits for that program on the controller's host (the job is RUNNING meanwhile, shown
+  CONFIGURING as in Slurm: ``JobRecord.prolog_running``); exit 0 launches it, anything
+  else requeues a batch job (held unless ``flags`` has ``nohold``) and cancels an
+  interactive one (salloc/srun).
 - ``epilog_slurmctld``: after a job's end, fire and forget; a failure is only logged.
 - ``on_script_failure``: an agent reported that its Prolog failed (the node is drained
   with reason ``Prolog error``, the job requeued and held: Slurm's
@@ -135,6 +136,8 @@ def launch_after_prolog(ctl: Controller, rec: JobRecord, req: LaunchRequest,
     if not path:
         ctl.hub.launch(rec, req, shares)
         return
+    rec.prolog_running = True  # shown CONFIGURING meanwhile, as Slurm does
+    rec.touch()
     task = asyncio.get_running_loop().create_task(
         _prolog_then_launch(ctl, rec, rec.restarts, req, shares), name=f"prolog-{rec.id}")
     _tasks.add(task)
@@ -157,7 +160,11 @@ async def _prolog_then_launch(ctl: Controller, rec: JobRecord, restarts: int,
     cfg = ctl.cfg.scripts
     env = script_environment(rec, ctl.cfg.cluster_name)
     env["SLURM_SCRIPT_CONTEXT"] = "prolog_slurmctld"
-    ok, what = await run_program(cfg.prolog_slurmctld, env, cfg.timeout_s)
+    try:
+        ok, what = await run_program(cfg.prolog_slurmctld, env, cfg.timeout_s)
+    finally:
+        rec.prolog_running = False
+        rec.touch()
     if rec.state is not JobState.RUNNING or rec.restarts != restarts:
         return  # cancelled or requeued meanwhile
     if ok:

@@ -119,6 +119,7 @@ class PowerManager:
             node = self.ctl.nodes.nodes.get(name)
             if node is not None and node.power == POWERED_DOWN:
                 self._resume[name] = None
+        rec.configuring = False  # a flag left from an earlier run (requeued) goes
         self._mark_configuring(rec)
 
     def _booting(self, rec: JobRecord) -> bool:

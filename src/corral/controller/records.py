@@ -83,6 +83,7 @@ class JobRecord:
     # allocated on nodes still powered down or powering up: Slurm's CONFIGURING
     # (``corral.controller.power``; not persisted, found again after a restart)
     configuring: bool = False
+    prolog_running: bool = False  # PrologSlurmctld runs: also CONFIGURING (not persisted)
     # nodes whose image cache holds this pending container job's image: tried first
     # (JobSpec.prefer_nodes of the core view; corral.controller.images; not persisted)
     prefer: tuple[str, ...] = ()
@@ -95,6 +96,11 @@ class JobRecord:
     @property
     def spec(self) -> Any:
         return self.sub.spec
+
+    @property
+    def shown_configuring(self) -> bool:
+        """Slurm's CONFIGURING: running, its nodes still booting or PrologSlurmctld on."""
+        return (self.configuring or self.prolog_running) and self.state is JobState.RUNNING
 
     @property
     def user(self) -> str:
@@ -239,9 +245,8 @@ class JobRecord:
             "partition": self.partition or ",".join(spec.partitions) or self.default_partition,
             "partitions": list(spec.partitions),
             "state": self.state.value,
-            "state_short": "CF" if self.configuring and self.state is JobState.RUNNING
-            else self.state.short,
-            "configuring": self.configuring and self.state is JobState.RUNNING,
+            "state_short": "CF" if self.shown_configuring else self.state.short,
+            "configuring": self.shown_configuring,
             "reason": self.reason,
             "reason_detail": self.reason_detail,
             "priority": self.priority,
