@@ -7,6 +7,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from corral.controller.nodehistory import NodeHistory, window
 from corral.controller.records import NodeRecord
 from corral.controller.reservations import Reservation
@@ -21,12 +23,19 @@ def _ctl(store: Store) -> Any:
                            reservations=SimpleNamespace(items={}))
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'h.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
 def _flush(store: Store) -> None:
     store.submit(lambda conn: None).result(timeout=10)
 
 
-def test_node_states_and_reservations_over_a_window(tmp_path: Path) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'h.db'}")
+def test_node_states_and_reservations_over_a_window(db_url: str) -> None:
+    store = Store(db_url)
     store.open()
     try:
         ctl = _ctl(store)
