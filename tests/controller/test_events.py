@@ -99,6 +99,8 @@ def test_events_in_order_from_memory_and_store(db_url: str) -> None:
     assert log2.read_memory(7, EventFilter(), 10) == ([], 7)
     evs, cursor = log2.read_store(0, EventFilter(), 100)
     assert [e.id for e in evs] == [1, 2, 3, 4, 5, 6, 7] and cursor == 7
+    # what the ring held (built at capture) is what the stored rows decode to
+    assert evs[3:] == more[0]
     again.close()
 
 

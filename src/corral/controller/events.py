@@ -61,6 +61,15 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
+class Captured:
+    """One captured event: its database row and the ``Event`` it is once committed
+    (built from the same values, so publishing decodes nothing)."""
+
+    row: dict[str, Any]
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
 class EventFilter:
     """What a reader wants: all of the given conditions (empty: no condition)."""
 
@@ -114,10 +123,10 @@ class EventLog:
     # ---- writing --------------------------------------------------------------------
 
     def capture(self, inserts: Sequence[JobRecord], updates: Iterable[JobRecord],
-                now: float) -> list[dict[str, Any]]:
-        """The event rows of a persist call (and ``event_state`` advanced); the caller
+                now: float) -> list[Captured]:
+        """The events of a persist call (and ``event_state`` advanced); the caller
         writes them with ``op(rows)`` in the same transaction."""
-        rows: list[dict[str, Any]] = []
+        rows: list[Captured] = []
         arrays: set[int] = set()
         for rec in inserts:
             state = rec.state.value
@@ -136,17 +145,17 @@ class EventLog:
         return rows
 
     def _row(self, rec: JobRecord, old: str | None, now: float, *,
-             array_submit: bool = False) -> dict[str, Any]:
+             array_submit: bool = False) -> Captured:
         eid = self.next_id
         self.next_id += 1
         spec = rec.sub.spec
         finished = rec.state.is_finished
         if array_submit:
             display = f"{rec.array_job_id}_[{rec.sub.array}]"
-            job_id = rec.array_job_id
+            job_id = rec.id if rec.array_job_id is None else rec.array_job_id
         elif rec.tail_text:  # a large array's remainder (cancelled as one)
             display = f"{rec.array_job_id}_[{rec.tail_text}]"
-            job_id = rec.array_job_id
+            job_id = rec.id if rec.array_job_id is None else rec.array_job_id
         else:
             display = rec.display_id
             job_id = rec.id
@@ -164,25 +173,29 @@ class EventLog:
         }
         if array_submit:
             data["array_task_count"] = rec.array_task_count
-        return {"id": eid, "time": now, "job_id": job_id,
-                "array_job_id": rec.array_job_id, "user": spec.user,
-                "data": _ENC.encode(data)}
+        text = _ENC.encode(data)
+        ev = Event(id=eid, job_id=job_id, array_job_id=rec.array_job_id, user=spec.user,
+                   name=spec.name, comment=data["comment"], wckey=data["wckey"],
+                   state=data["state"], data=text.encode())
+        return Captured({"id": eid, "time": now, "job_id": job_id,
+                         "array_job_id": rec.array_job_id, "user": spec.user,
+                         "data": text}, ev)
 
-    def op(self, rows: list[dict[str, Any]]) -> Any:
+    def op(self, rows: list[Captured]) -> Any:
         """The store op writing ``rows``; once committed they are published."""
-        insert = self.store.op_insert_events(rows)
+        insert = self.store.op_insert_events([c.row for c in rows])
         store = self.store
+        events = [c.event for c in rows]
 
         def run(conn: Any) -> None:
             insert(conn)
-            store.after_commit(lambda: self.publish(rows))
+            store.after_commit(lambda: self.publish(events))
         return run
 
-    def publish(self, rows: list[dict[str, Any]]) -> None:
+    def publish(self, events: list[Event]) -> None:
         """Committed events: into the ring (in id order), waiting readers woken."""
-        for row in rows:
-            eid = int(row["id"])
-            ev = _event_of(eid, str(row["data"]))
+        for ev in events:
+            eid = ev.id
             if self._ids and eid < self._ids[-1]:  # not expected: commits come in order
                 i = bisect.bisect_left(self._ids, eid)
                 self._ids.insert(i, eid)
