@@ -34,3 +34,22 @@ def test_a_version_is_above_every_list_answered_before_it() -> None:
     listed = ko.VERSIONS.current()
     rec.state = JobState.RUNNING
     assert ko.version_of(rec) > max(first, listed)
+
+
+def test_a_job_whose_companion_waits_is_running_not_completed() -> None:
+    """The root ended (its replicas succeeded) while the companion of its late replicas
+    still waits in the queue: the Volcano job is Running until that part ends too (a
+    pending companion was not counted: kubectl saw Completed for a moment, then Running)."""
+    from corral.controller import kube_late
+
+    root = _rec(9010, JobState.COMPLETED)
+    late = _rec(9011, JobState.PENDING)
+    counts = {"succeeded": 1, "failed": 0, "pending": 1, "running": 0}
+    assert kube_late.waiting([late])
+    assert kube_late.phase(root, [late], "Completed", counts) == "Running"
+    late.state = JobState.RUNNING
+    assert kube_late.phase(root, [late], "Completed", counts) == "Running"
+    late.state = JobState.COMPLETED
+    assert not kube_late.waiting([late])
+    assert kube_late.phase(root, [late], "Completed", dict(counts, succeeded=2)) == \
+        "Completed"

@@ -39,7 +39,9 @@ def index(recs: Iterable[JobRecord]) -> dict[int, list[JobRecord]]:
 
 
 def waiting(parts: list[JobRecord]) -> bool:
-    return any(p.state.is_active for p in parts)
+    """A part still runs or waits to (a pending companion counts: between the root's end
+    and its companion's start the whole job is still Running, not Completed)."""
+    return any(not p.state.is_finished for p in parts)
 
 
 def phase(rec: JobRecord, parts: list[JobRecord], own: str, counts: dict[str, int]) -> str:
