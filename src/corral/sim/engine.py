@@ -290,21 +290,30 @@ class Engine:
 
             Associations with no running job that were last updated by the previous call
             all decay by the same factor (their rate term is +0.0 and ``u * d >= 0``, so
-            ``u * d`` is the same float); that is done in one C-level map. The others
-            (running jobs, or touched by a start or an end since) go through
-            ``usage_to``."""
+            ``u * d`` is the same float); that is done in one C-level map. Those with
+            running jobs and no update since get ``usage_to``'s arithmetic inline (same
+            elapsed time, same ``d``); those touched by a start or an end since go
+            through ``usage_to`` from their own time."""
             dt = now - since_all[0]
-            special = list(active)
-            special.extend(a for a in usage_t if a not in active)
             if dt > 0 and half_life > 0 and usage:
-                before = {a: usage[a] for a in special if a in usage}
+                d = math.exp(-LN2 * dt / half_life)  # what usage_to computes for dt
+                # running since the last call: usage_to's arithmetic for dt, inline
+                steady = [a for a in active if a not in usage_t]
+                grown = [usage[a] * d + usage_rate[a] * half_life / LN2 * (1.0 - d)
+                         for a in steady]
+                own = {a: usage[a] for a in usage_t}  # touched since: their own clock
                 keys = list(usage)
-                d = math.exp(-LN2 * dt / half_life)
                 decayed = list(map(mul, usage.values(), repeat(d)))
                 usage.update(zip(keys, decayed, strict=True))
-                usage.update(before)  # their own elapsed time and rate, below
-            for a in special:
-                usage_to(a, now)
+                usage.update(zip(steady, grown, strict=True))
+                usage.update(own)
+                for a in own:
+                    usage_to(a, now)
+            else:
+                special = list(active)
+                special.extend(a for a in usage_t if a not in active)
+                for a in special:
+                    usage_to(a, now)
             usage_t.clear()
             since_all[0] = now
             return dict(usage)

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
 
 Key = tuple[str, str]
 _INF = math.inf
@@ -51,9 +52,10 @@ class FlatList:
         self.keys = keys  # every user association, in the tree's child order
         self.share = share  # each one's share fraction, shares / sum of the list's shares
         self._seen: list[Key] = []  # the keys of the last usage mapping, in its order
-        self._gather: list[int] = []  # per user, its place in ``_seen`` (end: absent)
+        # per user, its place in ``_seen`` (``len(_seen)``: absent), as one C-level getter
+        self._gather: Callable[[list[float]], Sequence[float]] = _nothing
 
-    def usage_of(self, usage: Mapping[Key, float]) -> list[float]:
+    def usage_of(self, usage: Mapping[Key, float]) -> Sequence[float]:
         """Each user's usage (0.0 when absent), in tree order. The simulator's mapping is a
         new dict each cycle with the same keys in the same order; while they compare equal
         (a C-level list comparison, identity first) the places found last time are read
@@ -61,12 +63,21 @@ class FlatList:
         seen = list(usage)
         if seen != self._seen:
             where = {k: i for i, k in enumerate(seen)}
-            absent = len(seen)
-            self._gather = [where.get(k, absent) for k in self.keys]
+            places = [where.get(k, len(seen)) for k in self.keys]
+            # itemgetter of one place returns the item, not a 1-tuple
+            self._gather = itemgetter(*places) if len(places) > 1 else _single(places[0])
             self._seen = seen
-        values = list(usage.values())
+        values = list(map(float, usage.values()))
         values.append(0.0)
-        return list(map(float, map(values.__getitem__, self._gather)))
+        return self._gather(values)
+
+
+def _nothing(values: list[float]) -> Sequence[float]:
+    return ()
+
+
+def _single(place: int) -> Callable[[list[float]], Sequence[float]]:
+    return lambda values: (values[place],)
 
 
 def flat_list(span: Sequence[tuple[int, int]], is_user: Sequence[bool],
