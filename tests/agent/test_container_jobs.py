@@ -235,3 +235,38 @@ def test_a_link_to_what_the_user_cannot_reach_is_not_mounted(
                                 stdout=str(w / "out-%j.txt"), extra={"container": text}))
     ex = wait_exits(crunner, 1, 60)[52]
     assert ex.state == "FAILED" and "(as the job's user)" in ex.reason, ex
+
+
+def test_two_agents_with_one_node_name_never_share_runtime_state(
+        tmp_path: Path, space: Path, registry: Registry, user: pwd.struct_passwd) -> None:
+    """Two agent trees on one host (each with its own parent cgroup, as two agent trees
+    must have) with the same node name and the same job id at once (two sessions' test
+    clusters: both have ``testnode`` and job 1): each runs its own container; one's
+    ``runc run`` or end-of-job ``runc delete`` never meets the other's (the runtime's
+    state lives under a name of the agent's state directory)."""
+    cc = ContainersConfig(insecure_registries=(registry.host,),
+                          cache_dir=str(space / "images"))
+    runners = []
+    try:
+        for name in ("a", "b"):
+            st = settings(cc, str(tmp_path / name), "ctrtwin")
+            runners.append(JobRunner(tmp_path / name / "state",  # two trees: two parents
+                                     cgroup_root=f"{CGROUP_ROOT}-{name}",
+                                     node_name="ctrtwin", containers=st))
+        assert runners[0].containers.state_root != runners[1].containers.state_root
+        for i, r in enumerate(runners):
+            w = space / f"twin{i}"
+            w.mkdir()
+            os.chmod(w, 0o1777)
+            launch(r, 1, w, user, f"#!/bin/sh\nsleep 0.5\necho ok {i}\n",
+                   registry.ref("test/bb:1"))
+        for i, r in enumerate(runners):
+            ex = wait_exits(r, 1, 60)[1]
+            out = (space / f"twin{i}" / "out-1.txt").read_text()
+            assert (ex.state, out) == ("COMPLETED", f"ok {i}\n"), (ex, out)
+    finally:
+        for i, r in enumerate(runners):
+            for jid in r.running():
+                r.cancel(jid, grace_s=0)
+            r.close()
+            kill_leftovers(tmp_path / ("a", "b")[i] / "state")

@@ -12,6 +12,7 @@ still holds a controller, see ``../shared/platform/README.md``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -113,6 +114,10 @@ def settings(cfg: ContainersConfig, state_dir: str, node: str,
     engine = "apptainer" if choice == "apptainer" or (choice == "auto" and not runtime
                                                        and apptainer) else "oci"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in node)
+    # the runtime's state (container ids are node, job, run and step) is this agent's own:
+    # two agent trees on one host with one node name (test clusters of two sessions) would
+    # otherwise start, and delete, each other's containers
+    tree = hashlib.sha1(os.path.abspath(state_dir).encode()).hexdigest()[:10]
     return ContainerSettings(
         runtime=runtime, apptainer=apptainer, engine=engine,
         skopeo=found.get("skopeo", {}).get("path", ""),
@@ -120,4 +125,4 @@ def settings(cfg: ContainersConfig, state_dir: str, node: str,
         cache_max_mb=cfg.cache_max_mb, insecure=tuple(cfg.insecure_registries),
         default_mounts=tuple(cfg.default_mounts), mount_home=cfg.mount_home,
         tmp_mb=cfg.writable_tmp_mb, pull_timeout_s=cfg.pull_timeout_s,
-        state_root=f"/run/corral-runc/{safe}", tools=found)
+        state_root=f"/run/corral-runc/{safe}-{tree}", tools=found)
