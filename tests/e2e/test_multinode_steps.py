@@ -92,9 +92,13 @@ class TwoNodes:
                            capture_output=True, text=True, env=self.env)
         assert r.returncode == 0, r.stderr
         with self.client() as c:
-            wait_for(lambda: sorted(n["name"] for n in c.nodes()
-                                    if n["state"] in ("IDLE", "MIXED", "ALLOCATED"))
-                     == ["ma", "mb"], 30, what="both agents")
+            try:
+                wait_for(lambda: sorted(n["name"] for n in c.nodes()
+                                        if n["state"] in ("IDLE", "MIXED", "ALLOCATED"))
+                         == ["ma", "mb"], 30, what="both agents")
+            except AssertionError as exc:  # say which agent, and why (its log)
+                states = [(n["name"], n["state"], n.get("reason")) for n in c.nodes()]
+                raise AssertionError(f"{exc}; nodes: {states}\n{self.logs()}") from None
 
     def client(self) -> Client:
         return Client(socket_path=str(self.state / "corral.sock"))
