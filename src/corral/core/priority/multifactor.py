@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_not, itemgetter
 
 from corral.core.config import FairshareAlgorithm, Ordering, PriorityWeights, SchedulerConfig
 from corral.core.model.account import ROOT_ACCOUNT, AccountTree
@@ -107,6 +107,9 @@ class _Memo:
     default_acct: dict[str, str] = field(default_factory=dict)
     spec_context: tuple[object, ...] | None = None
     spec_terms: dict[int, SpecTerms] = field(default_factory=dict)
+    # ``_static_context``: its inputs (frozen values, compared by identity) and the context
+    static_inputs: tuple[object, ...] | None = None
+    static: MultifactorContext | None = None
 
 
 _MEMO = _Memo()
@@ -343,27 +346,46 @@ def _spec_terms(ctx: MultifactorContext, pending: tuple[Job, ...],
     return got  # type: ignore[return-value]  # no None is left
 
 
+def _static_context(snapshot: ClusterSnapshot, config: SchedulerConfig,
+                    now: float) -> MultifactorContext:
+    """A context for what does not depend on the jobs or the time (weights, cluster size,
+    partition and QOS factors, default accounts), kept while the config, account tree,
+    partitions, QOS and nodes are the same objects (all frozen). Its ``now``, time limits
+    and eligibility are those of the call that built it: not to be read."""
+    memo = _MEMO
+    inputs = (config, snapshot.accounts, snapshot.partitions, snapshot.qos, snapshot.nodes)
+    kept = memo.static_inputs
+    if memo.static is None or kept is None or any(map(is_not, inputs, kept)):
+        memo.static = MultifactorContext(snapshot, config, now, factors_needed=False, keys=())
+        memo.static_inputs = inputs
+    return memo.static
+
+
 def multifactor_priorities(
     snapshot: ClusterSnapshot, config: SchedulerConfig, now: float
 ) -> Priorities:
     """Multifactor priority of every pending job (``admin_priority`` wins when set).
 
     Same arithmetic as ``MultifactorContext.computed`` (tests hold them equal), in the
-    same order of operations, with the common case inlined and what depends on the spec
-    alone kept per spec across calls (``_spec_terms``): this runs every cycle over the
-    whole queue.
+    same order of operations, with the common case inlined, what depends on the spec
+    alone kept per spec across calls (``_spec_terms``) and the rest of the context kept
+    while its inputs are the same (``_static_context``): this runs every cycle over the
+    whole queue. A job off the common path (held, dependencies, eligibility set by the
+    shell, sizes relative to time) gets a full context of this call.
     """
     pending = snapshot.pending
     w = config.weights
-    ctx = MultifactorContext(snapshot, config, now, factors_needed=False, keys=())
+    ctx = _static_context(snapshot, config, now)
+    full: MultifactorContext | None = None  # this call's own, built when a job needs it
     plain_size = not (w.size_relative or w.favor_small) and ctx.cluster_cpus > 0
     terms = _spec_terms(ctx, pending, plain_size)
     keys = set(map(_KEY, terms))
+    fairshare: dict[tuple[str, str], float] = {}
+    assoc: dict[tuple[str, str], float] = {}
     if w.fairshare or w.assoc:
         # the factors of these associations only (a flat tree counts instead of ranking)
-        ctx.fairshare, ctx.assoc = _MEMO.fs.factors_of(snapshot.accounts, snapshot.usage,
-                                                       keys, config.fairshare)
-    fairshare, assoc = ctx.fairshare, ctx.assoc
+        fairshare, assoc = _MEMO.fs.factors_of(snapshot.accounts, snapshot.usage, keys,
+                                               config.fairshare)
     w_age, w_fs, w_assoc = w.age, w.fairshare, w.assoc
     # per association, its two weighted factors (the same products as per job)
     per_key = {key: (w_assoc * assoc.get(key, 0.0), w_fs * fairshare.get(key, 0.0))
@@ -372,14 +394,14 @@ def multifactor_priorities(
     none = HoldKind.NONE
     values: list[float] = []
     add = values.append
-    for job, t in zip(pending, terms, strict=True):
+    for job, (_, key, js, part, qos, nice, begin, no_dependency) in zip(pending, terms,
+                                                                         strict=True):
         if job.admin_priority is not None:
             add(float(job.admin_priority))
             continue
         # age (fast path: not held, no dependency, eligibility not given by the shell)
-        if job.hold is none and job.eligible_time is None and t[7]:
+        if job.hold is none and job.eligible_time is None and no_dependency:
             since = job.submit_time
-            begin = t[6]
             if begin is not None and begin > since:
                 since = begin
             waited = now - since
@@ -390,10 +412,13 @@ def multifactor_priorities(
             else:
                 age = waited / max_age
         else:
-            age = ctx.age_factor(job)
-        js = t[2]
+            if full is None:
+                full = MultifactorContext(snapshot, config, now, factors_needed=False, keys=())
+            age = full.age_factor(job)
         if js is None:
-            js = w.job_size * ctx.size_factor(job)
-        a_term, fs_term = per_key[t[1]]
-        add(job.site_factor + w_age * age + a_term + fs_term + js + t[3] + t[4] - t[5])
+            if full is None:
+                full = MultifactorContext(snapshot, config, now, factors_needed=False, keys=())
+            js = w.job_size * full.size_factor(job)
+        a_term, fs_term = per_key[key]
+        add(job.site_factor + w_age * age + a_term + fs_term + js + part + qos - nice)
     return Priorities(pending, values)
