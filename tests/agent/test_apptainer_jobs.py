@@ -20,7 +20,7 @@ from corral.agent.images import pull_main
 from corral.agent.runner import JobRunner
 from corral.agent.runtimes import settings
 from corral.containers.config import ContainersConfig
-from corral.containers.spec import ContainerSpec, parse_image
+from corral.containers.spec import ContainerSpec, Mount, parse_image
 from tests.agent.conftest import CGROUP_ROOT, kill_leftovers, make_request, wait_exits
 from tests.apptainer import build_sif, build_sif_from, require_apptainer
 from tests.registry import Registry, require_containers, running_registry
@@ -381,3 +381,23 @@ def test_named_container_of_a_sif_runs_on_the_oci_path_or_is_refused(
     finally:
         bare.close()
         kill_leftovers(tmp_path / "st-bare")
+
+
+def test_a_bind_of_a_host_os_path_is_the_hosts(
+        arunner: JobRunner, images: tuple[Registry, Path, str],
+        test_user: tuple[str, int, int, int]) -> None:
+    """A bind source under /etc or /usr (a driver library for --nv, a config file) is the
+    host's file, also through the sid wrapper (whose own /etc and /usr are sid's)."""
+    _reg, d, _program = images
+    host = Path("/etc/debian_version") if Path("/etc/debian_version").exists() \
+        else Path("/etc/os-release")
+    w = work(d)
+    name, uid, gid, _supp = test_user
+    spec = ContainerSpec(parse_image(str(d / "bb.sif")),
+                         mounts=(Mount(str(host), "/srv/host-file", readonly=True),))
+    arunner.launch(make_request(95, w, "#!/bin/sh\ncat /srv/host-file\n", user=name, uid=uid,
+                                gid=gid, stdout=str(w / "out-95.txt"),
+                                extra={"container": spec.to_text()}))
+    ex = wait_exits(arunner, 1, 60)[95]
+    out = (w / "out-95.txt").read_text()
+    assert ex.state == "COMPLETED" and out == host.read_text(), (ex, out)
