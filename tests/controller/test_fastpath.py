@@ -74,3 +74,31 @@ def test_identity_copy_equals_dataclasses_replace() -> None:
                          who, ClusterConfig())
     assert (out.spec.user, out.spec.uid, out.argv, out.env) == ("me", who.uid, ("true",),
                                                                 {"A": "1"})
+
+
+def test_first_of_returns_at_the_first_done_and_leaves_no_callback() -> None:
+    import asyncio
+
+    from corral.shims.fastpath import first_of
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        work, end = loop.create_future(), loop.create_future()
+        waiting = asyncio.ensure_future(first_of(work, end))
+        await asyncio.sleep(0)
+        assert not waiting.done()  # neither is done: it waits
+        end.set_result(None)  # the term ended first: the work goes on, unwatched
+        await asyncio.wait_for(waiting, 5)
+        assert not work.done()
+        assert not work._callbacks  # type: ignore[attr-defined]  # no callback left on it
+        work.set_result(1)
+        await first_of(work, loop.create_future())  # done already: returns at once
+        later = loop.create_future()
+        waiting = asyncio.ensure_future(first_of(later, end))  # end is done: at once
+        await asyncio.wait_for(waiting, 5)
+        waiting = asyncio.ensure_future(first_of(later, loop.create_future()))
+        await asyncio.sleep(0)
+        later.set_result(2)
+        await asyncio.wait_for(waiting, 5)
+
+    asyncio.run(main())

@@ -132,6 +132,7 @@ class Controller:
         self._tasks: list[asyncio.Task[Any]] = []
         self.load_s = 0.0  # how long start() took to load the state
         self.term_over = asyncio.Event()  # set by stop(): requests of this term end
+        self._term_end: asyncio.Future[None] | None = None  # term_end(): the same, a future
         # the per-user request limiter (``corral.controller.ratelimit``; set by the server)
         self.limiter: Any = None
 
@@ -234,8 +235,19 @@ class Controller:
                 log.exception("job %s: its stored record cannot be read; left out", row.id)
         return recs
 
+    def term_end(self) -> asyncio.Future[None]:
+        """A future done once this term is over (``stop``, as ``term_over``): what a
+        request racing the term's end waits on without a task of its own per request."""
+        if self._term_end is None:
+            self._term_end = asyncio.get_running_loop().create_future()
+            if self.term_over.is_set():
+                self._term_end.set_result(None)
+        return self._term_end
+
     async def stop(self) -> None:
         self.term_over.set()
+        if self._term_end is not None and not self._term_end.done():
+            self._term_end.set_result(None)
         self.periodic_checks.stop()
         for t in self._tasks:
             t.cancel()

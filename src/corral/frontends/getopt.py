@@ -61,6 +61,7 @@ class OptionTable:
     opts: tuple[Opt, ...]
     _by_long: dict[str, Opt] = field(init=False, repr=False, compare=False)
     _by_short: dict[str, Opt] = field(init=False, repr=False, compare=False)
+    _by_key: dict[str, Opt] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_long: dict[str, Opt] = {}
@@ -76,6 +77,7 @@ class OptionTable:
                 by_short[o.short] = o
         object.__setattr__(self, "_by_long", by_long)
         object.__setattr__(self, "_by_short", by_short)
+        object.__setattr__(self, "_by_key", {o.key: o for o in self.opts})
 
     @staticmethod
     def of(opts: Iterable[Opt]) -> OptionTable:
@@ -83,6 +85,10 @@ class OptionTable:
 
     def short(self, ch: str) -> Opt | None:
         return self._by_short.get(ch)
+
+    def by_key(self, key: str) -> Opt | None:
+        """The option whose ``key`` this is (the last one, when several share it)."""
+        return self._by_key.get(key)
 
     def long_names(self) -> dict[str, Opt]:
         return dict(self._by_long)

@@ -127,13 +127,13 @@ def env_options(
 ) -> list[Parsed]:
     """Options set by input environment variables (``SBATCH_PARTITION=...``)."""
     tbl = table or _table(ctx.prog)
-    by_key = {o.key: o for o in tbl.opts}
     out: list[Parsed] = []
+    env = ctx.env
     for var, key in mapping.items():
-        if var in ctx.env and key in by_key:
-            value = ctx.env[var]
-            opt = by_key[key]
-            out.append(Parsed(opt, None if opt.arg is Arg.NONE else value, var))
+        if var in env:
+            opt = tbl.by_key(key)
+            if opt is not None:
+                out.append(Parsed(opt, None if opt.arg is Arg.NONE else env[var], var))
     return out
 
 

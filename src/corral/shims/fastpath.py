@@ -165,6 +165,25 @@ async def run_exec(ctl: Controller, who: Identity, raw: bytes) -> bytes:
     return await loop.run_in_executor(_executor(), handle_exec, raw, who.uid, client)
 
 
+async def first_of(a: asyncio.Future[Any], b: asyncio.Future[Any]) -> None:
+    """Until ``a`` or ``b`` is done (``asyncio.wait(..., FIRST_COMPLETED)`` without its
+    set, its checks and its callbacks on each: this runs once per shim request)."""
+    if a.done() or b.done():
+        return
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake(_f: Any) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+    a.add_done_callback(wake)
+    b.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        a.remove_done_callback(wake)
+        b.remove_done_callback(wake)
+
+
 def with_shim_fast_path(asgi: Any, ctl: Controller, auth: Authenticator) -> Any:
     """``asgi`` with ``POST /api/v1/shim/exec`` served here."""
     from corral.controller.errors import ApiError
@@ -238,9 +257,7 @@ def with_shim_fast_path(asgi: Any, ctl: Controller, auth: Authenticator) -> Any:
                        b"application/json")
             return
         work = asyncio.ensure_future(run_exec(ctl, caller, raw))
-        over = asyncio.ensure_future(ctl.term_over.wait())
-        await asyncio.wait({work, over}, return_when=asyncio.FIRST_COMPLETED)
-        over.cancel()
+        await first_of(work, ctl.term_end())
         if not work.done():
             # this controller stopped leading while the command ran (``sbatch --wait``):
             # answer as a standby does, so the launcher asks the leader (with its key)
