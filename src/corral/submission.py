@@ -60,13 +60,19 @@ def _plain(v: Any) -> Any:
     cls = type(v)
     if cls in _ATOMS:
         return v
+    atoms = _ATOMS  # checked here, not in a call per item: most values are atoms
     names = _FIELD_NAMES.get(cls)
     if names is not None:
-        return {n: _plain(getattr(v, n)) for n in names}
+        out = {}
+        for n in names:
+            x = getattr(v, n)
+            out[n] = x if type(x) in atoms else _plain(x)
+        return out
     if cls is tuple or cls is list:
-        return cls([_plain(x) for x in v])
+        return cls([x if type(x) in atoms else _plain(x) for x in v])
     if cls is dict:
-        return {_plain(k): _plain(x) for k, x in v.items()}
+        return {k if type(k) in atoms else _plain(k): x if type(x) in atoms else _plain(x)
+                for k, x in v.items()}
     if isinstance(v, Enum):
         return v  # deepcopy keeps a member as it is
     if dataclasses.is_dataclass(v) and not isinstance(v, type):

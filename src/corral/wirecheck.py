@@ -163,20 +163,26 @@ def _build(tp: Any) -> Checker:
                     c(x, f"{path}[{i}]")
             return check_fixed
         each = checker(args[0]) if args else _any
+        strs = each is check_str
 
         def check_seq(v: Any, path: str) -> None:
             if not isinstance(v, (list, tuple)):
                 raise FieldError(path, f"expected a list, got {_kind(v)}")
+            if strs and all(type(x) is str for x in v):
+                return  # the common case, without a path per item
             for i, x in enumerate(v):
                 each(x, f"{path}[{i}]")
         return check_seq
     if origin is dict or tp is dict:
         kc = checker(args[0]) if args else _any
         vc = checker(args[1]) if len(args) > 1 else _any
+        strs = kc is check_str and vc is check_str
 
         def check_map(v: Any, path: str) -> None:
             if not isinstance(v, dict):
                 raise FieldError(path, f"expected an object, got {_kind(v)}")
+            if strs and all(type(k) is str and type(x) is str for k, x in v.items()):
+                return  # an environment: no path built per entry unless one is wrong
             for k, x in v.items():
                 kc(k, f"{path} key")
                 vc(x, f"{path}.{k}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 from typing import Any
 
 from corral.controller.records import JobRecord, allocation_from_json, allocation_to_json
@@ -27,8 +28,11 @@ _DATA_FIELDS = (
 _COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators) makes one per call
 
 
+_DATA_OF = operator.attrgetter(*_DATA_FIELDS)  # one C call for all of them
+
+
 def mutable_columns(rec: JobRecord) -> dict[str, Any]:
-    data: dict[str, Any] = {k: getattr(rec, k) for k in _DATA_FIELDS}
+    data: dict[str, Any] = dict(zip(_DATA_FIELDS, _DATA_OF(rec), strict=True))
     data["hold"] = rec.hold.value
     data["allocation"] = allocation_to_json(rec.allocation) if rec.allocation else None
     return {

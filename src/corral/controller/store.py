@@ -237,6 +237,7 @@ class Store:
         # on ``hook_loop`` (the controller's event loop) when one is set
         self._after: list[Callable[[], None]] = []
         self.hook_loop: asyncio.AbstractEventLoop | None = None
+        self._sql: dict[tuple[str, tuple[str, ...]], str] = {}  # _insert_sql/_update_sql
 
     # ---- lifecycle -----------------------------------------------------------------
 
@@ -410,34 +411,43 @@ class Store:
         style = self.engine.dialect.paramstyle
         return f"%({name})s" if style == "pyformat" else f":{name}"
 
+    def _insert_sql(self, table: str, cols: tuple[str, ...]) -> str:
+        """``INSERT INTO table (cols) VALUES (...)``, made once per table and columns."""
+        key = (table, cols)
+        sql = self._sql.get(key)
+        if sql is None:
+            sql = self._sql[key] = (
+                f'INSERT INTO {table} ({", ".join(_q(c) for c in cols)}) VALUES '
+                f'({", ".join(self._param(c) for c in cols)})')
+        return sql
+
+    def _update_sql(self, cols: tuple[str, ...]) -> str:
+        """``UPDATE jobs SET`` the columns but ``_id`` ``WHERE id = _id``, made once."""
+        key = ("UPDATE jobs", cols)
+        sql = self._sql.get(key)
+        if sql is None:
+            sets = ", ".join(f"{_q(c)} = {self._param(c)}" for c in cols if c != "_id")
+            sql = self._sql[key] = f'UPDATE jobs SET {sets} WHERE id = {self._param("_id")}'
+        return sql
+
     def op_insert_jobs(self, rows: list[dict[str, Any]]) -> Op:
         """Plain driver-level ``executemany`` (the SQL expression layer costs more than the
         insert itself at thousands of rows per second; for SQLite, even SQLAlchemy's
         ``exec_driver_sql`` did)."""
         if not rows:
             return lambda conn: None
-        cols = list(rows[0])
-        sql = (f'INSERT INTO jobs ({", ".join(_q(c) for c in cols)}) VALUES '
-               f'({", ".join(self._param(c) for c in cols)})')
-
-        return self._many(sql, rows)
+        return self._many(self._insert_sql("jobs", tuple(rows[0])), rows)
 
     def op_update_jobs(self, rows: list[dict[str, Any]]) -> Op:
         """Rows carry ``_id`` plus the columns to set (the same keys in every row)."""
         if not rows:
             return lambda conn: None
-        cols = [c for c in rows[0] if c != "_id"]
-        sql = (f'UPDATE jobs SET {", ".join(f"{_q(c)} = {self._param(c)}" for c in cols)} '
-               f'WHERE id = {self._param("_id")}')
-        return self._many(sql, rows)
+        return self._many(self._update_sql(tuple(rows[0])), rows)
 
     def op_insert_step(self, row: dict[str, Any]) -> Op:
         """One step row, at the driver level as ``op_insert_jobs`` (one per ``srun``: the
         expression layer cost more than the insert)."""
-        cols = list(row)
-        sql = (f'INSERT INTO steps ({", ".join(_q(c) for c in cols)}) VALUES '
-               f'({", ".join(self._param(c) for c in cols)})')
-        return self._many(sql, [row])
+        return self._many(self._insert_sql("steps", tuple(row)), [row])
 
     def op_update_steps(self, rows: list[dict[str, Any]]) -> Op:
         """Rows carry the key (``job_id``, ``restarts``, ``step_id``) plus
@@ -480,9 +490,7 @@ class Store:
     def op_insert_events(self, rows: list[dict[str, Any]]) -> Op:
         """Job events (``id``, ``time``, ``job_id``, ``array_job_id``, ``user``, ``data``)."""
         cols = ("id", "time", "job_id", "array_job_id", "user", "data")
-        sql = (f'INSERT INTO events ({", ".join(_q(c) for c in cols)}) VALUES '
-               f'({", ".join(self._param(c) for c in cols)})')
-        return self._many(sql, rows)
+        return self._many(self._insert_sql("events", cols), rows)
 
     @staticmethod
     def op_save_tail(row: dict[str, Any]) -> Op:
