@@ -339,11 +339,18 @@ def test_the_agent_feeds_later_steps_straight_to_the_step_server(tmp_path: Path)
     assert sorted(frames_of_one().split(b"\n")) == [b"", b"fed 0", b"fed 1"]
     assert feeds.sent == 1
     assert not feeds.send(7, 0, _launch(1, ["true"], pty=True))  # Python's case
+    # a long step still running when the server ends holds nothing of the FIFO: the
+    # agent's next write fails (EPIPE) instead of vanishing into an unread pipe
+    slow = _launch(lsock.getsockname()[1], ["sh", "-c", "exec sleep 30"], ntasks=1,
+                   tasks=[[0]])
+    assert feeds.send(7, 0, slow)
+    conn, _ = lsock.accept()
     pid = srv.pid
     srv.close()  # the job is ending
     assert os.waitpid(pid, 0)[0] == pid
     assert not (jdir / FIFO).exists()
     assert not feeds.send(7, 0, launch)  # the server is gone: EPIPE, the supervisor's turn
+    conn.close()  # srun gone: the slow step ends
     feeds.forget(7)
     assert not feeds.send(7, 0, launch)
     lsock.close()

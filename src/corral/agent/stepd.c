@@ -719,6 +719,8 @@ static void on_chld_server(int s) {
     errno = e;
 }
 
+static int g_fifo_r = -1, g_fifo_w = -1; /* the server's FIFO ends (serve) */
+
 /* one plan from fd (its 4-byte length, then the plan): fork its step process.
  * 0: end of input; -1: unreadable or malformed */
 static int take_plan(int fd) {
@@ -736,6 +738,12 @@ static int take_plan(int fd) {
     }
     pid_t pid = fork();
     if (pid == 0) {
+        /* the step holds none of the server's inputs: with the server gone, nothing may
+         * keep its FIFO open for reading (the agent's next write must fail, not vanish) */
+        if (g_fifo_r >= 0)
+            close(g_fifo_r);
+        if (g_fifo_w >= 0)
+            close(g_fifo_w);
         int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (nul >= 0 && nul != 0) {
             dup2(nul, 0);
@@ -776,6 +784,8 @@ static int serve(const char *fifo) {
             close(ff);
             ff = -1;
         }
+        g_fifo_r = ff;
+        g_fifo_w = keep;
         if (ff >= 0) {
             fcntl(ff, F_SETPIPE_SZ, 1 << 20); /* room for many plans of a frozen job */
             fcntl(ff, F_SETFL, fcntl(ff, F_GETFL) & ~O_NONBLOCK);
@@ -800,7 +810,7 @@ static int serve(const char *fifo) {
         if (ff >= 0 && (p[1].revents & POLLIN) && take_plan(ff) < 0) {
             dprintf(2, "corral-stepd: bad plan on %s; no longer reading it\n", fifo);
             close(ff);
-            ff = -1;
+            ff = g_fifo_r = -1;
         }
     }
 }
