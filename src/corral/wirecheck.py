@@ -196,15 +196,26 @@ def _dataclass_checker(cls: type) -> Checker:
     required = {f.name for f in fields if f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING}
     slots: dict[str, Checker] = {}
+    quick: dict[str, frozenset[type]] = {}
 
     def check_obj(v: Any, path: str) -> None:
         if not slots:  # filled lazily: a class may refer to itself
             for f in fields:
-                slots[f.name] = checker(hints.get(f.name, Any))
+                hint = hints.get(f.name, Any)
+                slots[f.name] = checker(hint)
+                types_ = _quick_types(hint)
+                if types_:
+                    quick[f.name] = types_
         if not isinstance(v, dict):
             raise FieldError(path or cls.__name__, f"expected an object, got {_kind(v)}")
         prefix = path + "." if path else ""
         for k, x in v.items():
+            q = quick.get(k) if type(k) is str else None
+            if q is not None:  # a plain value its checker would pass: no call, no path
+                tx = type(x)
+                if tx in q and (tx is not int or INT_MIN <= x <= INT_MAX) and (
+                        tx is not float or math.isfinite(x)):
+                    continue
             c = slots.get(k) if isinstance(k, str) else None
             if c is None:
                 raise FieldError(prefix + str(k), f"unknown field of {cls.__name__}")
@@ -213,6 +224,29 @@ def _dataclass_checker(cls: type) -> Checker:
         if missing:
             raise FieldError(prefix + sorted(missing)[0], "required field missing")
     return check_obj
+
+
+_PLAIN: dict[Any, frozenset[type]] = {
+    str: frozenset({str}), int: frozenset({int}), bool: frozenset({bool}),
+    float: frozenset({float, int}),
+}
+
+
+def _quick_types(tp: Any) -> frozenset[type]:
+    """The exact types of JSON values that ``checker(tp)`` passes as they are (ints within
+    64 bits, finite floats): ``str``, ``int``, ``float``, ``bool`` and their optionals;
+    empty for anything else (those values always go through the checker)."""
+    try:
+        if tp in _PLAIN:
+            return _PLAIN[tp]
+    except TypeError:  # an unhashable annotation
+        return frozenset()
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2 and rest[0] in _PLAIN:
+            return _PLAIN[rest[0]] | {type(None)}
+    return frozenset()
 
 
 def check(cls: type, data: Any, path: str = "") -> None:
