@@ -47,9 +47,9 @@ def run_step(kind: str, argv: list[str], *, send: list[tuple[int, int, bytes]] |
              req: LaunchRequest | None = None, switch_user: bool = False,
              groups: tuple[int, ...] = (), server: stepbin.StepServer | None = None,
              **kw: Any) -> list[tuple[int, int, bytes]]:
-    """Run one node's share of a step with ``kind`` ("c", "srv": through a step server,
-    ``server`` or a new one, or "py"); its frames in order. ``send``: frames to send once
-    connected; ``after_output``: once the first output came."""
+    """Run one node's share of a step with ``kind`` ("c": the compiled step process,
+    through ``server`` or a new step server, or "py"); its frames in order. ``send``:
+    frames to send once connected; ``after_output``: once the first output came."""
     lsock = socket.socket()
     lsock.bind(("127.0.0.1", 0))
     lsock.listen(2)
@@ -59,12 +59,8 @@ def run_step(kind: str, argv: list[str], *, send: list[tuple[int, int, bytes]] |
     if kind == "c":
         path = stepbin.binary()
         assert path, "the compiled step process did not build"
-        plan = stepbin.plan_for(launch, req, "n1", {}, switch_user, groups, None)
-        assert plan is not None
-        pid = stepbin.spawn(path, plan, None)
-    elif kind == "srv":
         own = server is None
-        srv = server or stepbin.StepServer(str(stepbin.binary()), None)
+        srv = server or stepbin.StepServer(path, None)
         plan = stepbin.plan_for(launch, req, "n1", {}, switch_user, groups, None)
         assert plan is not None
         srv.send(plan)
@@ -96,7 +92,7 @@ def run_step(kind: str, argv: list[str], *, send: list[tuple[int, int, bytes]] |
                     conn.sendall(sp.pack(*g))
                 pending = []
     conn.close()
-    if kind == "srv":  # the step process is the server's child; the server ends with its pipe
+    if kind == "c":  # the step process is the server's child; the server ends with its pipe
         if own:
             srv.close()
             _, status = os.waitpid(pid, 0)
@@ -150,7 +146,6 @@ def test_compiled_and_python_step_processes_send_the_same(name: str) -> None:
     got_c = _norm(run_step("c", **case))
     got_py = _norm(run_step("py", **case))
     assert got_c == got_py
-    assert _norm(run_step("srv", **case)) == got_py
 
 
 def test_one_step_server_runs_the_steps_of_a_job_and_outlives_its_signals() -> None:
@@ -159,12 +154,12 @@ def test_one_step_server_runs_the_steps_of_a_job_and_outlives_its_signals() -> N
     when its pipe closes."""
     srv = stepbin.StepServer(str(stepbin.binary()), None)
     try:
-        first = _norm(run_step("srv", server=srv, **CASES["output-and-codes"]))
+        first = _norm(run_step("c", server=srv, **CASES["output-and-codes"]))
         pid = srv.pid
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
                     signal.SIGTSTP, signal.SIGSEGV):
             os.kill(pid, sig)
-        assert _norm(run_step("srv", server=srv, **CASES["output-and-codes"])) == first
+        assert _norm(run_step("c", server=srv, **CASES["output-and-codes"])) == first
         assert srv.pid == pid  # the same server took the second step
         # two steps at once: a long one does not hold up the next
         lsock = socket.socket()
@@ -177,19 +172,19 @@ def test_one_step_server_runs_the_steps_of_a_job_and_outlives_its_signals() -> N
         srv.send(slow)
         lsock.settimeout(20)
         conn, _ = lsock.accept()
-        frames = _norm(run_step("srv", server=srv, **CASES["task-env"]))
+        frames = _norm(run_step("c", server=srv, **CASES["task-env"]))
         assert frames == _norm(run_step("py", **CASES["task-env"]))
         conn.close()  # srun gone: the slow step's task is killed
         os.kill(pid, signal.SIGKILL)
         assert os.waitpid(pid, 0)[0] == pid
         srv.gone(pid)
-        assert _norm(run_step("srv", server=srv, **CASES["output-and-codes"])) == first
+        assert _norm(run_step("c", server=srv, **CASES["output-and-codes"])) == first
         assert srv.pid not in (0, pid)
         # a write to a server that died unseen starts another one
         dead = srv.pid
         os.kill(dead, signal.SIGKILL)
         os.waitpid(dead, 0)
-        assert _norm(run_step("srv", server=srv, **CASES["output-and-codes"])) == first
+        assert _norm(run_step("c", server=srv, **CASES["output-and-codes"])) == first
         assert srv.pid not in (0, dead)
     finally:
         last = srv.pid
@@ -368,18 +363,17 @@ def test_the_command_is_searched_on_the_tasks_own_path(tmp_path: Path) -> None:
     _prog(second / "corral-probe", "#!/bin/sh\necho found $SLURM_PROCID\n")
     _prog(second / "corral-plain", "echo plain $SLURM_PROCID\n")  # no #! line
     env = {"PATH": f"{first}:{second}:/usr/bin:/bin", "HOME": "/tmp"}
-    for kind in ("c", "srv", "py"):
+    for kind in ("c", "py"):
         frames = run_step(kind, ["corral-probe"], env=env)
         out = b"".join(p for k, _t, p in frames if k == sp.STDOUT)
         assert sorted(out.split(b"\n")) == [b"", b"found 0", b"found 1"], (kind, frames)
-    for kind in ("c", "srv"):
-        frames = run_step(kind, ["corral-plain"], env=env)
-        out = b"".join(p for k, _t, p in frames if k == sp.STDOUT)
-        assert sorted(out.split(b"\n")) == [b"", b"plain 0", b"plain 1"], (kind, frames)
-        frames = run_step(kind, ["corral-nowhere"], env=env)
-        err = b"".join(p for k, _t, p in frames if k == sp.STDERR)
-        assert b"execve(): corral-nowhere: No such file or directory" in err
-        assert {json.loads(p)["exit_code"] for k, _t, p in frames if k == sp.EXIT} == {2}
-        frames = run_step(kind, [str(first / "corral-probe")], env=env)  # a path: as is
-        err = b"".join(p for k, _t, p in frames if k == sp.STDERR)
-        assert b"Permission denied" in err, frames
+    frames = run_step("c", ["corral-plain"], env=env)
+    out = b"".join(p for k, _t, p in frames if k == sp.STDOUT)
+    assert sorted(out.split(b"\n")) == [b"", b"plain 0", b"plain 1"], frames
+    frames = run_step("c", ["corral-nowhere"], env=env)
+    err = b"".join(p for k, _t, p in frames if k == sp.STDERR)
+    assert b"execve(): corral-nowhere: No such file or directory" in err
+    assert {json.loads(p)["exit_code"] for k, _t, p in frames if k == sp.EXIT} == {2}
+    frames = run_step("c", [str(first / "corral-probe")], env=env)  # a path: as is
+    err = b"".join(p for k, _t, p in frames if k == sp.STDERR)
+    assert b"Permission denied" in err, frames

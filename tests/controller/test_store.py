@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -171,17 +172,31 @@ def test_nodes_meta_steps_and_history_filters(db_url: str) -> None:
 
 
 def test_history_by_name_uses_the_name_index(tmp_path: Path) -> None:
-    """sacct --name never scans the jobs table (SQLite's plan for the store's query)."""
+    """sacct --name never scans the jobs table: SQLite's plan of the statement the store
+    itself runs for ``history(names=...)`` (with and without the lifetime window)."""
     import sqlalchemy as sa
 
     st = Store(f"sqlite:///{tmp_path / 'c.db'}")
     st.open()
-    from corral.controller.store import jobs
+    seen: list[tuple[str, Any]] = []
 
-    q = sa.select(jobs).where(jobs.c.name.in_(["a", "b"])).order_by(jobs.c.id)
-    with st.engine.connect() as conn:
-        plan = " ".join(str(r[-1]) for r in conn.execute(
-            sa.text("EXPLAIN QUERY PLAN "
-                    + str(q.compile(compile_kwargs={"literal_binds": True})))))
+    @sa.event.listens_for(st.engine, "before_cursor_execute")
+    def grab(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+             many: bool) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            seen.append((statement, params))
+
+    for kw in ({}, {"since": 0.0}):
+        seen.clear()
+        st.history(names=["a", "b"], **kw)
+        assert len(seen) == 1
+        statement, params = seen[0]
+        raw = st.engine.raw_connection()
+        try:
+            plan = " ".join(str(r[-1]) for r in raw.cursor().execute(
+                "EXPLAIN QUERY PLAN " + statement, params).fetchall())
+        finally:
+            raw.close()
+        assert "USING INDEX ix_jobs_name" in plan, (kw, plan)
+        assert "SCAN jobs" not in plan, (kw, plan)
     st.close()
-    assert "SEARCH jobs USING INDEX ix_jobs_name" in plan, plan

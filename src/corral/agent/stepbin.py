@@ -1,8 +1,10 @@
-"""The compiled step process (``stepd.c``): its build, and the plan the supervisor gives it.
+"""The compiled step process (``stepd.c``): its build, the plan it is given, and the job's
+step server that runs it.
 
 A step's share of a node is started either by forking the Python step process
-(``corral.agent.stepd``) or, for the common case, by spawning ``stepd.c``'s binary and
-writing it a *plan*: everything the Python step process would compute before its first
+(``corral.agent.stepd``) or, for the common case, by writing a *plan* to the job's step
+server on the node (``StepServer``, ``stepd.c serve``), which forks a step process for
+it: everything the Python step process would compute before its first
 fork — each task's environment (``stepd.task_environment`` plus the CPU binding's
 variables), CPUs (``cpubind.bind_task``), stdin mode and file names
 (``stepd.expand``) — so that the binary only connects, forks, execs and relays. Same
@@ -19,7 +21,8 @@ cache directory (``/var/cache/corral`` for root, else ``$XDG_CACHE_HOME/corral``
 the source's hash, written under a temporary name and renamed; no compiler, or a build
 that fails, means the Python step process for every step (logged once).
 
-Plan format: netstrings (``<len>:<bytes>,``) in the order ``stepd.c``'s ``main`` reads them.
+Plan format: netstrings (``<len>:<bytes>,``) in the order ``stepd.c``'s ``run_plan`` reads
+them; on the server's inputs each plan is preceded by its length (``frame_of``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from corral.protocol import step as sp
 SOURCE = Path(__file__).with_name("stepd.c")
 CFLAGS = ("-O2", "-std=gnu99", "-Wall", "-D_FORTIFY_SOURCE=2", "-fstack-protector-strong")
 _built: dict[str, str | None] = {}
+_last: tuple[tuple[int, int, int], str | None] | None = None  # (source stat, binary())
 
 
 def cache_dir() -> Path:
@@ -53,14 +57,23 @@ def cache_dir() -> Path:
 
 def binary(log: Any = None) -> str | None:
     """The compiled step process's path (built on first use), or None."""
+    global _last
     if os.environ.get("CORRAL_PY_STEPD"):
         return None  # forced: the Python step process (tests compare the two)
+    try:  # asked once per step: the source is read again only when it changed
+        st = SOURCE.stat()
+    except OSError:
+        return None
+    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    if _last is not None and _last[0] == key:
+        return _last[1]
     try:
         text = SOURCE.read_bytes()
     except OSError:
         return None
     digest = hashlib.sha256(text + " ".join(CFLAGS).encode()).hexdigest()[:16]
     if digest in _built:
+        _last = (key, _built[digest])
         return _built[digest]
     out = cache_dir() / f"corral-stepd-{digest}"
     path: str | None = str(out)
@@ -72,6 +85,7 @@ def binary(log: Any = None) -> str | None:
                 log(f"compiled step process not available ({exc}); using the Python one")
             path = None
     _built[digest] = path
+    _last = (key, path)
     return path
 
 
@@ -186,30 +200,6 @@ def plan_for(launch_json: dict[str, Any], req: LaunchRequest, node_name: str,
                 _net("1" if per_task and not launch.append else "0"), _net(str(len(items))),
                 *(_net(i) for i in items)]
     return b"".join(out)
-
-
-def spawn(path: str, plan: bytes, attach: Any) -> int:
-    """Start the binary, ``attach(pid)`` it (the job's cgroup) before it reads its plan,
-    then hand the plan over; the binary's pid."""
-    r, w = os.pipe()
-    try:
-        pid = os.posix_spawn(path, [path], {}, file_actions=[
-            (os.POSIX_SPAWN_DUP2, r, 0), (os.POSIX_SPAWN_CLOSE, w)])
-    except OSError:
-        os.close(r)
-        os.close(w)
-        raise
-    os.close(r)
-    try:
-        if attach is not None:
-            attach(pid)
-        view = memoryview(plan)
-        while view:
-            n = os.write(w, view)
-            view = view[n:]
-    finally:
-        os.close(w)
-    return pid
 
 
 class StepServer:

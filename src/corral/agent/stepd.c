@@ -1,10 +1,15 @@
 /* Corral's compiled step process: one node's share of an srun step, without Python.
  *
- * The job's supervisor (corral/agent/supervisor.py) spawns it, puts it in the job's cgroup
- * and writes the step's plan to its stdin (corral/agent/stepbin.py builds it: everything
- * stepd.py would compute — each task's environment, CPUs, files — is computed there).
- * Then this program does what corral/agent/stepd.py's StepProcess.run does, with the same
- * frames (corral/protocol/step.py) and the same messages:
+ * Run as "corral-stepd serve [FIFO]", it is a job's step server on one node: the job's
+ * supervisor (corral/agent/supervisor.py, corral/agent/stepbin.py's StepServer) spawns it
+ * with the job's first step, puts it in the job's cgroup, and writes it one *plan* per
+ * step on its stdin, each preceded by its length (4 bytes, big-endian); with FIFO it also
+ * reads plans the node's agent writes there (corral/agent/stepfeed.py). A plan holds
+ * everything stepd.py would compute — each task's environment, CPUs, files (stepbin.py
+ * builds it). For each plan the server forks a step process (a fork of this small
+ * program, not an exec of a new one: dynamic loading and CPU feature probing were most of
+ * a step's CPU time on a virtual machine), which does what corral/agent/stepd.py's
+ * StepProcess.run does, with the same frames (corral/protocol/step.py) and messages:
  *
  * 1. connect to srun's I/O address (numeric IPv4) and send the HELLO the plan carries;
  * 2. start each task: own process group, default signal dispositions, its CPUs, the job's
@@ -16,18 +21,11 @@
  *    (EXIT) and, once all are gone and their output drained (at most 0.5 s after the last
  *    exit), the node's usage (DONE); srun's connection breaking kills the tasks.
  *
- * The plan is a sequence of netstrings ("<len>:<bytes>,"); any malformed plan ends the
- * program with status 3 before anything runs. Termination signals are ignored here (they
- * reach the tasks directly, as for the Python step process); SIGKILL ends it.
- *
- * Started as "corral-stepd serve", it is the job's step server on this node instead: the
- * supervisor spawns it once per job (in the job's cgroup) and writes it one plan per step,
- * each preceded by its length (4 bytes, big-endian); the server forks a child per plan
- * that runs the step as above. "serve FIFO" also takes plans on that FIFO, which the node's
- * agent writes directly (no supervisor in between). A step then costs a fork of this small process rather
- * than an exec of a new one (its dynamic loading and CPU feature probing are most of its
- * CPU time on a virtual machine). The server ignores every signal it can (the job's
- * signals are for the tasks), reaps its children, and exits when the pipe closes.
+ * The plan is a sequence of netstrings ("<len>:<bytes>,"); a malformed plan ends its step
+ * process with status 3 before anything runs. The server and its step processes ignore
+ * the termination signals (they reach the tasks directly, as for the Python step
+ * process); SIGKILL ends them. The server reaps its children and exits when its stdin
+ * closes.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -124,32 +122,6 @@ static int read_full(int fd, void *buf, size_t n) {
         got += (size_t)r;
     }
     return 1;
-}
-
-static void read_plan(void) {
-    size_t cap = 65536;
-    g_plan = malloc(cap);
-    if (!g_plan)
-        fail("out of memory");
-    for (;;) {
-        if (g_plan_len == cap) {
-            if (cap >= PLAN_MAX)
-                fail("plan too large");
-            cap *= 2;
-            char *p = realloc(g_plan, cap);
-            if (!p)
-                fail("out of memory");
-            g_plan = p;
-        }
-        ssize_t r = read(0, g_plan + g_plan_len, cap - g_plan_len);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            fail("cannot read the plan");
-        if (r == 0)
-            break;
-        g_plan_len += (size_t)r;
-    }
 }
 
 /* ---- frames to srun ----------------------------------------------------------------- */
@@ -371,6 +343,18 @@ static double mono(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* SIGCHLD to handler (restarting, not for stops), every signal unblocked */
+static void catch_children(void (*handler)(int)) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
 /* ---- one step: the plan in g_plan ---------------------------------------------------- */
 static int run_plan(void) {
     char *io_addr = field(NULL);
@@ -435,14 +419,7 @@ static int run_plan(void) {
         signal(ignored[i], SIG_IGN);
     if (pipe2(g_chld, O_CLOEXEC | O_NONBLOCK) != 0)
         fail("pipe");
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_chld;
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigaction(SIGCHLD, &sa, NULL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    catch_children(on_chld);
 
     /* connect */
     char host[64];
@@ -768,14 +745,7 @@ static int serve(const char *fifo) {
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP && s != SIGCHLD)
             signal(s, SIG_IGN);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_chld_server;
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigaction(SIGCHLD, &sa, NULL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    catch_children(on_chld_server);
     int ff = -1;
     if (fifo && *fifo) {
         ff = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -816,8 +786,7 @@ static int serve(const char *fifo) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "serve"))
-        return serve(argc > 2 ? argv[2] : NULL);
-    read_plan();
-    return run_plan();
+    if (argc < 2 || strcmp(argv[1], "serve"))
+        fail("usage: corral-stepd serve [FIFO]");
+    return serve(argc > 2 ? argv[2] : NULL);
 }
