@@ -93,6 +93,31 @@ def test_a_leader_that_cannot_renew_steps_down_before_the_lease_ends(pg_url: str
     asyncio.run(scenario())
 
 
+def test_a_silent_lock_holder_is_ended_once_the_lease_is_long_expired(pg_url: str) -> None:
+    """A leader cut off without its connection closing (a partition, a dead host) keeps
+    its database session, and the lock, until the server's keepalive gives up: the
+    standby ends that session once the lease is over by more than ``lease_s``."""
+    st = Store(pg_url)
+    st.open()
+    st.close()
+
+    async def scenario() -> None:
+        a, b = _seat(pg_url, "a", lease_s=1.0), _seat(pg_url, "b", lease_s=1.0)
+        epoch_a = await a.acquire()
+        t0 = time.monotonic()  # a never renews: its session stays open and silent
+        epoch_b = await asyncio.wait_for(b.acquire(), timeout=10)
+        took = time.monotonic() - t0
+        assert epoch_b == epoch_a + 1
+        assert 2.0 - 0.1 <= took <= 2.0 + 1.5, took  # the lease, then lease_s more
+        with pytest.raises(Exception):  # a's session was ended by the server
+            await a._call(a._read)
+        await b.release()
+        await a.close()
+        await b.close()
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.parametrize("n", [3])
 def test_controllers_starting_together_migrate_once(pg_url: str, n: int) -> None:
     import threading

@@ -277,28 +277,35 @@ class TcpProxy:
                 dst.sendall(data)
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.close()
-            except OSError:
-                pass
+        _shut(src, dst)
 
     def cut(self) -> None:
-        import socket
-
         self.cut_off = True
         with self.lock:
-            for s in self.socks:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
+            _shut(*self.socks)
             self.socks.clear()
 
     def close(self) -> None:
         self.cut()
         self.listener.close()
+
+
+def _shut(*socks: Any) -> None:
+    """Shut every socket down, then close it: a plain close while another thread is
+    blocked in ``recv`` on it sends nothing (the kernel keeps the connection for that
+    call), so the far end would never see it end."""
+    import socket
+
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    for s in socks:
+        try:
+            s.close()
+        except OSError:
+            pass
 
 
 def fill_held(url: str, n: int, base: int) -> None:

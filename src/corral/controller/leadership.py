@@ -6,6 +6,10 @@ Algorithm (PostgreSQL; a SQLite store has one controller, which always leads):
    ``pg_try_advisory_lock(LOCK_KEY)`` every ``poll_s``. PostgreSQL gives the lock to one
    session and frees it the moment that session ends: a ``kill -9`` of the leader closes
    its socket, its backend exits, the lock is free at once.
+   A holder cut off without a closed connection (a partition, a dead host) keeps its
+   backend, and the lock, until the server's keepalive gives up; a standby that finds
+   the lease expired for more than ``lease_s`` with the lock still held ends that
+   backend (``pg_terminate_backend``: the same database role may).
 2. **The lease.** The lock holder takes over only once the lease row (``leader``, id 1)
    has expired by the database's clock: it then bumps the fencing ``epoch`` and writes
    itself in as holder with ``expires = now + lease_s``. The leader renews every
@@ -174,7 +178,9 @@ class Leadership:
         conn = self._session()
         self._beat()
         if not conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({LOCK_KEY})").scalar():
-            self.info = self._read()
+            self.info = info = self._read()
+            if info is not None and info.now > info.expires + self.lease_s:
+                self._evict_lock_holder()
             return None, self.poll_s
         with self.engine.begin() as tx:
             row = tx.exec_driver_sql(
@@ -192,6 +198,22 @@ class Leadership:
                 {"e": new, "h": self.holder, "u": self.advertise, "lease": self.lease_s})
         self.renewed_at = time.monotonic()
         return new, 0.0
+
+    def _evict_lock_holder(self) -> None:
+        """The lease ran out more than ``lease_s`` ago and the lock is still held: its
+        holder is a session the server has not yet seen die (a leader cut off without a
+        closed connection lingers until the server's TCP keepalive gives up, two hours
+        by the kernel's default). A live holder would have renewed (a leader) or taken
+        over (a standby) long since, and a deposed leader's writes are fenced by the
+        epoch, so ending that session is safe; it frees the lock for this standby."""
+        rows = self._session().exec_driver_sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+            f"AND granted AND classid = 0 AND objid = {LOCK_KEY} AND objsubid = 1 "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND pid <> pg_backend_pid()").all()
+        if rows:
+            log.warning("standby: the lease expired but the leadership lock was still "
+                        "held by a silent database session; ended it")
 
     def _renew(self, epoch: int) -> bool:
         started = time.monotonic()
