@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from corral.config.load import parse_config
@@ -96,3 +98,28 @@ def test_image_pull_request_is_checked() -> None:
         with pytest.raises(ApiError) as exc:
             pull_images({"n1": Conn()}, {"n1"}, cfg, who, ref, nodes)
         assert why in exc.value.message
+
+
+def test_only_pending_image_jobs_are_revisited_when_a_cache_changes(tmp_path: Path) -> None:
+    """The controller keeps its pending container jobs apart (``pending_images``), so a
+    node's cache report revisits those, not every pending job (an agent's hello after a
+    controller restart did that for each of 1,000 nodes over 100,000 pending jobs)."""
+    from corral.controller.records import JobRecord
+    from corral.controller.service import Controller
+    from corral.controller.store import Store
+    from corral.core.model.job import JobState
+
+    store = Store(f"sqlite:///{tmp_path / 'c.db'}")
+    ctl = Controller(parse_config({}), tmp_path, store)
+    img = JobRecord(id=1, sub=sub(spec("127.0.0.1:5000/a:1")), submit_time=0.0)
+    plain = JobRecord(id=2, sub=JobSubmission(spec=JobSpec(), workdir="/"), submit_time=0.0)
+    bundle = JobRecord(id=3, sub=sub(spec("/srv/rootfs")), submit_time=0.0)
+    for rec in (img, plain, bundle):
+        ctl._place(rec)
+    assert set(ctl.pending) == {1, 2, 3} and list(ctl.pending_images) == [1]
+    img.state = JobState.RUNNING
+    ctl._place(img)
+    assert ctl.pending_images == {} and set(ctl.running) == {1}
+    img.state = JobState.PENDING  # requeued
+    ctl._place(img)
+    assert list(ctl.pending_images) == [1]

@@ -217,8 +217,10 @@ class AgentHub:
             if ready:
                 await ctl.persist(updates=ready)
         if isinstance(hello.get("images"), list):
-            node.images = images_from_agent(hello["images"])
-            refresh_preferences(ctl.pending.values(), ctl.nodes.nodes)
+            images = images_from_agent(hello["images"])
+            if images != node.images:
+                node.images = images
+                refresh_preferences(ctl.pending_images.values(), ctl.nodes.nodes)
         if isinstance(hello.get("container_tools"), dict):
             node.container_tools = {str(k): str(v) for k, v in hello["container_tools"].items()}
         old = self.conns.pop(name, None)
@@ -299,7 +301,8 @@ class AgentHub:
                                             list(m["container_tools"].items())[:16]}
                 if node is not None and isinstance(m.get("images"), list):
                     node.images = images_from_agent(m["images"])
-                    if refresh_preferences(self.ctl.pending.values(), self.ctl.nodes.nodes):
+                    if refresh_preferences(self.ctl.pending_images.values(),
+                                           self.ctl.nodes.nodes):
                         self.ctl.sched.trigger()
             else:
                 log.debug("agent %s: unknown message %r", conn.node, t)

@@ -28,6 +28,7 @@ from corral.config.schema import ClusterConfig
 from corral.controller import allocations, intake
 from corral.controller.auth import Identity
 from corral.controller.errors import ApiError, is_number, job_number
+from corral.controller.images import image_of
 from corral.controller.metrics import Metrics
 from corral.controller.nodes import NodeTable
 from corral.controller.records import JobRecord
@@ -64,6 +65,9 @@ class Controller:
         self.token_minter: Callable[[str, int, int, int], str] | None = None
         self.jobs: dict[int, JobRecord] = {}  # active + recently finished
         self.pending: dict[int, JobRecord] = {}
+        # the pending jobs that run in a cached image (registry or SIF): the only ones
+        # whose preferred nodes change when a node's image cache does
+        self.pending_images: dict[int, JobRecord] = {}
         self.running: dict[int, JobRecord] = {}
         self.suspended: set[int] = set()  # SUSPENDED jobs (preemption mode SUSPEND)
         # not root: jobs run only as this user (intake refuses others at submit)
@@ -309,6 +313,7 @@ class Controller:
     def _place(self, rec: JobRecord) -> None:
         """Keep the pending/running maps in step with the record's state."""
         self.pending.pop(rec.id, None)
+        self.pending_images.pop(rec.id, None)
         self.running.pop(rec.id, None)
         if rec.state is JobState.SUSPENDED:
             self.suspended.add(rec.id)
@@ -316,6 +321,8 @@ class Controller:
             self.suspended.discard(rec.id)
         if rec.state is JobState.PENDING:
             self.pending[rec.id] = rec
+            if "container" in rec.sub.extra and image_of(rec):
+                self.pending_images[rec.id] = rec
             if rec.sub.extra.get("reservation"):  # --reservation: for the scheduler
                 self.reservations.note_job(rec.id, rec.sub.extra["reservation"])
         elif rec.state.is_active:
