@@ -156,3 +156,42 @@ def test_sif_job_runs_with_apptainer(ccluster: Cluster, registry: Registry,
     wait_for(prepulled, 30, what="the pre-pulled SIF in corral images")
     node = ccluster.client.nodes()[0]
     assert "apptainer" in (node.get("container_tools") or {}), node
+
+
+def test_pending_job_image_is_pulled_before_its_node_frees_up(
+        ccluster: Cluster, registry: Registry, test_user: pwd.struct_passwd) -> None:
+    """The only node is busy with an exclusive job; a container job waits behind it. The
+    scheduler plans it on that node, so the node pulls its image while the first job
+    still runs (corral images lists it, the job says so); when the node frees up, the
+    job starts from the cache."""
+    env = dict(os.environ, CORRAL_SOCKET=str(ccluster.sock))
+    ref = registry.push_busybox("e2e/early:1", os_name="Early Pull")
+    gate = ccluster.work / "early-gate"
+    blocker = ccluster.submit(f"while [ ! -e {gate} ]; do sleep 0.05; done", user=USER,
+                              exclusive=True)
+    ccluster.wait_state(blocker, "RUNNING")
+    spec = ContainerSpec(parse_image(ref)).to_text()
+    out = ccluster.work / "early-%j.out"
+    jid = ccluster.submit(". /etc/os-release; echo os=$NAME uid=$(id -u)", user=USER,
+                          stdout=str(out), extra={"container": spec})
+
+    def listed() -> bool:
+        rows = json.loads(corral("images", "--json", env=env).stdout)
+        return any(row["image"] == ref for row in rows)
+
+    wait_for(listed, 60, interval=0.1, what="the pending job's image in corral images")
+    assert ccluster.job(blocker)["state"] == "RUNNING"
+    assert ccluster.job(jid)["state"] == "PENDING"
+    done = f"{ref} pulled ahead of the start"
+    job = wait_for(lambda: (lambda j: j if j["image_prefetch"].get("testnode") == done
+                            else None)(ccluster.job(jid)), 30, interval=0.1,
+                   what="the early pull's end on the job")
+    assert job["state"] == "PENDING", job
+    shown = corral("show", str(jid), env=env).stdout
+    assert "Image pull" in shown and f"testnode: {done}" in shown, shown
+    gate.touch()
+    job = ccluster.wait_done(jid, timeout=60)
+    assert job["state"] == "COMPLETED", (job, ccluster.logs())
+    assert (ccluster.work / f"early-{jid}.out").read_text().strip() == \
+        f"os=Early Pull uid={test_user.pw_uid}"
+    assert "cached" in job["container"] and "pulled)" not in job["container"], job

@@ -142,7 +142,9 @@ class AgentDaemon:
         import threading
 
         threading.Thread(target=probe, name="container-tools", daemon=True).start()
-        self._pulls: list[Any] = []  # corral image pull children
+        from corral.agent.pulls import Pulls
+
+        self.pulls = Pulls(self.containers)  # image pull children (corral.agent.pulls)
         self._images_sent: list[dict[str, Any]] | None = None
         self.launches = 0
         self.launch_s = 0.0  # time spent in JobRunner.launch (reported in heartbeats)
@@ -323,8 +325,7 @@ class AgentDaemon:
 
     def images_report(self, force: bool = False) -> list[dict[str, Any]] | None:
         """This node's image cache (``corral images``), or None when unchanged since the
-        last report; also reaps finished ``corral image pull`` children."""
-        self._pulls = [p for p in self._pulls if p.poll() is None]
+        last report."""
         cache_dir = self.containers.cache_dir
         if not cache_dir or not os.path.isdir(os.path.join(cache_dir, "images")):
             rows: list[dict[str, Any]] = []
@@ -349,30 +350,28 @@ class AgentDaemon:
         self._tools_sent = True
         return dict(self._tools)
 
-    def pull_image(self, ref: str, uid: Any = None, gid: Any = None) -> None:
-        """``corral image pull``: a child process fills the cache (the agent's loop never
-        waits for a registry); a SIF is opened with the asking user's ``uid``/``gid``."""
-        import json
-        import subprocess
-        import sys
+    def pull_image(self, ref: str, uid: Any = None, gid: Any = None,
+                   early: bool = False) -> None:
+        """``corral image pull`` (``early``: the controller's pull of a pending job's
+        image, which leaves a cached one as it is): a child process fills the cache (the
+        agent's loop never waits for a registry); a SIF is opened with ``uid``/``gid``."""
+        why = self.pulls.start(ref, uid, gid, early=early)
+        if why:
+            log.warning("image pull of %s refused: %s", ref, why)
 
-        if len(self._pulls) >= 4:
-            log.warning("image pull of %s refused: 4 pulls already running", ref)
+    def _report_pulls(self) -> None:
+        """Send the pulls' progress and ends (``image_pull_state``); with the image list
+        when one ended, so the controller sees the image as soon as it is there."""
+        if not len(self.pulls) and not self.pulls.pending_refusals():
             return
-        c = self.containers
-        args = json.dumps({"cache_dir": c.cache_dir, "max_mb": c.cache_max_mb,
-                           "insecure": list(c.insecure), "skopeo": c.skopeo,
-                           "pull_timeout_s": c.pull_timeout_s, "ref": ref,
-                           "apptainer": c.apptainer,
-                           "uid": int(uid) if isinstance(uid, int) else None,
-                           "gid": int(gid) if isinstance(gid, int) else None})
-        try:
-            self._pulls.append(subprocess.Popen(
-                [sys.executable, "-c", "import sys; from corral.agent.images import pull_main; "
-                 "sys.exit(pull_main())", args], stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        except OSError as exc:
-            log.warning("image pull of %s: %s", ref, exc)
+        changes = self.pulls.poll()
+        if not changes:
+            return
+        msg: dict[str, Any] = {"t": "image_pull_state", "pulls": changes}
+        if any(c["state"] == "done" for c in changes):
+            images = self.images_report(force=True)
+            msg["images"] = images or []
+        self._send(msg)
 
     # ---- message handling -------------------------------------------------------------
 
@@ -428,7 +427,8 @@ class AgentDaemon:
                             "step_id": launch.get("step_id"),
                             "message": f"job {jid} is not running on {self.node}"})
         elif t == "image_pull":
-            self.pull_image(str(msg.get("ref", "")), msg.get("uid"), msg.get("gid"))
+            self.pull_image(str(msg.get("ref", "")), msg.get("uid"), msg.get("gid"),
+                            early=bool(msg.get("early")))
         elif t == "time_limit":
             self.runner.update_time_limit(int(msg["job_id"]), msg.get("time_limit_s"))
         elif t == "ack":
@@ -543,6 +543,7 @@ class AgentDaemon:
             while True:
                 await asyncio.sleep(0.25)
                 self._collect_exits()
+                self._report_pulls()
 
         fd = self.runner.fileno()
         batch = getattr(self.runner, "batch", contextlib.nullcontext)

@@ -502,7 +502,10 @@ def pull_main(argv: list[str] | None = None) -> int:
     """``corral image pull`` on a node: a child of the agent pulls (or refreshes) one
     reference into the cache, or unpacks a SIF (opened as ``uid``/``gid``) with
     Apptainer. argv[0]: JSON {cache_dir, max_mb, insecure, skopeo, pull_timeout_s, ref,
-    apptainer, uid, gid}. Exit 0 when the image is in the cache."""
+    apptainer, uid, gid, refresh, progress}: ``refresh`` false (an early pull, for a
+    pending job) leaves a cached reference as it is; ``progress`` prints each progress
+    note as a ``P <note>`` line (``corral.agent.pulls`` reads them). Exit 0 (the digest
+    printed) when the image is in the cache."""
     import sys
 
     from corral.containers.spec import ContainerError, parse_image
@@ -524,7 +527,11 @@ def pull_main(argv: list[str] | None = None) -> int:
                 raise ImageError(str(exc)) from None
             print(digest)
             return 0
-        image = cache.resolve(ref, refresh=True)
+        def note(text: str) -> None:
+            print(f"P {text}", flush=True)
+
+        image = cache.resolve(ref, refresh=bool(args.get("refresh", True)),
+                              progress=note if args.get("progress") else None)
     except (ContainerError, ImageError, OSError) as exc:
         print(f"corral image pull: {exc}", file=sys.stderr)
         return 1

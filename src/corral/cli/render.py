@@ -193,6 +193,9 @@ def job_sections(job: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, str]
         status.append(("Warning", text(job.get("warning"))))
     if job.get("container"):  # the image, its digest and whether the node had it cached
         status.append(("Container", text(job.get("container"))))
+    if job.get("image_prefetch"):  # early pulls of a pending job's image (per node)
+        status.append(("Image pull", "; ".join(
+            f"{node}: {note}" for node, note in sorted(dict(job["image_prefetch"]).items()))))
     if job.get("restarts"):
         status.append(("Restarts", text(job.get("restarts"))))
 

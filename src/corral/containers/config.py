@@ -34,6 +34,12 @@ class ContainersConfig:
     allow_remap_root: bool = False  # --container-remap-root (a user namespace; no privilege)
     pull_timeout_s: float = 900.0  # a pull that takes longer fails the job
     writable_tmp_mb: int = 1024  # size of the tmpfs behind a --container-writable root
+    # early pulls (corral.controller.prefetch): a pending job's image is pulled on the
+    # nodes it is planned on when its planned start is at most prefetch_horizon_s away,
+    # at most prefetch_per_node such pulls at once on a node
+    prefetch: bool = True
+    prefetch_horizon_s: float = 1800.0
+    prefetch_per_node: int = 2
 
 
 def check(cfg: ContainersConfig) -> list[tuple[str, str]]:
@@ -51,6 +57,11 @@ def check(cfg: ContainersConfig) -> list[tuple[str, str]]:
         out.append(("apptainer", f"must be an absolute path, got {cfg.apptainer!r}"))
     if cfg.pull_timeout_s <= 0:
         out.append(("pull_timeout_s", "must be positive"))
+    if cfg.prefetch_horizon_s < 0:
+        out.append(("prefetch_horizon_s", "must not be negative"))
+    if cfg.prefetch_per_node < 1:
+        out.append(("prefetch_per_node", "must be at least 1 (prefetch = false turns early "
+                                         "pulls off)"))
     if cfg.writable_tmp_mb < 1:
         out.append(("writable_tmp_mb", "must be at least 1"))
     for key in ("allowed_registries", "insecure_registries"):

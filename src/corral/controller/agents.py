@@ -255,6 +255,7 @@ class AgentHub:
             if self.conns.get(name) is conn:
                 del self.conns[name]
                 ctl.nodes.disconnected(name)
+                ctl.prefetch.node_gone(name)
                 ctl.metrics.agents_connected.set(len(self.conns))
                 log.info("agent %s disconnected", name)
             await conn.close()
@@ -290,6 +291,13 @@ class AgentHub:
                     rec.container = str(m.get("note") or "")[:500]
                     rec.touch()
                     await self.ctl.persist(updates=[rec])
+            elif t == "image_pull_state":  # pulls' progress and ends (early pulls)
+                node = self.ctl.nodes.nodes.get(conn.node)
+                if node is not None and isinstance(m.get("images"), list):
+                    node.images = images_from_agent(m["images"])
+                    if refresh_preferences(self.ctl.pending.values(), self.ctl.nodes.nodes):
+                        self.ctl.sched.trigger()
+                self.ctl.prefetch.report(conn.node, m.get("pulls"), time.time())
             elif t == "heartbeat":
                 node = self.ctl.nodes.nodes.get(conn.node)
                 if node is not None and isinstance(m.get("stats"), dict):

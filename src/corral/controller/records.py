@@ -87,6 +87,9 @@ class JobRecord:
     # nodes whose image cache holds this pending container job's image: tried first
     # (JobSpec.prefer_nodes of the core view; corral.controller.images; not persisted)
     prefer: tuple[str, ...] = ()
+    # early pulls of this pending job's image: node -> what happens there
+    # (corral.controller.prefetch; not persisted)
+    image_prefetch: dict[str, str] = field(default_factory=dict)
     event_state: str = ""  # the state the last job event announced ("": none yet)
     tail_text: str = ""  # a large array's compact remainder (``arraytail.ArrayTail.view``)
     _core: Job | None = None
@@ -295,6 +298,7 @@ class JobRecord:
             "cancelled_by_uid": self.cancelled_by_uid,
             "warning": self.warning,
             "container": self.container,
+            "image_prefetch": dict(self.image_prefetch),
             "runtime": self.runtime or spec.runtime,
             "vm_image": self.sub.extra.get("vm_image"),
             "suspended_s": self.suspended_s + (t - self.suspended_at

@@ -438,6 +438,8 @@ class SchedulerLoop:
         if ctl.cfg.power.enabled:
             ctl.power.flush()  # resume the powered-down nodes these starts got
             ctl.power.plan(result.reservations, now)  # ... or the planned starts need
+        if result.reservations:  # images of jobs planned to start soon, pulled early
+            ctl.prefetch.plan(result.reservations, now)
         if unlaunchable:
             await ctl.persist(updates=unlaunchable)
         for rec in preempted:

@@ -111,6 +111,9 @@ class Controller:
         from corral.controller.reservations import ReservationTable
 
         self.power = PowerManager(self)
+        from corral.controller.prefetch import Prefetcher
+
+        self.prefetch = Prefetcher(self)  # early pulls of pending jobs' images
 
         self.health = HealthChecks(self)
         from corral.client import SOCKET_NAME
