@@ -295,7 +295,8 @@ class AgentHub:
                 node = self.ctl.nodes.nodes.get(conn.node)
                 if node is not None and isinstance(m.get("images"), list):
                     node.images = images_from_agent(m["images"])
-                    if refresh_preferences(self.ctl.pending.values(), self.ctl.nodes.nodes):
+                    if refresh_preferences(self.ctl.pending_images.values(),
+                                           self.ctl.nodes.nodes):
                         self.ctl.sched.trigger()
                 self.ctl.prefetch.report(conn.node, m.get("pulls"), time.time())
             elif t == "heartbeat":
