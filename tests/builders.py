@@ -148,10 +148,11 @@ class JobBuilder:
 
     def group(self, name: str, replicas: int = 1, cpus: int = 1, mem_mb: int = 0,
               gpus: int = 0, gpu_type: str | None = None, min_available: int | None = None,
-              constraint: str | None = None) -> JobBuilder:
+              constraint: str | None = None, numa: str = "none") -> JobBuilder:
         groups = tuple(self._spec.get("task_groups", ()))
         self._spec["task_groups"] = groups + (TaskGroup(
-            name, replicas, cpus, mem_mb, gpus, gpu_type, min_available, constraint),)
+            name, replicas, cpus, mem_mb, gpus, gpu_type, min_available, constraint,
+            numa_policy=numa),)
         return self
 
     def min_available(self, n: int) -> JobBuilder:

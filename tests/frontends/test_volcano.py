@@ -150,10 +150,6 @@ def test_minavailable_defaults_to_the_tasks_minimums() -> None:
      "spec.networkTopology.highestTierAllowed"),
     (lambda m: m["spec"].update(networkTopology={"mode": "soft", "highestTierAllowed": 1}),
      "spec.networkTopology.mode"),
-    (lambda m: m["spec"]["tasks"][0].update(topologyPolicy="single-numa-node"),
-     "spec.tasks[0].topologyPolicy"),
-    (lambda m: m["spec"]["tasks"][1].update(topologyPolicy="restricted"),
-     "spec.tasks[1].topologyPolicy"),
     (lambda m: m["spec"]["tasks"][0].update(topologyPolicy="numa-please"),
      "spec.tasks[0].topologyPolicy"),
     (lambda m: m["spec"].update(policies=[{"event": "Unknown", "action": "AbortJob"}]),
@@ -206,6 +202,38 @@ def test_quantities() -> None:
     for bad in ("1x", "-1", True, "Gi"):
         with pytest.raises(ValueError):
             quantity(bad)
+
+
+@pytest.mark.parametrize("policy", ["none", "best-effort", "restricted", "single-numa-node"])
+def test_every_topology_policy_becomes_the_groups_numa_policy(policy: str) -> None:
+    m = copy.deepcopy(CFD_AI)
+    m["spec"]["tasks"][1]["topologyPolicy"] = policy
+    vj = parse_job(m)
+    groups = vj.submission.spec.task_groups
+    assert [g.numa_policy for g in groups] == ["none", policy]
+    assert [t["numa_policy"] for t in vj.plan["tasks"]] == ["none", policy]
+    # stored and read back (the controller's JSON), and rendered back as the manifest
+    again = JobSubmission.from_json(json.loads(json.dumps(vj.submission.to_json())))
+    assert again.spec.task_groups == groups
+    assert export(again, 3)["spec"]["tasks"][1]["topologyPolicy"] == policy
+    # a Corral job of task groups (not from a manifest) renders its policy too
+    native = JobSubmission(spec=JobSpec(name="g", task_groups=(
+        TaskGroup("w", 2, 3, numa_policy=policy),)), argv=("true",), dialect="slurm")
+    out = export(native, 4, "batch")
+    _valid(out)
+    assert out["spec"]["tasks"][0].get("topologyPolicy", "none") == policy
+
+
+def test_late_replicas_keep_their_tasks_numa_policy() -> None:
+    from corral.frontends.volcano_late import companion
+
+    m = copy.deepcopy(CFD_AI)
+    m["spec"]["tasks"][0]["topologyPolicy"] = "single-numa-node"
+    vj = parse_job(m)
+    wire = companion(vj.plan, {"cfd-simulation": [2, 3]}, "9", "/tmp", {})
+    sub = JobSubmission.from_json(wire)
+    assert [(g.name, g.replicas, g.numa_policy) for g in sub.spec.task_groups] == [
+        ("cfd-simulation", 2, "single-numa-node")]
 
 
 def test_a_volcano_job_exports_as_its_manifest_and_validates() -> None:

@@ -36,9 +36,11 @@ from corral.core.model.partition import Partition, PartitionState
 from corral.core.nodes import NodeTable, iter_bits, node_table
 from corral.core.parse.constraint import ConstraintError
 from corral.core.placement import Placer
+from corral.core.placement.numa import domains_of
+from corral.core.placement.numa import width as numa_width
 from corral.core.placement.select import demand
 from corral.core.pool import Pool
-from corral.core.shape import Shape, ShapeError, TaskSet, shape_of, time_limit_s
+from corral.core.shape import NUMA_SINGLE, Shape, ShapeError, TaskSet, shape_of, time_limit_s
 from corral.core.snapshot import ClusterSnapshot
 
 
@@ -252,6 +254,10 @@ def explain(shape: Shape, p: Partition, table: NodeTable) -> str:
             g = (table.gpu_type_masks[i].get(ts.gpu_type, 0).bit_count() if ts.gpu_type
                  else table.ngpus[i])
             best_g = max(best_g, g)
+        if ts.numa == NUMA_SINGLE:
+            numa = _numa_problem(ts, mask, table, empty, what, p.name)
+            if numa:
+                return numa
         need_g = ts.gpus_per_node + per * ts.gpus_per_task
         if need_g > best_g:
             kind = f"{ts.gpu_type} " if ts.gpu_type else ""
@@ -278,6 +284,37 @@ def explain(shape: Shape, p: Partition, table: NodeTable) -> str:
     return (f"the task groups fit one by one but not together: they need at least {need_c} "
             f"CPUs and {need_g} GPUs at once, and partition {p.name} has {cores} cores and "
             f"{gpus} GPUs")
+
+
+def _numa_problem(ts: TaskSet, mask: int, table: NodeTable, empty: Pool, what: str,
+                  partition: str) -> str:
+    """Why no node of ``mask`` can hold one task of a single-numa-node set in one of its
+    NUMA domains ("" when some node could)."""
+    best_c = best_g = 0
+    for i in iter_bits(mask):
+        d = demand(ts, table, table.class_of[i])
+        if numa_width(empty, i, d.cores_per_task, ts.gpus_per_task, ts.gpu_type) == 1:
+            return ""
+        doms = domains_of(empty, i)
+        best_c = max(best_c, max(m.bit_count() for m in doms) * table.tpc[i])
+        if ts.gpus_per_task:
+            per = [0] * len(doms)
+            loose = 0
+            for pos, dom in enumerate(table.gpu_numa[i]):
+                if ts.gpu_type is None or table.gpu_types[i][pos] == ts.gpu_type:
+                    if 0 <= dom < len(doms):
+                        per[dom] += 1
+                    else:
+                        loose += 1
+            best_g = max(best_g, max(per, default=0) + loose)
+    cpus = ts.cpus_per_task
+    text = (f"{what} asks for {cpus} CPUs"
+            + (f" and {ts.gpus_per_task} GPUs" if ts.gpus_per_task else "")
+            + " per replica from one NUMA domain (topologyPolicy single-numa-node) but the "
+            f"largest NUMA domain of partition {partition}'s nodes has {best_c} CPUs")
+    if ts.gpus_per_task:
+        text += f" and at most {best_g} GPUs"
+    return text
 
 
 def _describe(ts: TaskSet) -> str:

@@ -26,7 +26,9 @@ only when every group can place at least its minimum and the total reaches the j
 ``min_available`` (Volcano ``minAvailable``); the group minimum defaults to all replicas
 when the job gives no ``min_available``, else to zero, and the job's minimum defaults to
 the sum of the group minimums (at least one task). Replicas beyond the minimum that do not
-fit at the start are not started later: the job runs with the tasks it was given.
+fit at the start are not started later: the job runs with the tasks it was given. A
+group's ``numa_policy`` (``TaskSet.numa``) asks each of its tasks for NUMA alignment
+inside its node (``corral.core.placement.numa``); an unknown policy is a ``ShapeError``.
 
 Shapes are memoized per (spec, partition, config); the cache is a bounded memo keyed by
 object identity (holding the object, so ids cannot be reused) and never changes a result.
@@ -37,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.core.config import SchedulerConfig
-from corral.core.model.job import Job, JobSpec
+from corral.core.model.job import NUMA_POLICIES, Job, JobSpec
 from corral.core.model.partition import Partition
 from corral.core.model.resources import GresItems
 from corral.core.runtime import VM, VM_FEATURE, RuntimeConflict, effective_runtime, with_feature
@@ -73,6 +75,9 @@ class TaskSet:
     gres: GresItems  # per node
     constraint: str | None  # group constraint (and-ed with the job's)
     mem_overhead_mb: int = 0  # added to the set's memory on its node (a VM job's qemu)
+    # NUMA alignment each task must have (``corral.core.placement.numa``): 0 none (the
+    # best-effort choice of ``within``), 1 single-numa-node, 2 restricted
+    numa: int = 0
 
     @property
     def uniform(self) -> bool:
@@ -203,6 +208,11 @@ def build_shape(spec: JobSpec, partition: Partition | None, config: SchedulerCon
     )
 
 
+NUMA_NONE, NUMA_SINGLE, NUMA_RESTRICTED = 0, 1, 2
+_NUMA_CODES = {"none": NUMA_NONE, "best-effort": NUMA_NONE, "single-numa-node": NUMA_SINGLE,
+               "restricted": NUMA_RESTRICTED}
+
+
 def _grouped(spec: JobSpec, exclusive: bool, mem_default: int | None) -> Shape:
     sets: list[TaskSet] = []
     names: set[str] = set()
@@ -223,6 +233,11 @@ def _grouped(spec: JobSpec, exclusive: bool, mem_default: int | None) -> Shape:
                 f"task group {g.name!r}: min_available {g.min_available} is outside "
                 f"0..{g.replicas}",
             )
+        if g.numa_policy not in NUMA_POLICIES:
+            raise ShapeError(
+                "BadTaskGroup",
+                f"task group {g.name!r}: unknown NUMA policy {g.numa_policy!r} (one of "
+                + ", ".join(NUMA_POLICIES) + ")")
         if g.min_available is not None:
             gmin = g.min_available
         else:
@@ -241,7 +256,7 @@ def _grouped(spec: JobSpec, exclusive: bool, mem_default: int | None) -> Shape:
             nodes_max=g.replicas, min_tasks=gmin, cpus_per_task=g.cpus_per_task,
             mem_per_task_mb=mem_task, mem_per_node_mb=None, gpus_per_node=0,
             gpus_per_task=g.gpus_per_task, gpus_total=0, gpu_type=g.gpu_type or spec.gpu_type,
-            gres=g.gres, constraint=g.constraint,
+            gres=g.gres, constraint=g.constraint, numa=_NUMA_CODES[g.numa_policy],
         ))
         total += g.replicas
     set_min = sum(s.min_tasks for s in sets)

@@ -277,7 +277,7 @@ def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
     c.only(t, path, ("name", "replicas", "minAvailable", "template", "policies", "maxRetry",
                      "dependsOn", "topologyPolicy"),
            {"partitionPolicy": "no network-topology partitions"})
-    volcano_spec.topology_policy(c, t.get("topologyPolicy"), path)
+    numa_policy = volcano_spec.topology_policy(c, t.get("topologyPolicy"), path)
     name = t.get("name")
     if not isinstance(name, str) or not _NAME.match(name) or len(name) > 63:
         c.bad(f"{path}.name", f"Invalid value: {name!r}: a task name is a DNS-1123 label")
@@ -369,7 +369,8 @@ def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
             "cpus": cpus, "mem_mb": mem_mb, "gpus": gpus, "gpu_type": gpu_type,
             "gres": [list(g) for g in gres],
             "constraint": "&".join(terms) or None, "deadline_s": deadline,
-            "image": image, "container": str(ct.get("name") or name)}
+            "image": image, "container": str(ct.get("name") or name),
+            "numa_policy": numa_policy}
 
 
 def _start_order(c: _Check, tasks: list[dict[str, Any]], names: list[str]
@@ -464,7 +465,8 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
         raise ManifestError(c.causes, name)
     groups = tuple(TaskGroup(t["name"], t["replicas"], t["cpus"], t["mem_mb"], t["gpus"],
                              t["gpu_type"], t["min_available"], t["constraint"],
-                             tuple((str(k), int(v)) for k, v in t["gres"]))
+                             tuple((str(k), int(v)) for k, v in t["gres"]),
+                             numa_policy=t["numa_policy"])
                    for t in tasks)
     if min_av is None:  # Volcano's default: the tasks' minimums (all replicas when unset)
         min_av = sum(t["replicas"] if t["min_available"] is None else t["min_available"]

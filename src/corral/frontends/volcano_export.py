@@ -122,6 +122,8 @@ def export(sub: JobSubmission, job_id: int, partition: str | None = None) -> dic
                                      deadline, g.gpu_type or spec.gpu_type)}
             if g.min_available is not None:
                 t["minAvailable"] = g.min_available
+            if g.numa_policy != "none":
+                t["topologyPolicy"] = g.numa_policy
             tasks.append(t)
         min_av = spec.min_available or sum(g.replicas if g.min_available is None
                                            else g.min_available for g in spec.task_groups)

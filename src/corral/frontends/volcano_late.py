@@ -68,7 +68,8 @@ def companion(plan: dict[str, Any], late: dict[str, list[int]], root_id: str,
     sub_plan["min_success"] = None
     groups = tuple(TaskGroup(t["name"], t["replicas"], t["cpus"], t["mem_mb"], t["gpus"],
                              t["gpu_type"], 0, t["constraint"],
-                             tuple((str(k), int(v)) for k, v in t["gres"]))
+                             tuple((str(k), int(v)) for k, v in t["gres"]),
+                             numa_policy=t.get("numa_policy") or "none")
                    for t in sub_plan["tasks"])
     ns = plan.get("namespace") or "default"
     queue = plan.get("queue") or "default"

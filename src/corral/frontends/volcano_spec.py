@@ -18,11 +18,16 @@ arguments, ``networkTopology``, and a task's ``topologyPolicy``.
   switches as the free nodes allow, crossing tiers when they must) is what
   ``[scheduler] placement = "topology"`` does for every multi-node job: accepted on such a
   cluster, refused with that reason on others.
-* a task's ``topologyPolicy``: ``none`` (no NUMA alignment asked) and ``best-effort``
-  (align where possible, never refuse a node for it) are honoured: the core always takes
-  a job's cores from as few NUMA domains as fit, those holding its GPUs first
-  (``corral.core.placement.within``), which is best-effort alignment; ``restricted`` and
-  ``single-numa-node`` (a node only if the job fits one domain there) are refused.
+* a task's ``topologyPolicy`` (the kubelet Topology Manager's policies) becomes the task
+  group's ``numa_policy``, which the core's placement honours for each replica
+  (``corral.core.placement.numa``): ``none`` and ``best-effort`` (the core always takes a
+  job's cores from as few NUMA domains as fit, those holding its GPUs first:
+  ``corral.core.placement.within``; never a reason to wait), ``restricted`` (each
+  replica's cores and GPUs from the fewest domains that could hold it on that node: a
+  6-core replica on 4-core domains gets 2, never 3) and ``single-numa-node`` (each
+  replica from one domain, its GPUs too where they have NUMA affinity; a node where no
+  domain has room now is not a candidate, and a replica larger than every node's
+  largest domain is refused at submit).
 """
 
 from __future__ import annotations
@@ -102,13 +107,12 @@ def network_topology(c: Check, raw: Any, topology_placement: bool = False) -> in
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 
 
-def topology_policy(c: Check, raw: Any, path: str) -> None:
-    if raw is None or raw in ("none", "best-effort"):
-        return
+def topology_policy(c: Check, raw: Any, path: str) -> str:
+    """A task's ``topologyPolicy`` as ``TaskGroup.numa_policy`` (``none`` when absent)."""
+    if raw is None:
+        return "none"
     if raw not in TOPOLOGY_POLICIES:
         c.bad(f"{path}.topologyPolicy", f"Unsupported value: {raw!r}: supported values: "
               + ", ".join(f'"{p}"' for p in TOPOLOGY_POLICIES))
-        return
-    c.unsupported(f"{path}.topologyPolicy", f"{raw!r}: Corral aligns a job's cores with "
-                                            "NUMA domains where it can (best-effort) but "
-                                            "does not refuse a node for it")
+        return "none"
+    return str(raw)

@@ -120,6 +120,13 @@ class TaskGroup:
     min_available: int | None = None  # per-group minimum; None: all replicas
     constraint: str | None = None
     gres: GresItems = ()  # generic resources per task (such a group runs one task a node)
+    # NUMA alignment of each task (``corral.core.placement.numa``): "none"/"best-effort"
+    # (as few domains as fit, never a reason to wait), "restricted" (the fewest domains
+    # that could ever hold one task on that node), "single-numa-node" (one domain)
+    numa_policy: str = "none"
+
+
+NUMA_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,8 +56,10 @@ from corral.core.passes.preemption import Preemptor
 from corral.core.passes.state import Outcome, is_unit_cluster
 from corral.core.passes.tail import TailWalk, untested_detail
 from corral.core.placement import Placement
-from corral.core.placement.select import Pick
+from corral.core.placement.numa import slots as numa_slots
+from corral.core.placement.select import Pick, demand
 from corral.core.profile import Profile
+from corral.core.shape import NUMA_SINGLE, TaskSet
 from corral.core.snapshot import ClusterSnapshot
 
 _RUNNABLE = (PartitionState.UP, PartitionState.DRAIN)
@@ -472,7 +474,32 @@ class Pass(LeanWalk, TailWalk, Planner, Preemptor):
         if boot:
             text += (f"; {boot.bit_count()} powered-down or booting node(s) are available "
                      "after their boot")
+        for ts in o.shape.sets:
+            if ts.numa:
+                need = ts.min_tasks or min(ts.tasks, o.shape.min_available)
+                text += self._numa_detail(ts, up & ~boot, need)
         return text
+
+    def _numa_detail(self, ts: TaskSet, mask: int, need: int) -> str:
+        """Why a task group with a NUMA policy waits: the aligned replicas the nodes of
+        ``mask`` hold now are fewer than ``need`` ("" when they are not)."""
+        t = self.table
+        if ts.constraint:
+            mask &= t.feature_mask(ts.constraint)
+        got = 0
+        for i in iter_bits(mask):
+            cpt = demand(ts, t, t.class_of[i]).cores_per_task
+            got += len(numa_slots(self.pool, i, ts.numa, need - got, cpt, ts.gpus_per_task,
+                                  ts.gpu_type))
+            if got >= need:
+                return ""
+        policy = "single-numa-node" if ts.numa == NUMA_SINGLE else "restricted"
+        where = ("one NUMA domain" if ts.numa == NUMA_SINGLE
+                 else "the fewest NUMA domains that can hold one")
+        gpus = f" and {ts.gpus_per_task} GPUs" if ts.gpus_per_task else ""
+        return (f"; TopologyAffinityError: task group {ts.name!r} (topologyPolicy {policy}) "
+                f"needs {need} replica(s) of {ts.cpus_per_task} CPUs{gpus}, each from {where}"
+                f" of a node, and the free NUMA domains hold {got} now")
 
 
 def reserved_ids(snapshot: ClusterSnapshot, config: SchedulerConfig) -> tuple[int, ...]:

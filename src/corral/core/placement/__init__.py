@@ -9,6 +9,10 @@ refused until the job has waited ``wait`` seconds.
 
 Gangs (task groups) are placed all-or-nothing on a scratch copy of the pool: either every
 group reaches its minimum and the job's ``min_available`` is met, or nothing is taken.
+A group with a NUMA policy (``restricted``, ``single-numa-node``) counts on a node only
+the tasks that fit aligned there, and its picks carry each task's exact cores and GPUs
+(``corral.core.placement.numa``); those are taken first on commit, and its allocation
+entry lists the cores task by task (``task_cores``).
 
 Candidate nodes: the partition's up nodes that satisfy the job's (and the group's)
 constraint, minus ``exclude``; nodes with GPUs of the wanted type only; idle nodes only for
@@ -199,6 +203,12 @@ class Placer:
         return out if placed >= shape.min_available else None
 
     def _use(self, pool: Pool, ts: TaskSet, p: Pick) -> NodeUse:
+        if p.numa_slots and not p.whole:  # the tasks' cores and GPUs, chosen by ``numa``
+            cores = gpus = 0
+            for c, g in p.numa_slots:
+                cores |= c
+                gpus |= g
+            return NodeUse(p.i, cores, p.mem_mb, gpus, ts.gres)
         return node_use(pool, p.i, p.ncores, p.mem_mb, p.ngpus, ts.gpu_type, ts.gres, p.whole)
 
     def place(self, shape: Shape, partition: str, pool: Pool,
@@ -216,13 +226,19 @@ class Placer:
             if fast is not None:
                 return fast
         t = self.table
-        nodes: list[NodeAllocation] = []
-        uses: list[NodeUse] = []
         unit = t.unit_mask
         units: list[NodeUse] = []  # whole one-core nodes: taken in one batch at the end
         umask = 0
         cache = self._unit_alloc
-        for ts, picks in zip(shape.sets, chosen, strict=True):
+        per_set: list[list[NodeAllocation]] = [[] for _ in shape.sets]
+        set_uses: list[list[NodeUse]] = [[] for _ in shape.sets]
+        # sets whose tasks' cores were fixed by a NUMA policy are taken first: the others
+        # choose their exact cores among what is left (their counts fit either way)
+        order = (0,) if len(shape.sets) == 1 else sorted(
+            range(len(shape.sets)), key=lambda k: (not shape.sets[k].numa, k))
+        for k in order:
+            ts, picks = shape.sets[k], chosen[k]
+            nodes, uses = per_set[k], set_uses[k]
             for p in picks:
                 if unit >> p.i & 1 and not p.whole:  # a one-core node: same objects every time
                     key = (p.i, p.mem_mb, p.tasks, ts.name)
@@ -248,8 +264,8 @@ class Placer:
                 nodes.append(_node_allocation(t, use, p, ts))
         if units:
             pool.take_units(units, umask)
-        alloc = Allocation(partition, tuple(nodes))
-        placed = tuple(uses)
+        alloc = Allocation(partition, tuple(na for got in per_set for na in got))
+        placed = tuple(u for got in set_uses for u in got)
         # the next cycle finds it running: no need to re-compile
         remember(t, alloc, placed, umask if len(units) == len(placed) else 0)
         return Placement(alloc, placed)
@@ -343,6 +359,8 @@ _PICK_NODE = attrgetter("i")
 
 
 def _node_allocation(t: NodeTable, use: NodeUse, p: Pick, ts: TaskSet) -> NodeAllocation:
+    if p.numa_slots:
+        return _numa_allocation(t, use, p, ts)
     i = use.i
     cores: list[int] = []
     m = use.core_bits
@@ -363,3 +381,31 @@ def _node_allocation(t: NodeTable, use: NodeUse, p: Pick, ts: TaskSet) -> NodeAl
         node=t.names[i], cores=tuple(cores), cpus=len(cores) * t.tpc[i], mem_mb=use.mem_mb,
         gpus=tuple(gpus), gpu_types=tuple(types), gres=use.gres, tasks=p.tasks, group=ts.name,
     )
+
+
+def _numa_allocation(t: NodeTable, use: NodeUse, p: Pick, ts: TaskSet) -> NodeAllocation:
+    """The allocation of a pick with per-task slots: cores (and GPUs) listed task by
+    task, task ``k`` of this node holding the ``k``-th run of ``cores_per_task`` cores
+    (``ts.gpus_per_task`` GPUs); whatever else a whole node gives follows, ascending."""
+    i = use.i
+    cores: list[int] = []
+    gpu_pos: list[int] = []
+    for c, g in p.numa_slots:
+        cores.extend(iter_bits(c))
+        gpu_pos.extend(iter_bits(g))
+    seen_c, seen_g = set(cores), set(gpu_pos)
+    cores.extend(b for b in iter_bits(use.core_bits) if b not in seen_c)
+    gpu_pos.extend(b for b in iter_bits(use.gpu_bits) if b not in seen_g)
+    return NodeAllocation(
+        node=t.names[i], cores=tuple(cores), cpus=len(cores) * t.tpc[i], mem_mb=use.mem_mb,
+        gpus=tuple(t.gpu_ids[i][b] for b in gpu_pos),
+        gpu_types=tuple(t.gpu_types[i][b] for b in gpu_pos), gres=use.gres, tasks=p.tasks,
+        group=ts.name,
+    )
+
+
+def task_cores(alloc: NodeAllocation, cores_per_task: int) -> list[tuple[int, ...]]:
+    """Each task's cores on an allocation entry of a task group with a NUMA policy
+    (``_numa_allocation``'s order): task ``k`` holds the ``k``-th run."""
+    c = alloc.cores
+    return [c[k * cores_per_task:(k + 1) * cores_per_task] for k in range(alloc.tasks)]

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from corral.core.nodes import NodeTable, iter_bits, lowest_bits
+from corral.core.placement.numa import slots as numa_slots
 from corral.core.placement.order import pack_order, spread_order
 from corral.core.placement.tree import subtree_leaves
 from corral.core.pool import Pool
@@ -40,6 +41,9 @@ class Pick:
     mem_mb: int
     ngpus: int
     whole: bool = False
+    # a task group with a NUMA policy: each task's (core mask, GPU mask) on this node,
+    # chosen on the view the pick was made on (``corral.core.placement.numa``)
+    numa_slots: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +146,21 @@ class SetPlacer:
             c = ts.hi
         if ts.gres and c > 0 and not view.gres_fit(i, ts.gres):
             return 0
+        if ts.numa and c > 0:
+            c = len(numa_slots(view, i, ts.numa, c, d.cores_per_task, ts.gpus_per_task,
+                               ts.gpu_type, whole))
         return c
 
     def _pick(self, view: Pool, i: int, ts: TaskSet, tasks: int, whole: bool,
               extra_gpus: int = 0) -> Pick:
         d = self.demand_of(ts, self.table.class_of[i])
         mem = d.mem_per_node or tasks * d.mem_per_task
-        return Pick(i, tasks, tasks * d.cores_per_task, mem,
-                    ts.gpus_per_node + tasks * ts.gpus_per_task + extra_gpus, whole)
+        ngpus = ts.gpus_per_node + tasks * ts.gpus_per_task + extra_gpus
+        if ts.numa:
+            got = tuple(numa_slots(view, i, ts.numa, tasks, d.cores_per_task,
+                                   ts.gpus_per_task, ts.gpu_type, whole))
+            return Pick(i, tasks, tasks * d.cores_per_task, mem, ngpus, whole, got)
+        return Pick(i, tasks, tasks * d.cores_per_task, mem, ngpus, whole)
 
     def _min_cores(self, ts: TaskSet, mask: int, tasks: int) -> int:
         t = self.table
