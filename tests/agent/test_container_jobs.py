@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -270,3 +271,151 @@ def test_two_agents_with_one_node_name_never_share_runtime_state(
                 r.cancel(jid, grace_s=0)
             r.close()
             kill_leftovers(tmp_path / ("a", "b")[i] / "state")
+
+
+def test_gpu_job_on_a_node_without_a_driver_runs_with_nothing_injected(
+        crunner: JobRunner, space: Path, registry: Registry, user: pwd.struct_passwd) -> None:
+    """The no-GPU path for real (this machine has no NVIDIA driver): a job given a GPU
+    runs in its image with a warning first on its output, no /dev/nvidia* and no driver
+    library path; a job without GPUs gets no warning."""
+    from corral.agent.ocigpu import NO_DRIVER
+
+    w = workdir(space)
+    script = ("#!/bin/sh\necho gpus=$CUDA_VISIBLE_DEVICES\nls /dev | grep -c nvidia\n"
+              "echo ld=$LD_LIBRARY_PATH\nls /usr/local/nvidia 2>&1 | grep -c 'No such'\n")
+    launch(crunner, 31, w, user, script, registry.ref("test/bb:1"), gpus=(0,))
+    launch(crunner, 32, w, user, "#!/bin/sh\necho plain\n", registry.ref("test/bb:1"))
+    exits = wait_exits(crunner, 2, 60)
+    assert exits[31].state == "COMPLETED" and exits[32].state == "COMPLETED", exits
+    assert (w / "out-31.txt").read_text() == NO_DRIVER + "gpus=0\n0\nld=\n1\n"
+    assert (w / "out-32.txt").read_text() == "plain\n"
+
+
+STAND_INS = (("/dev/nvidia0", 229), ("/dev/nvidia-uvm", 232), ("/dev/nvidia-modeset", 237))
+
+
+def _gpu_plan(space: Path, registry: Registry, user: pwd.struct_passwd, script: str,
+              step: str, devices: tuple[tuple[str, int], ...] = STAND_INS
+              ) -> tuple[Any, Path]:
+    """A container plan of the test image with stand-in GPU files injected, and the work
+    directory. Device numbers that runc's own default rules do not allow: /dev/fuse's
+    (10:229) as /dev/nvidia0, /dev/kvm's (10:232) as /dev/nvidia-uvm,
+    /dev/loop-control's (10:237) as /dev/nvidia-modeset; a file as libcuda.so.1."""
+    from corral.agent import ocigpu
+    from corral.agent.container import plan
+    from corral.agent.images import ImageCache
+    from corral.containers.spec import Mount
+    from tests.agent.conftest import CGROUP_ROOT
+
+    st = settings(ContainersConfig(), str(space), "ctrnode")
+    if not st.runtime:
+        pytest.skip("needs an OCI runtime (runc or crun)")
+    image = ImageCache(str(space / "images"), insecure=(registry.host,)).resolve(
+        parse_image(registry.ref("test/bb:1")))
+    lib = space / "libcuda.so.1"
+    lib.write_text("stand-in driver\n")
+    os.chmod(lib, 0o644)
+    gpu = ocigpu.GpuSetup(
+        mounts=[Mount(str(lib), f"{ocigpu.LIB_DIR}/libcuda.so.1", readonly=True)],
+        devices=[ocigpu.DeviceNode(path, "c", 10, minor, 0o666, 0, 0)
+                 for path, minor in devices],
+        lib_path=ocigpu.LIB_DIR)
+    w = workdir(space)
+    jdir = space / f"gpujob-{step}"
+    jdir.mkdir()
+    p = plan(ContainerSpec(parse_image(registry.ref("test/bb:1"))), lower=image.rootfs,
+             image_cfg={**image.config, "Env": ["LD_LIBRARY_PATH=/opt/img"]}, job_id=41,
+             restarts=0, step=step, node="ctrnode", jdir=str(jdir), runtime=st.runtime,
+             state_root=str(space / "runc-state"), command=["/bin/sh", "-c", script],
+             env={"PATH": "/usr/bin:/bin"}, workdir=str(w), user=user.pw_name,
+             uid=user.pw_uid, gid=user.pw_gid, groups=(user.pw_gid,),
+             cgroup_rel=f"{CGROUP_ROOT}/gpu-41", default_mounts=tuple(gpu.mounts))
+    ocigpu.inject(p.config, gpu)
+    p.lib_path = gpu.lib_path
+    return p, w
+
+
+def gpu_probe(names: tuple[str, ...] = ("nvidia0", "nvidia-uvm", "nvidia-modeset")) -> str:
+    return "".join(f"(exec 3</dev/{n}) 2>/dev/null && echo {n}-open || echo {n}-refused\n"
+                   for n in names) + (
+        "ls /dev/nvidia1 2>/dev/null || echo none1\n"
+        "cat /usr/local/nvidia/lib64/libcuda.so.1\necho ld=$LD_LIBRARY_PATH\n"
+        "(echo x > /usr/local/nvidia/lib64/libcuda.so.1) 2>/dev/null || echo lib-ro\n"
+        "id -u\n")
+
+
+def test_injected_devices_and_driver_files_work_under_real_runc(
+        space: Path, registry: Registry, user: pwd.struct_passwd) -> None:
+    """No GPU here, so stand-ins (``_gpu_plan``) go through the same spec: the devices
+    with allow rules open inside, /dev/nvidia-modeset with its rule taken out is refused
+    by the container's device cgroup (the rules are what lets a GPU through), the
+    library is bound read-only and its directory is first on LD_LIBRARY_PATH. runc runs
+    the spec for real, as the job's user."""
+    from corral.agent.container import cleanup, enter, leftover_cgroups
+
+    p, w = _gpu_plan(space, registry, user, gpu_probe(), "gpu")
+    rules = p.config["linux"]["resources"]["devices"]
+    assert {"allow": True, "type": "c", "major": 10, "minor": 237, "access": "rwm"} in rules
+    p.config["linux"]["resources"]["devices"] = [r for r in rules if r.get("minor") != 237]
+    out = w / "gpu.out"
+    pid = os.fork()
+    if pid == 0:  # as the supervisor's job child: enter the mount namespace, exec runc
+        try:
+            enter(p)
+            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.execve(p.runtime, p.argv(), {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        finally:
+            os._exit(99)
+    try:
+        _, status = os.waitpid(pid, 0)
+    finally:
+        cleanup(p.runtime, p.state_root, p.ctr_id,
+                leftover_cgroups(str(p.config["linux"]["cgroupsPath"]), set()))
+    text = out.read_text()
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert text.split("\n") == ["nvidia0-open", "nvidia-uvm-open", "nvidia-modeset-refused",
+                                "none1", "stand-in driver",
+                                "ld=/usr/local/nvidia/lib64:/opt/img", "lib-ro",
+                                str(user.pw_uid), ""], text
+
+
+def test_injected_devices_reach_an_srun_steps_tasks(
+        space: Path, registry: Registry, user: pwd.struct_passwd) -> None:
+    """An srun step has no OCI runtime: its step process binds the device list from the
+    host's /dev at the same paths (enter_shared; real host devices stand in here, as a
+    GPU's path is the same on the host and inside) and each task gets the library path
+    (image_env). No runtime device cgroup here (the job's own cgroup is the limit)."""
+    from corral.agent.container import chroot_task, enter_shared, image_env
+
+    names = ("fuse", "kvm", "loop-control")
+    probe = gpu_probe(names)
+    p, w = _gpu_plan(space, registry, user, probe, "0",
+                     tuple((f"/dev/{n}", m) for n, m in zip(names, (229, 232, 237),
+                                                            strict=True)))
+    out = w / "step.out"
+    pid = os.fork()
+    if pid == 0:  # the step process (root), then one task as the user
+        try:
+            root = enter_shared(p)
+            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            env = image_env({"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/host"}, p)
+            chroot_task(root, "/")
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.setgroups([user.pw_gid])
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+            os.execve("/bin/sh", ["/bin/sh", "-c", probe], env)
+        finally:
+            os._exit(99)
+    _, status = os.waitpid(pid, 0)
+    text = out.read_text()
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    # fuse is 0666 on the host; kvm and loop-control are bound as the host has them
+    # (0660 root:kvm / root:disk), so the user is refused by their modes, not a cgroup
+    assert text.split("\n") == ["fuse-open", "kvm-refused", "loop-control-refused",
+                                "none1", "stand-in driver",
+                                "ld=/usr/local/nvidia/lib64:/opt/img", "lib-ro",
+                                str(user.pw_uid), ""], text

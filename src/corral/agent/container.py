@@ -82,7 +82,8 @@ class ContainerPlan:
     named_lock: int = -1  # held while this step uses the named container
     sif: str = ""  # a SIF's sandbox tree: its tasks get Apptainer's environment (aptenv)
     sif_run: bool = False  # ... and its %runscript in front (--container-entrypoint)
-    warnings: list[str] = field(default_factory=list)  # for each task's stderr (steps)
+    warnings: list[str] = field(default_factory=list)  # for the job's / each task's stderr
+    lib_path: str = ""  # GPU jobs: first on LD_LIBRARY_PATH (corral.agent.ocigpu; steps)
 
     def argv(self) -> list[str]:
         out = [self.runtime, "--root", self.state_root, "run", "--bundle", self.bundle]
@@ -478,6 +479,16 @@ def enter_shared(p: ContainerPlan) -> str:
                 os.symlink(link, os.path.join(target, name))
             for sub in ("pts", "shm"):
                 os.makedirs(os.path.join(target, sub), exist_ok=True)
+            # a GPU step's devices (corral.agent.ocigpu): the host's nodes bound in, as
+            # runc would create them
+            for dev in p.config.get("linux", {}).get("devices") or ():
+                path = str(dev["path"])
+                if not path.startswith("/dev/") or ".." in path.split("/"):
+                    continue
+                node = os.path.join(target, path.removeprefix("/dev/"))
+                os.makedirs(os.path.dirname(node), exist_ok=True)
+                open(node, "a").close()
+                _mount(path, node, None, 0x1000, None)  # MS_BIND
     if not p.writable:
         _mount("none", root, None, 0x20 | MS_RDONLY | MS_NOSUID | MS_NODEV, None)  # remount
     return root
@@ -505,4 +516,8 @@ def image_env(env: dict[str, str], p: ContainerPlan) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if sep and name not in p.keep_env:
             out[name] = value
+    if p.lib_path:  # a GPU step: the driver's libraries first (corral.agent.ocigpu)
+        from corral.agent.ocigpu import prepend_path
+
+        out["LD_LIBRARY_PATH"] = prepend_path(out.get("LD_LIBRARY_PATH", ""), p.lib_path)
     return out

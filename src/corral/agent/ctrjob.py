@@ -12,6 +12,10 @@ place as the overlay's lower layer; ``bundle`` (Slurm's ``--container``): its
 layer and its ``process.env`` the image environment; ``sif`` (srun steps: batch jobs run
 SIFs with Apptainer, ``corral.agent.apptainer``): the sandbox Apptainer unpacked into the
 node cache once is the lower layer.
+
+A job given GPUs on this node gets its devices and the host's driver files in any of
+these (``corral.agent.ocigpu``: device nodes and their cgroup rules in the spec, the
+libraries and programs as read-only binds, the library directory on LD_LIBRARY_PATH).
 """
 
 from __future__ import annotations
@@ -22,12 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from corral.agent import aptenv, nvbind
+from corral.agent import aptenv, ocigpu
 from corral.agent.container import ContainerPlan, plan
 from corral.agent.images import ImageCache, ImageError
 from corral.agent.launch import LaunchRequest
 from corral.agent.runtimes import ContainerSettings
-from corral.containers.spec import ContainerError, ContainerSpec, Mount, parse_mounts
+from corral.containers.spec import ContainerError, ContainerSpec, parse_mounts
 
 
 class PrepareError(Exception):
@@ -136,13 +140,10 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
         defaults = tuple(m for text in settings.default_mounts for m in parse_mounts(text))
     except ContainerError as exc:
         raise PrepareError(f"[containers] default_mounts: {exc}") from None
-    warnings: list[str] = []
-    if ref.kind == "sif" and req.gpus:  # --nv: the job's devices, the driver's files
-        nv = nvbind.discover(req.hidden_devices)
-        if not nv.found:
-            warnings.append(nvbind.NO_DRIVER)
-        defaults += tuple(Mount(host, inside, readonly=True) for host, inside in nv.files())
-        defaults += tuple(Mount(dev, dev) for dev in nv.devices)
+    gpu = None
+    if req.gpus:  # the job's GPU devices and the driver's files (corral.agent.ocigpu)
+        gpu = ocigpu.for_job(req.hidden_devices, sif=ref.kind == "sif")
+        defaults += tuple(gpu.mounts)
     try:
         p = plan(spec, lower=lower, image_cfg=image_cfg, job_id=req.job_id,
                  restarts=req.restarts, step=step, node=node, jdir=jdir,
@@ -157,8 +158,11 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
             os.close(pin)
         raise PrepareError(f"cannot plan the container: {exc}") from None
     p.named_dir, p.named_lock = named_dir, lock
+    if gpu is not None:
+        ocigpu.inject(p.config, gpu)
+        p.lib_path, p.warnings = gpu.lib_path, list(gpu.warnings)
     if ref.kind == "sif":
-        p.sif, p.sif_run, p.warnings = ref.canonical, spec.entrypoint, warnings
+        p.sif, p.sif_run = ref.canonical, spec.entrypoint
         _sif_process(p, lower, spec)
     return Prepared(p, pin, digest, pulled)
 

@@ -85,9 +85,11 @@ def _family(soname: str) -> bool:
     return any(soname == stem or soname.startswith(stem + ".") for stem in NV_LIBS)
 
 
-def select_libs(entries: list[tuple[str, str, str]], machine: str) -> list[tuple[str, str]]:
+def select_libs(entries: list[tuple[str, str, str]], machine: str,
+                lib_dir: str = LIB_DIR) -> list[tuple[str, str]]:
     """``(host path, path inside)`` of the driver libraries among ``entries`` for a node of
-    ``machine`` (``platform.machine()``): this word size only, one per soname."""
+    ``machine`` (``platform.machine()``): this word size only, one per soname, inside
+    ``lib_dir`` (Apptainer's by default; ``corral.agent.ocigpu`` gives its own)."""
     wide = _WIDE.get(machine, "")
     seen: set[str] = set()
     out = []
@@ -100,7 +102,7 @@ def select_libs(entries: list[tuple[str, str, str]], machine: str) -> list[tuple
         if not wide and any(k in _WIDE.values() for k in kinds):
             continue
         seen.add(soname)
-        out.append((path, f"{LIB_DIR}/{soname}"))
+        out.append((path, f"{lib_dir}/{soname}"))
     return out
 
 
@@ -120,11 +122,11 @@ def select_devices(nodes: list[str], hidden: tuple[str, ...]) -> list[str]:
 
 
 def plan(ldconfig_text: str, nodes: list[str], programs: dict[str, str],
-         hidden: tuple[str, ...], machine: str) -> NvBinds:
+         hidden: tuple[str, ...], machine: str, lib_dir: str = LIB_DIR) -> NvBinds:
     """What a GPU job's container gets, from the linker cache's text, the device files
     present, the driver programs found (name -> host path) and the hidden devices. No
     library: nothing at all (the job is told ``NO_DRIVER``)."""
-    libs = select_libs(parse_ldconfig(ldconfig_text), machine)
+    libs = select_libs(parse_ldconfig(ldconfig_text), machine, lib_dir)
     if not libs:
         return NvBinds()
     bins = [(programs[n], f"{BIN_DIR}/{n}") for n in NV_BINS if programs.get(n)]
@@ -142,9 +144,9 @@ def _ldconfig_text() -> str:
     return ""
 
 
-def discover(hidden: tuple[str, ...]) -> NvBinds:
+def discover(hidden: tuple[str, ...], lib_dir: str = LIB_DIR) -> NvBinds:
     """This node's driver files for a GPU job (``plan`` over what the host has)."""
     nodes = glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*")
     path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     programs = {n: p for n in NV_BINS if (p := shutil.which(n, path=path))}
-    return plan(_ldconfig_text(), nodes, programs, hidden, platform.machine())
+    return plan(_ldconfig_text(), nodes, programs, hidden, platform.machine(), lib_dir)
