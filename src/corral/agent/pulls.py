@@ -11,7 +11,9 @@ Two kinds, one mechanism:
 The agent's loop never waits for a registry: a child does the pull, writes one line per
 progress note (``P <note>``), then the digest (exit 0) or ``corral image pull: <why>``
 (exit 1) on its merged stdout/stderr, which ``poll`` reads without blocking. One child
-per reference: a second request for a reference being pulled joins the first. At most
+per reference: a second request for a reference being pulled joins the first (so a
+``corral image pull`` asked while an early pull of that reference runs does not refresh
+it again; ask once more when it has ended). At most
 ``MAX_PULLS`` children at once; a request beyond that is answered ``failed`` at once.
 
 ``poll`` returns a state change per pull: ``{"ref", "state": "pulling" | "done" |
