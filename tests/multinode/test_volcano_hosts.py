@@ -33,3 +33,31 @@ def test_replicas_run_on_their_hosts(mn_cluster: NetnsCluster) -> None:
     logs = c.shared / ".corral" / f"vcjob-{jid}"
     for i, node in enumerate(nodes):
         assert (logs / f"spread-w-{i}.log").read_text() == f"{i} {node} {','.join(nodes)}\n"
+
+
+def test_aligned_replicas_on_other_hosts_are_bound_to_their_own_cpus(
+        mn_cluster: NetnsCluster) -> None:
+    """topologyPolicy single-numa-node: two one-CPU replicas a host; those on the other
+    hosts run through srun, bound (--cpu-bind=mask_cpu) to the CPU each was given."""
+    c = mn_cluster
+    n = 3 * c.cpus
+    manifest = {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "bound"},
+        "spec": {"tasks": [{
+            "name": "w", "replicas": n, "topologyPolicy": "single-numa-node",
+            "template": {"spec": {"containers": [{
+                "name": "w", "image": "busybox", "workingDir": str(c.shared),
+                "command": ["sh", "-c", "grep Cpus_allowed_list /proc/self/status"],
+                "resources": {"requests": {"cpu": 1, "memory": "100Mi"}}}]}}}]}}
+    jid = int(c.client.request("POST", "/volcano/jobs", manifest)["job_id"])
+    job = c.wait_done(jid, 90)
+    assert job["state"] == "COMPLETED", (job, c.logs())
+    slots = []  # (node, its CPU) of each replica, in layout order
+    for na in job["allocation"]["nodes"]:
+        slots += [(na["node"], core) for core in na["cores"]]  # one core a replica
+    assert len(slots) == n and len({s[0] for s in slots}) == 3
+    logs = c.shared / ".corral" / f"vcjob-{jid}"
+    for i, (node, core) in enumerate(slots):
+        text = (logs / f"bound-w-{i}.log").read_text().split()
+        assert text == ["Cpus_allowed_list:", str(core)], (i, node, text)

@@ -26,11 +26,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from corral.controller import kube_foreign as kf
 from corral.core.model.job import JobState
+from corral.core.model.node import NodeSpec
+from corral.core.placement import task_cores
 from corral.frontends.volcano import (
     API_VERSION,
     EXIT_ABORTED,
@@ -166,6 +169,35 @@ def layout(rec: JobRecord) -> dict[str, list[str]]:
 def layout_text(rec: JobRecord) -> str:
     return ";".join(f"{g}=" + ",".join(f"{n}:1" for n in nodes)
                     for g, nodes in layout(rec).items())
+
+
+ALIGNED = ("restricted", "single-numa-node")
+
+
+def replica_cpus_text(rec: JobRecord, spec_of: Callable[[str], NodeSpec | None]) -> str:
+    """``CORRAL_VC_CPUS``: the logical CPUs of each replica of a task whose group has a
+    NUMA policy, slot by slot as ``layout`` lists them (``task=0,1,2|4,5,6;...``: the
+    allocation entry's cores task by task, ``corral.core.placement.task_cores``);
+    ``""`` when no task has one. A slot of a node the controller does not know is empty."""
+    if rec.allocation is None or not is_vcjob(rec):
+        return ""
+    aligned = {g.name: g for g in rec.sub.spec.task_groups if g.numa_policy in ALIGNED}
+    if not aligned:
+        return ""
+    out: dict[str, list[str]] = {}
+    for na in rec.allocation.nodes:
+        g = aligned.get(str(na.group))
+        if g is None:
+            continue
+        spec = spec_of(na.node)
+        slots = out.setdefault(g.name, [])
+        if spec is None:
+            slots.extend([""] * na.tasks)
+            continue
+        per = -(-g.cpus_per_task // max(1, spec.threads_per_core))
+        for cores in task_cores(na, per):
+            slots.append(",".join(str(c) for core in cores for c in spec.cpus_of_core(core)))
+    return ";".join(f"{name}=" + "|".join(slots) for name, slots in out.items())
 
 
 def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float,

@@ -39,7 +39,7 @@ from corral.core.decisions import (
     Reserve,
     Start,
 )
-from corral.core.model.job import HoldKind, JobSpec, JobState
+from corral.core.model.job import Allocation, HoldKind, JobSpec, JobState, NodeAllocation
 from corral.core.model.partition import PreemptMode
 from corral.core.model.transitions import JobEvent, job_transition
 from corral.core.snapshot import ClusterSnapshot
@@ -482,7 +482,7 @@ class SchedulerLoop:
         if rec.sub.extra.get("alloc_holder") == "1":  # salloc: shares only, first node too
             return self._share(rec, 0)
         ctl = self.ctl
-        na = rec.allocation.nodes[0]
+        na = node_share(rec.allocation, rec.allocation.nodes[0].node)
         node = ctl.nodes.nodes.get(na.node)
         cpus: tuple[int, ...] = ()
         if node is not None:
@@ -524,6 +524,13 @@ class SchedulerLoop:
 
     def _job_env(self, rec: JobRecord) -> dict[str, str]:
         env = job_environment(rec, self.ctl.cfg.cluster_name, self.ctl.host)
+        if rec.sub.dialect == "volcano":  # each aligned replica's CPUs (volcano_run pins)
+            from corral.controller.kube_objects import replica_cpus_text
+
+            nodes = self.ctl.nodes.nodes
+            text = replica_cpus_text(rec, lambda n: nodes[n].spec if n in nodes else None)
+            if text:
+                env["CORRAL_VC_CPUS"] = text
         minter = self.ctl.token_minter
         if minter is not None and "CORRAL_TOKEN" not in env:
             spec = rec.sub.spec
@@ -556,7 +563,7 @@ class SchedulerLoop:
     def _share(self, rec: JobRecord, index: int) -> LaunchRequest:
         assert rec.allocation is not None
         names = rec.allocation.node_names
-        na = rec.allocation.nodes[index]
+        na = node_share(rec.allocation, names[index])
         node = self.ctl.nodes.nodes.get(na.node)
         cpus: tuple[int, ...] = ()
         if node is not None:
@@ -615,3 +622,22 @@ def _slurm_reject(reason: str) -> str:
         "PartitionNodeLimit": "Node count specification invalid",
         "BadConstraints": "Requested node configuration is not available",
     }.get(reason, "Requested node configuration is not available")
+
+
+def node_share(alloc: Allocation, node: str) -> NodeAllocation:
+    """A job's whole share of ``node``: its allocation entries there merged (a job of task
+    groups has one entry per group on a node; the run there holds them all)."""
+    entries = [na for na in alloc.nodes if na.node == node]
+    if len(entries) == 1:
+        return entries[0]
+    gres: dict[str, int] = {}
+    for na in entries:
+        for name, count in na.gres:
+            gres[name] = gres.get(name, 0) + count
+    return NodeAllocation(
+        node=node, cores=tuple(c for na in entries for c in na.cores),
+        cpus=sum(na.cpus for na in entries), mem_mb=sum(na.mem_mb for na in entries),
+        gpus=tuple(g for na in entries for g in na.gpus),
+        gpu_types=tuple(t for na in entries for t in na.gpu_types),
+        gres=tuple(sorted(gres.items())),
+        tasks=sum(na.tasks for na in entries))

@@ -7,6 +7,11 @@ of ``corral.frontends.volcano.parse_job`` on stdin) on the job's first node. Alg
    ``task=node:count,node:count;...``): replica ``i`` of a task runs on the i-th slot.
    Replicas the gang started without (``minAvailable`` below the replicas) are not run.
    Tasks start in the plan's order: a task after the tasks it ``dependsOn``.
+   A replica of a task with a NUMA policy (``topologyPolicy`` ``restricted`` or
+   ``single-numa-node``) is pinned to its own CPUs, which ``CORRAL_VC_CPUS`` lists slot
+   by slot (``task=0,1,2|4,5,6;...``): on this node through its CPU affinity (the CPUs
+   it may use here, if any of its own are among them), on another through ``srun
+   --cpu-bind=mask_cpu:``.
 2. Each replica is a process with its container's ``command + args`` and ``env``, plus the
    ``env`` plugin's ``VC_TASK_INDEX``/``VK_TASK_INDEX`` and the ``svc`` plugin's
    ``VC_<TASK>_HOSTS``/``VC_<TASK>_NUM`` and host files (``<task>.host``, one host name a
@@ -76,6 +81,27 @@ def parse_layout(text: str) -> dict[str, list[str]]:
     return out
 
 
+def parse_cpus(text: str) -> dict[str, list[tuple[int, ...]]]:
+    """``CORRAL_VC_CPUS`` -> each aligned task's replica CPUs, slot by slot (``()``: not
+    known)."""
+    out: dict[str, list[tuple[int, ...]]] = {}
+    for part in text.split(";"):
+        task, eq, rest = part.partition("=")
+        if not eq:
+            continue
+        out[task] = [tuple(int(c) for c in slot.split(",") if c.strip().isdigit())
+                     for slot in rest.split("|")]
+    return out
+
+
+def pin_set(cpus: tuple[int, ...]) -> set[int]:
+    """The CPUs a replica is pinned to: its own among those this job may use here (none:
+    not pinned, e.g. a node configured larger than the host)."""
+    if not cpus or not hasattr(os, "sched_getaffinity"):
+        return set()
+    return set(cpus) & os.sched_getaffinity(0)
+
+
 def log_dir(submit_dir: str, job_id: str) -> Path:
     return Path(submit_dir) / ".corral" / f"vcjob-{job_id}"
 
@@ -89,10 +115,12 @@ def env_name(task: str) -> str:
 
 
 class Replica:
-    def __init__(self, task: dict[str, Any], index: int, node: str) -> None:
+    def __init__(self, task: dict[str, Any], index: int, node: str,
+                 cpus: tuple[int, ...] = ()) -> None:
         self.task = task
         self.index = index
         self.node = node
+        self.cpus = cpus  # its own CPUs on its node (a task with a NUMA policy)
         self.proc: subprocess.Popen[bytes] | None = None
         self.step: int | None = None
         self.exit: int | None = None
@@ -102,6 +130,25 @@ class Replica:
     @property
     def name(self) -> str:
         return str(self.task["name"])
+
+
+def remote_argv(r: Replica, pod: str, argv: list[str], cwd: str | None) -> list[str]:
+    """The command of replica ``r`` on another node: a step there named after its pod,
+    bound to its own CPUs (a task with a NUMA policy) among those the job holds there."""
+    srun = [sys.executable, "-c", "import sys; from corral.shims.lean import main; "
+            "main('srun', sys.argv[1:])", "-N1", "-n1", "-w", r.node, "-J", pod,
+            f"--cpus-per-task={r.task['cpus']}", "--export=ALL"]
+    if r.cpus:
+        srun.append(f"--cpu-bind=mask_cpu:{sum(1 << c for c in r.cpus):#x}")
+    if cwd:
+        srun.append(f"--chdir={cwd}")
+    return srun + argv
+
+
+def _pinner(cpus: set[int]) -> Any:
+    def pin() -> None:
+        os.sched_setaffinity(0, cpus)
+    return pin
 
 
 class Launcher:
@@ -115,12 +162,15 @@ class Launcher:
         self.dir = log_dir(env.get("CORRAL_SUBMIT_DIR") or os.getcwd(), self.root)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.layout = parse_layout(env.get("CORRAL_VC_LAYOUT", ""))
+        cpus = parse_cpus(env.get("CORRAL_VC_CPUS", ""))
         self.replicas: list[Replica] = []
         for t in plan["tasks"]:
             slots = self.layout.get(t["name"], [])
+            mine = cpus.get(t["name"], [])
             idx = list(t.get("indices") or range(int(t["replicas"])))
             for k in range(min(len(idx), len(slots))):
-                self.replicas.append(Replica(t, idx[k], slots[k]))
+                self.replicas.append(Replica(t, idx[k], slots[k],
+                                             mine[k] if k < len(mine) else ()))
         self.retries = 0
         self.client: Any = None
         self.base = self._base_env()
@@ -208,16 +258,15 @@ class Launcher:
         argv = list(t["argv"])
         cwd = t.get("workdir") or None
         r.remote = bool(r.node and self.here and r.node != self.here)
+        pin: set[int] = set()
         if r.remote:  # a step on the replica's node, named after the pod
-            srun = [sys.executable, "-c", "import sys; from corral.shims.lean import main; "
-                    "main('srun', sys.argv[1:])", "-N1", "-n1", "-w", r.node, "-J", pod,
-                    f"--cpus-per-task={t['cpus']}", "--export=ALL"]
-            if cwd:
-                srun.append(f"--chdir={cwd}")
-            argv = srun + argv
+            argv = remote_argv(r, pod, argv, cwd)
+        else:
+            pin = pin_set(r.cpus)
         try:
             r.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+                                      stderr=subprocess.STDOUT, start_new_session=True,
+                                      preexec_fn=_pinner(pin) if pin else None)
         except OSError as exc:
             out.write(f"corral: cannot start {argv[0]}: {exc}\n".encode())
             r.proc = None

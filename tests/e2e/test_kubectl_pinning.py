@@ -1,0 +1,65 @@
+"""Aligned replicas run on their own CPUs (issue 14, topologyPolicy): through the real
+kubectl, each single-numa-node replica of a job on one node is pinned to the CPUs its
+allocation gave it, while replicas without a policy share the job's CPUs there. The node
+is configured as 2 sockets of 1 core (2 NUMA domains: CPU 0 and CPU 1, which every
+test host has)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tests.e2e.test_kubectl as kt
+from tests.e2e.cluster import TEST_CONFIG, Cluster, corral
+from tests.e2e.test_kubectl import KUBECTL, Kube, task, vcjob
+
+pytestmark = [
+    pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed "
+                                               "(scripts/system-deps installs it)"),
+    pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1"),
+]
+CONFIG = TEST_CONFIG.replace("[controller]\n",
+                             '[controller]\nlisten = "127.0.0.1:0"\ntls = true\n', 1).replace(
+    "cpus = 16\n", "sockets = 2\ncores_per_socket = 1\nthreads_per_core = 1\n", 1)
+assert "sockets = 2" in CONFIG
+SHOW = "grep Cpus_allowed_list /proc/self/status | tr -d ' \\t'"
+
+
+@pytest.fixture(scope="module")
+def pin_kube() -> Iterator[Kube]:
+    root = Path(tempfile.mkdtemp(prefix="corral-e2e-pin-"))
+    c = Cluster(root, CONFIG)
+    c.up()
+    kt.WORKDIR = str(c.work)
+    try:
+        kc = root / "kubeconfig"
+        r = corral("kubeconfig", "-o", str(kc), env={"CORRAL_STATE_DIR": str(c.state_dir),
+                                                     "PATH": "/usr/bin:/bin"})
+        assert r.returncode == 0, r.stderr
+        yield Kube(c, kc)
+    finally:
+        c.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_single_numa_node_replicas_run_on_their_own_cpus(pin_kube: Kube) -> None:
+    kube, c = pin_kube, pin_kube.c
+    t = task("w", 2, SHOW, cpu=1)
+    t["topologyPolicy"] = "single-numa-node"
+    kube.apply(vcjob("pinned", t))
+    kube.wait_phase("pinned", "Completed")
+    jid = int(kube.get("vcjob", "pinned")["metadata"]["annotations"]["corral.dev/job-id"])
+    na = c.job(jid)["allocation"]["nodes"][0]
+    assert sorted(na["cores"]) == [0, 1] and na["tasks"] == 2
+    logs = [kube.run("logs", f"pinned-w-{i}").stdout for i in range(2)]
+    # replica k holds the k-th of the entry's cores (one CPU each here)
+    assert logs == [f"Cpus_allowed_list:{na['cores'][k]}\n" for k in range(2)], logs
+    kube.apply(vcjob("shared", task("w", 2, SHOW, cpu=1)))
+    kube.wait_phase("shared", "Completed")
+    assert [kube.run("logs", f"shared-w-{i}").stdout for i in range(2)] == [
+        "Cpus_allowed_list:0-1\n"] * 2
