@@ -84,6 +84,9 @@ def test_gpus_per_task_and_gpu_bind() -> None:
     assert gpus_of_task(_launch(gpu_bind="map_gpu:5,4"), "4,5", 0) == "5"
     assert gpus_of_task(_launch(gpu_bind="map_gpu:9"), "4,5", 0) is None  # not the job's
     assert gpus_of_task(_launch(), "4,5", 0) is None
+    assert gpus_of_task(_launch(gpu_bind="mask_gpu:0x30,0x10"), "4,5", 0) == "4,5"
+    assert gpus_of_task(_launch(gpu_bind="mask_gpu:0x30,0x10"), "4,5", 1) == "4"
+    assert gpus_of_task(_launch(gpu_bind="mask_gpu:0x3"), "4,5", 0) is None  # not the job's
 
 
 def test_task_environment_has_slurm_step_variables() -> None:
@@ -142,9 +145,10 @@ def test_srun_refuses_or_warns_about_what_it_does_not_apply() -> None:
     assert any("only the distribution over nodes" in w for w in warnings("-m", "block:cyclic"))
     assert warnings("--overlap") == [] and warnings("-m", "cyclic:block") == []
     assert warnings("--task-prolog=/x", "--task-epilog=/y") == []  # they run (stepd)
-    for ok in ("", "none", "per_task:2", "map_gpu:0,1", "verbose,map_gpu:1"):
+    for ok in ("", "none", "per_task:2", "map_gpu:0,1", "verbose,map_gpu:1", "mask_gpu:0x3",
+               "mask_gpu:0x3,c"):
         check_gpu_bind(ok)
-    for bad in ("closest", "single:1", "mask_gpu:0x3", "per_task:x"):
+    for bad in ("closest", "single:1", "mask_gpu:0xg", "mask_gpu:", "per_task:x"):
         with pytest.raises(StepShapeError, match="is not supported"):
             check_gpu_bind(bad)
     with pytest.raises(ValueError, match="arbitrary"):

@@ -11,25 +11,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from corral.controller.kube_objects import layout, layout_text, replica_cpus_text
+from corral.controller.kube_objects import (
+    layout,
+    layout_text,
+    replica_cpus_text,
+    replica_gpus_text,
+)
 from corral.controller.records import JobRecord
 from corral.controller.scheduler import node_share
 from corral.core import run_cycle
 from corral.core.config import SchedulerConfig
 from corral.core.model.job import Allocation, Job, NodeAllocation
-from corral.core.model.node import Node, NodeSpec, NodeState
+from corral.core.model.node import GpuSpec, Node, NodeSpec, NodeState
 from corral.core.model.partition import Partition
 from corral.core.snapshot import ClusterSnapshot
 from corral.frontends.volcano import parse_job
-from corral.frontends.volcano_run import Launcher, parse_cpus, pin_set, remote_argv
+from corral.frontends.volcano_run import Launcher, own_gpus, parse_cpus, pin_set, remote_argv
 
 
-def _manifest(*tasks: tuple[str, int, int, str | None]) -> dict[str, Any]:
+def _manifest(*tasks: tuple[str, int, int, str | None], gpus: int = 0) -> dict[str, Any]:
     out = []
     for name, replicas, cpu, policy in tasks:
+        req: dict[str, Any] = {"cpu": cpu}
+        if gpus:
+            req["nvidia.com/gpu"] = gpus
         t: dict[str, Any] = {"name": name, "replicas": replicas, "template": {"spec": {
             "containers": [{"name": name, "image": "busybox", "command": ["true"],
-                            "resources": {"requests": {"cpu": cpu}}}]}}}
+                            "resources": {"requests": req}}]}}}
         if policy:
             t["topologyPolicy"] = policy
         out.append(t)
@@ -108,6 +116,28 @@ def test_a_remote_replica_is_bound_by_srun_to_its_cpus(tmp_path: Path) -> None:
     assert "--cpu-bind=mask_cpu:0xc" in argv  # CPUs 2 and 3
     assert not any(a.startswith("--cpu-bind") for a in remote_argv(unknown, "p", ["true"],
                                                                    "/tmp"))
+
+
+def test_replicas_get_their_own_gpus_of_their_domain(tmp_path: Path) -> None:
+    # GPUs 0, 1 on domain 0 (cores 0-3), GPUs 2, 3 on domain 1 (cores 4-7)
+    spec = NodeSpec("n1", 2, 4, 1, 8000, tuple(GpuSpec(g, numa=g // 2) for g in range(4)))
+    rec = _placed(_manifest(("w", 2, 2, "single-numa-node"), gpus=2), spec)
+    text = replica_gpus_text(rec)
+    got = parse_cpus(text)["w"]
+    cpus = parse_cpus(replica_cpus_text(rec, {"n1": spec}.get))["w"]
+    for c, g in zip(cpus, got, strict=True):  # each replica's GPUs on its cores' domain
+        assert {x // 4 for x in c} == {x // 2 for x in g} and len(g) == 2
+    assert replica_gpus_text(_placed(_manifest(("w", 2, 2, "best-effort"), gpus=1),
+                                     spec)) == ""
+    assert own_gpus((2, 3), "0,1,2,3") == {"CUDA_VISIBLE_DEVICES": "2,3",
+                                           "GPU_DEVICE_ORDINAL": "2,3"}
+    assert own_gpus((5,), "0,1") == {} and own_gpus((), "0,1") == {}
+    plan = parse_job(_manifest(("w", 1, 2, "single-numa-node"), gpus=2)).plan
+    la = Launcher(plan, {"CORRAL_JOB_ID": "1", "SLURMD_NODENAME": "n1",
+                         "CORRAL_SUBMIT_DIR": str(tmp_path), "CORRAL_VC_LAYOUT": "w=n2:1",
+                         "CORRAL_VC_CPUS": "w=4,5", "CORRAL_VC_GPUS": "w=2,3"})
+    argv = remote_argv(la.replicas[0], "nj-w-0", ["true"], None)
+    assert "--gpu-bind=mask_gpu:0xc" in argv and "--cpu-bind=mask_cpu:0x30" in argv
 
 
 class _NoApi:

@@ -2,7 +2,8 @@
 kubectl, each single-numa-node replica of a job on one node is pinned to the CPUs its
 allocation gave it, while replicas without a policy share the job's CPUs there. The node
 is configured as 2 sockets of 1 core (2 NUMA domains: CPU 0 and CPU 1, which every
-test host has)."""
+test host has) and 2 GPUs (configured, without NUMA affinity: they go with any domain;
+a replica sees its own in CUDA_VISIBLE_DEVICES)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ pytestmark = [
 ]
 CONFIG = TEST_CONFIG.replace("[controller]\n",
                              '[controller]\nlisten = "127.0.0.1:0"\ntls = true\n', 1).replace(
-    "cpus = 16\n", "sockets = 2\ncores_per_socket = 1\nthreads_per_core = 1\n", 1)
+    "cpus = 16\n", "sockets = 2\ncores_per_socket = 1\nthreads_per_core = 1\ngpus = 2\n", 1)
 assert "sockets = 2" in CONFIG
 SHOW = "grep Cpus_allowed_list /proc/self/status | tr -d ' \\t'"
 
@@ -63,3 +64,23 @@ def test_single_numa_node_replicas_run_on_their_own_cpus(pin_kube: Kube) -> None
     kube.wait_phase("shared", "Completed")
     assert [kube.run("logs", f"shared-w-{i}").stdout for i in range(2)] == [
         "Cpus_allowed_list:0-1\n"] * 2
+
+
+def test_single_numa_node_replicas_see_only_their_own_gpus(pin_kube: Kube) -> None:
+    kube, c = pin_kube, pin_kube.c
+    show = "echo $CUDA_VISIBLE_DEVICES"
+    t = task("g", 2, show, cpu=1)
+    t["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = 1
+    t["topologyPolicy"] = "single-numa-node"
+    kube.apply(vcjob("gpus", t))
+    kube.wait_phase("gpus", "Completed")
+    jid = int(kube.get("vcjob", "gpus")["metadata"]["annotations"]["corral.dev/job-id"])
+    na = c.job(jid)["allocation"]["nodes"][0]
+    assert sorted(na["gpus"]) == [0, 1]
+    logs = [kube.run("logs", f"gpus-g-{i}").stdout for i in range(2)]
+    assert logs == [f"{na['gpus'][k]}\n" for k in range(2)], logs
+    plain = task("g", 2, show, cpu=1)
+    plain["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = 1
+    kube.apply(vcjob("gpus2", plain))
+    kube.wait_phase("gpus2", "Completed")
+    assert [kube.run("logs", f"gpus2-g-{i}").stdout for i in range(2)] == ["0,1\n"] * 2

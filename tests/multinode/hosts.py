@@ -165,12 +165,13 @@ class NetnsCluster:
     ``settings``: extra config, ``{"controller": {"node_down_after_s": 2}, "": {top-level}}``.
     ``cpus``: CPUs per node (default: the CPUs this process may use, so CPU pinning of
     jobs to the allocated cores works on every emulated node; all hosts share them).
+    ``gpus``: GPUs configured per node (none by default; no devices behind them).
     """
 
     def __init__(self, n_hosts: int = 3, *, prefix: str | None = None,
                  root: Path | None = None, cpus: int | None = None, mem_mb: int = 2000,
                  settings: dict[str, dict[str, Any]] | None = None,
-                 partition: str = "mn") -> None:
+                 partition: str = "mn", gpus: int = 0) -> None:
         if not 1 <= n_hosts <= 99:
             raise ValueError("n_hosts must be 1..99")
         seq = next(_seq)
@@ -198,6 +199,7 @@ class NetnsCluster:
         self.partition = partition
         self.cpus = cpus or len(os.sched_getaffinity(0))
         self.mem_mb = mem_mb
+        self.gpus = gpus  # configured GPUs per node (no devices behind them)
         self.config = self.root / "corral.toml"
         self.config.write_text(self._config_text(settings or {}))
         self.startup_s: float | None = None
@@ -235,6 +237,8 @@ class NetnsCluster:
         for h in self.hosts:
             out += ["\n[[nodes]]", f'name = "{h.name}"', "discover = true",
                     f"cpus = {self.cpus}", f"mem_mb = {self.mem_mb}"]
+            if self.gpus:
+                out.append(f"gpus = {self.gpus}")
         out += ["\n[[partitions]]", f'name = "{self.partition}"', 'nodes = "ALL"',
                 "default = true"]
         return "\n".join(out) + "\n"

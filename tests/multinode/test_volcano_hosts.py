@@ -4,6 +4,8 @@ the svc plugin's host list names those nodes, and each pod's log holds its outpu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from tests.multinode.hosts import NetnsCluster
@@ -61,3 +63,28 @@ def test_aligned_replicas_on_other_hosts_are_bound_to_their_own_cpus(
     for i, (node, core) in enumerate(slots):
         text = (logs / f"bound-w-{i}.log").read_text().split()
         assert text == ["Cpus_allowed_list:", str(core)], (i, node, text)
+
+
+def test_aligned_replicas_on_other_hosts_see_only_their_own_gpus(
+        mn_cluster_factory: Callable[..., NetnsCluster]) -> None:
+    """With GPUs (configured, 2 a host): each one-GPU replica of a single-numa-node task,
+    those on the other host through srun --gpu-bind=mask_gpu, sees only its GPU."""
+    c = mn_cluster_factory(2, gpus=2)
+    manifest = {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "gpus"},
+        "spec": {"tasks": [{
+            "name": "w", "replicas": 4, "topologyPolicy": "single-numa-node",
+            "template": {"spec": {"containers": [{
+                "name": "w", "image": "busybox", "workingDir": str(c.shared),
+                "command": ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES"],
+                "resources": {"requests": {"cpu": 1, "memory": "100Mi",
+                                           "nvidia.com/gpu": 1}}}]}}}]}}
+    jid = int(c.client.request("POST", "/volcano/jobs", manifest)["job_id"])
+    job = c.wait_done(jid, 90)
+    assert job["state"] == "COMPLETED", (job, c.logs())
+    slots = [(na["node"], g) for na in job["allocation"]["nodes"] for g in na["gpus"]]
+    assert len(slots) == 4 and len({s[0] for s in slots}) == 2
+    logs = c.shared / ".corral" / f"vcjob-{jid}"
+    for i, (node, gpu) in enumerate(slots):
+        assert (logs / f"gpus-w-{i}.log").read_text() == f"{gpu}\n", (i, node)

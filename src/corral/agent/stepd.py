@@ -126,7 +126,8 @@ def task_environment(launch: sp.StepLaunch, node_env: dict[str, str], node_index
 
 def gpus_of_task(launch: sp.StepLaunch, node_gpus: str, local: int) -> str | None:
     """The GPUs task ``local`` sees (``--gpus-per-task`` binds each task to its own,
-    ``--gpu-bind=none`` leaves all, ``map_gpu:`` picks by local task id), or None to keep
+    ``--gpu-bind=none`` leaves all, ``map_gpu:`` picks one by local task id, ``mask_gpu:``
+    a hex mask of GPU ids by local task id), or None to keep
     the job's. Never a GPU outside the job's on this node."""
     ids = [g for g in node_gpus.split(",") if g]
     bind = launch.gpu_bind or ""
@@ -136,6 +137,14 @@ def gpus_of_task(launch: sp.StepLaunch, node_gpus: str, local: int) -> str | Non
         pick = [g.strip() for g in bind.split(":", 1)[1].split(",") if g.strip()]
         mine = pick[local % len(pick)] if pick else ""
         return mine if mine in ids else None
+    if bind.startswith("mask_gpu:"):  # task i: the GPUs of hex mask i (the job's only)
+        masks = [m.strip() for m in bind.split(":", 1)[1].split(",") if m.strip()]
+        try:
+            bits = int(masks[local % len(masks)], 16) if masks else 0
+        except ValueError:
+            return None
+        got = [g for g in ids if g.isdigit() and bits >> int(g) & 1]
+        return ",".join(got) if got else None
     per = launch.gpus_per_task
     if per <= 0 and bind.startswith("per_task:"):
         tail = bind.split(":", 1)[1]

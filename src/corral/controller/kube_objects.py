@@ -200,6 +200,25 @@ def replica_cpus_text(rec: JobRecord, spec_of: Callable[[str], NodeSpec | None])
     return ";".join(f"{name}=" + "|".join(slots) for name, slots in out.items())
 
 
+def replica_gpus_text(rec: JobRecord) -> str:
+    """``CORRAL_VC_GPUS``: the GPU ids of each replica of a task whose group has a NUMA
+    policy and GPUs, slot by slot as ``layout`` lists them (``task=0|1;...``: the
+    allocation entry's GPUs task by task); ``""`` when no task has both."""
+    if rec.allocation is None or not is_vcjob(rec):
+        return ""
+    aligned = {g.name: g for g in rec.sub.spec.task_groups
+               if g.numa_policy in ALIGNED and g.gpus_per_task > 0}
+    out: dict[str, list[str]] = {}
+    for na in rec.allocation.nodes:
+        g = aligned.get(str(na.group))
+        if g is None:
+            continue
+        per = g.gpus_per_task
+        out.setdefault(g.name, []).extend(
+            ",".join(str(x) for x in na.gpus[k * per:(k + 1) * per]) for k in range(na.tasks))
+    return ";".join(f"{name}=" + "|".join(slots) for name, slots in out.items())
+
+
 def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float,
          waiting: bool = False, parts: list[JobRecord] | None = None) -> list[dict[str, Any]]:
     """One Pod per replica of a Volcano job (``waiting``: late replicas still wait in a

@@ -524,13 +524,16 @@ class SchedulerLoop:
 
     def _job_env(self, rec: JobRecord) -> dict[str, str]:
         env = job_environment(rec, self.ctl.cfg.cluster_name, self.ctl.host)
-        if rec.sub.dialect == "volcano":  # each aligned replica's CPUs (volcano_run pins)
-            from corral.controller.kube_objects import replica_cpus_text
+        if rec.sub.dialect == "volcano":  # each aligned replica's CPUs and GPUs (volcano_run)
+            from corral.controller.kube_objects import replica_cpus_text, replica_gpus_text
 
             nodes = self.ctl.nodes.nodes
             text = replica_cpus_text(rec, lambda n: nodes[n].spec if n in nodes else None)
             if text:
                 env["CORRAL_VC_CPUS"] = text
+            text = replica_gpus_text(rec)
+            if text:
+                env["CORRAL_VC_GPUS"] = text
         minter = self.ctl.token_minter
         if minter is not None and "CORRAL_TOKEN" not in env:
             spec = rec.sub.spec

@@ -11,7 +11,8 @@ of ``corral.frontends.volcano.parse_job`` on stdin) on the job's first node. Alg
    ``single-numa-node``) is pinned to its own CPUs, which ``CORRAL_VC_CPUS`` lists slot
    by slot (``task=0,1,2|4,5,6;...``): on this node through its CPU affinity (the CPUs
    it may use here, if any of its own are among them), on another through ``srun
-   --cpu-bind=mask_cpu:``.
+   --cpu-bind=mask_cpu:``; with GPUs it sees only its own (``CORRAL_VC_GPUS``, slot by
+   slot): ``CUDA_VISIBLE_DEVICES`` here, ``srun --gpu-bind=mask_gpu:`` elsewhere.
 2. Each replica is a process with its container's ``command + args`` and ``env``, plus the
    ``env`` plugin's ``VC_TASK_INDEX``/``VK_TASK_INDEX`` and the ``svc`` plugin's
    ``VC_<TASK>_HOSTS``/``VC_<TASK>_NUM`` and host files (``<task>.host``, one host name a
@@ -82,8 +83,8 @@ def parse_layout(text: str) -> dict[str, list[str]]:
 
 
 def parse_cpus(text: str) -> dict[str, list[tuple[int, ...]]]:
-    """``CORRAL_VC_CPUS`` -> each aligned task's replica CPUs, slot by slot (``()``: not
-    known)."""
+    """``CORRAL_VC_CPUS`` (or ``CORRAL_VC_GPUS``) -> each aligned task's replica CPUs
+    (GPUs), slot by slot (``()``: not known)."""
     out: dict[str, list[tuple[int, ...]]] = {}
     for part in text.split(";"):
         task, eq, rest = part.partition("=")
@@ -116,11 +117,12 @@ def env_name(task: str) -> str:
 
 class Replica:
     def __init__(self, task: dict[str, Any], index: int, node: str,
-                 cpus: tuple[int, ...] = ()) -> None:
+                 cpus: tuple[int, ...] = (), gpus: tuple[int, ...] = ()) -> None:
         self.task = task
         self.index = index
         self.node = node
         self.cpus = cpus  # its own CPUs on its node (a task with a NUMA policy)
+        self.gpus = gpus  # and its own GPUs there
         self.proc: subprocess.Popen[bytes] | None = None
         self.step: int | None = None
         self.exit: int | None = None
@@ -140,9 +142,22 @@ def remote_argv(r: Replica, pod: str, argv: list[str], cwd: str | None) -> list[
             f"--cpus-per-task={r.task['cpus']}", "--export=ALL"]
     if r.cpus:
         srun.append(f"--cpu-bind=mask_cpu:{sum(1 << c for c in r.cpus):#x}")
+    if r.gpus:
+        srun.append(f"--gpu-bind=mask_gpu:{sum(1 << g for g in r.gpus):#x}")
     if cwd:
         srun.append(f"--chdir={cwd}")
     return srun + argv
+
+
+def own_gpus(gpus: tuple[int, ...], job_gpus: str) -> dict[str, str]:
+    """The GPU variables of a replica with its own GPUs (those of the job's here; none:
+    the job's stay)."""
+    have = [g for g in job_gpus.split(",") if g]
+    mine = [str(g) for g in gpus if str(g) in have]
+    if not mine:
+        return {}
+    ids = ",".join(mine)
+    return {"CUDA_VISIBLE_DEVICES": ids, "GPU_DEVICE_ORDINAL": ids}
 
 
 def _pinner(cpus: set[int]) -> Any:
@@ -163,14 +178,17 @@ class Launcher:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.layout = parse_layout(env.get("CORRAL_VC_LAYOUT", ""))
         cpus = parse_cpus(env.get("CORRAL_VC_CPUS", ""))
+        gpus = parse_cpus(env.get("CORRAL_VC_GPUS", ""))
         self.replicas: list[Replica] = []
         for t in plan["tasks"]:
             slots = self.layout.get(t["name"], [])
             mine = cpus.get(t["name"], [])
+            mine_g = gpus.get(t["name"], [])
             idx = list(t.get("indices") or range(int(t["replicas"])))
             for k in range(min(len(idx), len(slots))):
                 self.replicas.append(Replica(t, idx[k], slots[k],
-                                             mine[k] if k < len(mine) else ()))
+                                             mine[k] if k < len(mine) else (),
+                                             mine_g[k] if k < len(mine_g) else ()))
         self.retries = 0
         self.client: Any = None
         self.base = self._base_env()
@@ -263,6 +281,7 @@ class Launcher:
             argv = remote_argv(r, pod, argv, cwd)
         else:
             pin = pin_set(r.cpus)
+            env.update(own_gpus(r.gpus, env.get("CUDA_VISIBLE_DEVICES", "")))
         try:
             r.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out,
                                       stderr=subprocess.STDOUT, start_new_session=True,

@@ -134,7 +134,15 @@ def step_shape(opts: SlurmOptions, env: dict[str, str],
     return ntasks, nodes, layout
 
 
-GPU_BINDS = ("none", "per_task:N", "map_gpu:<list>")
+GPU_BINDS = ("none", "per_task:N", "map_gpu:<list>", "mask_gpu:<list>")
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return True
 
 
 def check_gpu_bind(value: str) -> None:
@@ -148,6 +156,10 @@ def check_gpu_bind(value: str) -> None:
     if not kind or kind == "none" or kind.startswith("map_gpu:") or (
             kind.startswith("per_task:") and kind[9:].isascii() and kind[9:].isdigit()):
         return
+    if kind.startswith("mask_gpu:"):
+        masks = kind[9:].split(",")
+        if masks and all(m.strip() and _is_hex(m.strip()) for m in masks):
+            return
     raise StepShapeError(f"srun: error: --gpu-bind={value} is not supported "
                          f"(use {', '.join(GPU_BINDS)})")
 
