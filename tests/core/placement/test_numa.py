@@ -12,7 +12,7 @@ from corral.core import run_cycle
 from corral.core.feasibility import validate
 from corral.core.model.job import Allocation, JobSpec, JobState, TaskGroup
 from corral.core.model.node import GpuSpec, Node, NodeSpec, NodeState, NumaDomain
-from corral.core.placement import task_cores
+from corral.core.placement import Placer, task_cores
 from corral.submission import JobSubmission
 
 
@@ -199,3 +199,28 @@ def test_every_policy_places_a_job_that_fits_a_domain(policy: str) -> None:
     g = job(2).group("w", 2, cpus=4, numa=policy).walltime_s(60).build()
     s = _start(c, g)
     assert [len(d) for d in _domains(s, 4)] == [1, 1]
+
+
+def test_slots_chosen_on_another_view_are_chosen_again_on_commit() -> None:
+    """A pick's aligned slots are taken as they are only where the pool still holds
+    them free; otherwise the placer chooses again on the pool (never a core twice)."""
+    from corral.core.config import PlacementMode
+    from corral.core.nodes import NodeTable
+    from corral.core.pool import Pool
+    from corral.core.shape import build_shape
+
+    c = cluster(nodes=1, sockets=2, cores_per_socket=4)
+    table = NodeTable(c.nodes, c.partitions)
+    g = job(2).group("w", 1, cpus=3, numa="single-numa-node").walltime_s(60).build()
+    shape = build_shape(g.spec, c.partitions[0], config())
+    placer = Placer(table, PlacementMode.PACK)
+    empty = Pool(table, table.all_mask)
+    chosen = placer.fits(shape, "batch", empty)
+    assert chosen is not None and chosen[0][0].numa_slots[0][0] == 0b111  # domain 0
+    busy = Pool(table, table.all_mask)
+    from corral.core.pool import NodeUse
+
+    busy.take(NodeUse(0, 0b0001, 0, 0, ()))  # core 0 is gone meanwhile
+    placed = placer.commit(shape, "batch", busy, chosen)
+    cores = placed.allocation.nodes[0].cores
+    assert 0 not in cores and len({x // 4 for x in cores}) == 1, cores

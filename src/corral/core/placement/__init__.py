@@ -27,6 +27,7 @@ from operator import attrgetter
 from corral.core.config import PlacementMode
 from corral.core.model.job import Allocation, NodeAllocation
 from corral.core.nodes import NodeTable, iter_bits
+from corral.core.placement.numa import slots as numa_slots
 from corral.core.placement.select import Pick, SetPlacer, unit_nodes
 from corral.core.placement.within import node_use
 from corral.core.pool import NodeUse, Pool, remember
@@ -208,6 +209,14 @@ class Placer:
             for c, g in p.numa_slots:
                 cores |= c
                 gpus |= g
+            if cores & ~pool.core_mask[p.i] or gpus & ~pool.gpu_mask[p.i]:
+                # chosen on a view whose bits this pool does not hold free (never the
+                # case for the passes' views, a subset of the pool): choose again here
+                cpt = self.sets.demand_of(ts, self.table.class_of[p.i]).cores_per_task
+                again = numa_slots(pool, p.i, ts.numa, p.tasks, cpt, ts.gpus_per_task,
+                                   ts.gpu_type)
+                p.numa_slots = tuple(again) if len(again) == p.tasks else ()
+                return self._use(pool, ts, p)
             return NodeUse(p.i, cores, p.mem_mb, gpus, ts.gres)
         return node_use(pool, p.i, p.ncores, p.mem_mb, p.ngpus, ts.gpu_type, ts.gres, p.whole)
 

@@ -36,6 +36,7 @@ from corral.core.shape import NUMA_NONE, NUMA_SINGLE
 
 Slot = tuple[int, int]  # (core mask, GPU mask) of one task
 
+
 def _lowest(mask: int, count: int) -> int:
     out = 0
     while mask and count > 0:
