@@ -127,3 +127,19 @@ def test_a_replica_larger_than_every_domain_is_refused_at_apply(numa_kube: Kube)
     assert "5 CPUs per replica from one NUMA domain" in r.stderr, r.stderr
     assert "largest NUMA domain" in r.stderr and "has 4 CPUs" in r.stderr, r.stderr
     assert "NotFound" in kube.run("get", "vcjob", "huge2", ok=False).stderr
+
+
+def test_a_native_job_of_task_groups_takes_the_policy_through_the_api(
+        numa_kube: Kube) -> None:
+    from corral.client import CorralError
+    from corral.core.model.job import TaskGroup
+
+    c = numa_kube.c
+    jid = c.submit("true", task_groups=(
+        TaskGroup("w", 4, 3, numa_policy="single-numa-node"),))
+    job = c.wait_done(jid)
+    assert job["state"] == "COMPLETED", job
+    assert sorted(d.pop() for d in _replica_domains(job, 3)) == [0, 1, 2, 3]
+    with pytest.raises(CorralError, match="largest NUMA domain") as err:
+        c.submit("true", task_groups=(TaskGroup("w", 1, 5, numa_policy="single-numa-node"),))
+    assert "5 CPUs per replica" in str(err.value)
