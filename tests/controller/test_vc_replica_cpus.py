@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from corral.controller.records import JobRecord
 from corral.controller.scheduler import node_share
 from corral.core import run_cycle
 from corral.core.config import SchedulerConfig
-from corral.core.model.job import Allocation, Job, NodeAllocation
+from corral.core.model.job import Allocation, Job, JobState, NodeAllocation
 from corral.core.model.node import GpuSpec, Node, NodeSpec, NodeState
 from corral.core.model.partition import Partition
 from corral.core.snapshot import ClusterSnapshot
@@ -146,3 +147,27 @@ class _NoApi:
 
     def end_step(self, *a: Any, **kw: Any) -> None:
         return None
+
+
+def test_the_stored_allocation_keeps_each_replicas_cores_in_order() -> None:
+    """The store's JSON keeps an aligned entry's cores task by task (not sorted), so a
+    recovered controller gives each replica the same CPUs."""
+    from corral.controller.records import allocation_from_json, allocation_to_json
+
+    from corral.core.model.node import NumaDomain
+
+    spec = NodeSpec("n1", 1, 8, 1, 8000, numa=(NumaDomain(0, (0, 2, 4, 6)),
+                                               NumaDomain(1, (1, 3, 5, 7))))
+    busy = NodeAllocation("n1", (0,), 1, 10)
+    snap = ClusterSnapshot(nodes=(Node(spec, NodeState.IDLE),),
+                           partitions=(Partition("main", ("n1",), is_default=True),),
+                           pending=(Job(2, parse_job(_manifest(
+                               ("w", 2, 3, "single-numa-node"))).submission.spec, 0.0),),
+                           running=(replace(Job(1, parse_job(_manifest(
+                               ("x", 1, 1, None))).submission.spec, 0.0),
+                               state=JobState.RUNNING, start_time=0.0, time_limit_s=100,
+                               allocation=Allocation("main", (busy,)), partition="main"),))
+    alloc = run_cycle(snap, SchedulerConfig(), 1.0).starts[0].allocation
+    cores = alloc.nodes[0].cores
+    assert cores == (2, 4, 6, 1, 3, 5)  # even cores one replica, odd ones the other
+    assert allocation_from_json(allocation_to_json(alloc)) == alloc
