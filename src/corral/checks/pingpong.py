@@ -6,7 +6,8 @@ large message (1 MiB by default) for bandwidth (bytes over half the round trip, 
 that each size takes about ``budget`` seconds (at least one, at most 100,000), which keeps a
 slow link from stretching the check. The repetitions run in five batches and the figure is
 the best batch's mean: on a busy host a burst of other work stalls a batch, and the
-comparison with the other nodes should see the link, not that burst. It prints one line read by ``parse.parse_pingpong``:
+comparison with the other nodes should see the link, not that burst. It prints one line
+read by ``parse.parse_pingpong``:
 ``pingpong latency_us=X bandwidth_mb_s=Y bytes=N reps=R,S host0=A host1=B``.
 
 ``MPI_Finalize`` runs under a watchdog (``FINALIZE_S``: ``alarm``, then ``_exit(0)``): MPICH
