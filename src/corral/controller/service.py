@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import os
 import socket
@@ -153,7 +154,26 @@ class Controller:
     async def start(self, warm: WarmState | None = None) -> None:
         """Load the state and start scheduling. ``warm``: a standby's copy of the active
         jobs and submit keys (``corral.controller.warm``), brought up to date here
-        instead of loading and parsing every active job again."""
+        instead of loading and parsing every active job again.
+
+        Python's cyclic garbage collector is off while the state loads and the loaded
+        objects are frozen afterwards (``gc.freeze``): a load builds a few objects per
+        job field and nothing of it is garbage, yet each full collection walked every
+        object made so far (100,000 pending jobs: load 6.6-10.9 s with it, 5.4 s
+        without), and every later full collection walked them all again, about 0.5 s a
+        time at 100,000 jobs, landing in whatever ran then (a scheduling cycle, a
+        request). Frozen objects are still freed by reference counting when their job
+        goes; only a reference cycle among them would outlive its job."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            await self._start(warm)
+        finally:
+            if enabled:
+                gc.enable()
+        gc.freeze()
+
+    async def _start(self, warm: WarmState | None) -> None:
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
         await loop.run_in_executor(None, self.store.open)
