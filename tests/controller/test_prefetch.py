@@ -60,7 +60,8 @@ def test_planned_nodes_without_the_image_pull_it_within_the_horizon() -> None:
     assert conns["n2"].sent == conns["n3"].sent == []  # job 4: beyond 1800 s
     asked = f"pull of {REF} asked for ahead of the start"
     assert a.image_prefetch == b.image_prefetch == {"n1": asked}
-    assert plain.image_prefetch == far.image_prefetch == {}
+    assert not plain.image_prefetch and not far.image_prefetch  # none asked (None)
+    assert plain.to_api(0.0)["image_prefetch"] == {}
     assert a.to_api(0.0)["image_prefetch"] == {"n1": asked}
     assert pf.plan(plan, 1.0) == 0  # asked already: not again
     pf.report("n1", [{"ref": REF, "state": "pulling", "note": f"pulling {REF}: 3.1 MB"}], 2.0)

@@ -182,7 +182,7 @@ class Prefetcher:
         jobs = self.ctl.jobs
         for jid in p.jobs:
             rec = jobs.get(jid)
-            if rec is None or rec.image_prefetch.get(p.node) == text:
+            if rec is None or (rec.image_prefetch or {}).get(p.node) == text:
                 continue
-            rec.image_prefetch = {**rec.image_prefetch, p.node: text}
+            rec.image_prefetch = {**(rec.image_prefetch or {}), p.node: text}
             rec.touch_api()

@@ -89,7 +89,8 @@ class JobRecord:
     prefer: tuple[str, ...] = ()
     # early pulls of this pending job's image: node -> what happens there
     # (corral.controller.prefetch; not persisted)
-    image_prefetch: dict[str, str] = field(default_factory=dict)
+    # (None when there are none: no empty dict per pending job)
+    image_prefetch: dict[str, str] | None = None
     event_state: str = ""  # the state the last job event announced ("": none yet)
     tail_text: str = ""  # a large array's compact remainder (``arraytail.ArrayTail.view``)
     _core: Job | None = None
@@ -298,7 +299,7 @@ class JobRecord:
             "cancelled_by_uid": self.cancelled_by_uid,
             "warning": self.warning,
             "container": self.container,
-            "image_prefetch": dict(self.image_prefetch),
+            "image_prefetch": dict(self.image_prefetch or {}),
             "runtime": self.runtime or spec.runtime,
             "vm_image": self.sub.extra.get("vm_image"),
             "suspended_s": self.suspended_s + (t - self.suspended_at

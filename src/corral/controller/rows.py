@@ -12,6 +12,7 @@ import operator
 from typing import Any
 
 from corral.controller.records import JobRecord, allocation_from_json, allocation_to_json
+from corral.controller.sharing import SubmissionPool
 from corral.core.model.job import HoldKind, JobState
 from corral.submission import JobSubmission
 
@@ -102,8 +103,11 @@ def update_row(rec: JobRecord) -> dict[str, Any]:
     return row
 
 
-def record_from_row(row: Any) -> JobRecord:
-    sub = JobSubmission.from_json(json.loads(row.submission))
+def record_from_row(row: Any, subs: SubmissionPool | None = None) -> JobRecord:
+    """The record of a stored row; ``subs``: a bulk load's pool, so that rows of the same
+    submission text (an array's tasks, a loop's jobs) share one parsed submission."""
+    sub = (subs.parse(row.submission) if subs is not None
+           else JobSubmission.from_json(json.loads(row.submission)))
     data = json.loads(row.data)
     rec = JobRecord(
         id=int(row.id),

@@ -35,6 +35,7 @@ from corral.controller.nodes import NodeTable
 from corral.controller.records import JobRecord
 from corral.controller.rows import insert_row, record_from_row, update_row
 from corral.controller.runtimes import normalize_runtime
+from corral.controller.sharing import EnvPool, SubmissionPool
 from corral.controller.steps import close_open_steps
 from corral.controller.store import Store
 from corral.controller.suspend import end_suspension
@@ -69,6 +70,7 @@ class Controller:
         # the pending jobs that run in a cached image (registry or SIF): the only ones
         # whose preferred nodes change when a node's image cache does
         self.pending_images: dict[int, JobRecord] = {}
+        self.envs = EnvPool()  # one copy of the environments jobs share (sharing.py)
         self.running: dict[int, JobRecord] = {}
         self.suspended: set[int] = set()  # SUSPENDED jobs (preemption mode SUSPEND)
         # not root: jobs run only as this user (intake refuses others at submit)
@@ -255,9 +257,10 @@ class Controller:
 
     def _load_active_records(self) -> list[JobRecord]:
         recs = []
+        subs = SubmissionPool(self.envs)
         for row in self.store.load_active():
             try:
-                recs.append(record_from_row(row))
+                recs.append(record_from_row(row, subs))
             except Exception:  # one unreadable row must not keep the controller down
                 log.exception("job %s: its stored record cannot be read; left out", row.id)
         return recs
@@ -638,6 +641,7 @@ class Controller:
 
         window = self.cfg.controller.array_window
         big = len(indices) > window  # the rest stays one compact record (a tail)
+        sub = self.envs.share_in(sub)
         recs = intake.build_records(sub, first, now, submit_host or self.host, indices,
                                     max_running, window if big else None)
         tails = [ArrayTail(first, recs[0].sub, now, submit_host or self.host, indices,
