@@ -39,8 +39,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import attrgetter, mul
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -56,10 +55,10 @@ from corral.core.pool import PoolKeeper
 from corral.sim.cluster import SimCluster, account_tree_for
 from corral.sim.result import COMPLETED, PREEMPTED, REJECTED, TIMEOUT, UNFINISHED, SimResult
 from corral.sim.settings import as_dict as scheduler_settings
+from corral.sim.usage_book import UsageBook
 from corral.sim.workload import ExceedPolicy, Workload
 
 ProgressFn = Callable[[int, int], None]
-LN2 = math.log(2.0)
 _NODE_CPUS = attrgetter("cpus")
 # the core's memos on long traces: the per-job ones are trimmed every TRIM_EVERY cycles,
 # the per-request ones (plans, shapes: one per distinct request) cleared only once
@@ -229,10 +228,7 @@ class Engine:
         free_cpus = total_cpus
         reserved: tuple[int, ...] = ()
         last_reservations: tuple[Reserve, ...] = ()
-        usage: dict[tuple[str, str], float] = {}
-        usage_t: dict[tuple[str, str], float] = {}
-        usage_rate: dict[tuple[str, str], float] = {}
-        half_life = float(config.decay_half_life_s)
+        book = UsageBook(config.decay_half_life_s, submit[0] if n else 0.0)
 
         samples_t: array[float] = array("d")
         samples_q: array[float] = array("d")
@@ -265,58 +261,6 @@ class Engine:
                 heapq.heappop(size_heap)
             return size_heap[0] if size_heap else 1 << 62
 
-        # usage_t holds the time of an association's last update only when it differs
-        # from the last all-associations update (usage_all), whose time is since_all[0]
-        since_all = [clock]
-        active: set[tuple[str, str]] = set()  # associations with a non-zero rate
-
-        def usage_to(assoc: tuple[str, str], now: float) -> float:
-            u = usage.get(assoc, 0.0)
-            t0 = usage_t.get(assoc, since_all[0] if assoc in usage else now)
-            dt = now - t0
-            if dt > 0:
-                rate = usage_rate.get(assoc, 0.0)
-                if half_life > 0:
-                    d = math.exp(-LN2 * dt / half_life)
-                    u = u * d + rate * half_life / LN2 * (1.0 - d)
-                else:
-                    u += rate * dt
-            usage[assoc] = u
-            usage_t[assoc] = now
-            return u
-
-        def usage_all(now: float) -> dict[tuple[str, str], float]:
-            """Every association's usage at ``now``: the floats ``usage_to`` gives for each.
-
-            Associations with no running job that were last updated by the previous call
-            all decay by the same factor (their rate term is +0.0 and ``u * d >= 0``, so
-            ``u * d`` is the same float); that is done in one C-level map. Those with
-            running jobs and no update since get ``usage_to``'s arithmetic inline (same
-            elapsed time, same ``d``); those touched by a start or an end since go
-            through ``usage_to`` from their own time."""
-            dt = now - since_all[0]
-            if dt > 0 and half_life > 0 and usage:
-                d = math.exp(-LN2 * dt / half_life)  # what usage_to computes for dt
-                # running since the last call: usage_to's arithmetic for dt, inline
-                steady = [a for a in active if a not in usage_t]
-                grown = [usage[a] * d + usage_rate[a] * half_life / LN2 * (1.0 - d)
-                         for a in steady]
-                own = {a: usage[a] for a in usage_t}  # touched since: their own clock
-                keys = list(usage)
-                decayed = list(map(mul, usage.values(), repeat(d)))
-                usage.update(zip(keys, decayed, strict=True))
-                usage.update(zip(steady, grown, strict=True))
-                usage.update(own)
-                for a in own:
-                    usage_to(a, now)
-            else:
-                special = list(active)
-                special.extend(a for a in usage_t if a not in active)
-                for a in special:
-                    usage_to(a, now)
-            usage_t.clear()
-            since_all[0] = now
-            return dict(usage)
         held_cpus: dict[int, int] = {}  # running job -> CPUs it holds
         # every node has one CPU (the usual trace machine): an allocation holds one per node
         one_cpu_nodes = all(nd.spec.cpus == 1 for nd in cl.nodes)
@@ -325,8 +269,10 @@ class Engine:
             return len(alloc.nodes) if one_cpu_nodes else sum(map(_NODE_CPUS, alloc.nodes))
 
         track_nodes = whole or opt.record_allocations
-        # nothing but the free CPU count to update: done inline (``occupy`` otherwise)
-        count_only = not track_nodes and not self.track_usage
+        # nothing but the free CPU count (and the usage rate) to update: done inline
+        # (``occupy`` otherwise)
+        count_only = not track_nodes
+        charge = book.change if self.track_usage else None
 
         def occupy(i: int, job: Job, sign: int) -> None:
             nonlocal free_cpus, idle_nodes
@@ -339,12 +285,7 @@ class Engine:
             free_cpus -= sign * cpus
             if self.track_usage:
                 assoc = (accts[i], users[i])
-                usage_to(assoc, clock)
-                rate = usage_rate[assoc] = usage_rate.get(assoc, 0.0) + sign * cpus
-                if rate:
-                    active.add(assoc)
-                else:
-                    active.discard(assoc)
+                book.change(assoc, clock, sign * cpus)
             if not track_nodes:
                 return
             if sign > 0:
@@ -369,7 +310,10 @@ class Engine:
             if keeper is not None:
                 keeper.remove(job)
             if count_only:
-                free_cpus += held_cpus.pop(i)
+                cpus = held_cpus.pop(i)
+                free_cpus += cpus
+                if charge is not None:
+                    charge((accts[i], users[i]), clock, -cpus)
             else:
                 occupy(i, job, -1)
             end[i] = t
@@ -400,7 +344,7 @@ class Engine:
             if pass_reservations:
                 fields["reservations"] = last_reservations
             if track_usage:
-                fields["usage"] = usage_all(now)
+                fields["usage"] = book.table(now)
             snap = new_snapshot(fields)
             t0 = perf_counter()
             res = run_cycle(snap, config, now, keeper)
@@ -449,6 +393,8 @@ class Engine:
                 if count_only:
                     cpus = held_cpus[i] = cpus_of(alloc)
                     free_cpus -= cpus
+                    if charge is not None:
+                        charge((accts[i], users[i]), now, cpus)
                 else:
                     occupy(i, started, +1)
                     cpus = held_cpus[i]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from builders import job
 
 from corral.core.config import ReservationPolicy
@@ -102,3 +103,43 @@ def test_multifactor_order_matches_the_tuple_key() -> None:
         plain = order_jobs(replace(snap).pending, dict(prio), (),
                            ReservationPolicy.CURRENT_HIGHEST)
         assert [j.id for j in plain] == [j.id for j in want]
+
+
+def test_vouched_submit_order_keeps_ties_in_that_order() -> None:
+    """With ``in_submit_order`` (pending in (submit_time, id) order, no admin priority) the
+    stable sort of ``Priorities`` alone gives the tuple-key order: each run of equal
+    priorities is already in (submit_time, id) order."""
+    import random
+
+    from builders import cluster
+
+    from corral.core import priority
+    from corral.core.config import PriorityWeights, SchedulerConfig
+    from corral.core.priority.multifactor import Priorities
+
+    rng = random.Random(11)
+    pending = sorted((job(k).cpus(rng.choice([1, 2, 4])).submit(float(rng.randint(0, 30)))
+                      .build() for k in range(1, 300)), key=lambda j: (j.submit_time, j.id))
+    snap = cluster().snapshot(pending=pending)
+    for w in (PriorityWeights(), PriorityWeights(age=0, fairshare=0, job_size=0,
+                                                 partition=0, qos=0),
+              PriorityWeights(fairshare=0, job_size=0, partition=0, qos=0)):
+        prio = priority.compute(snap, SchedulerConfig(weights=w), 100.0)
+        assert isinstance(prio, Priorities)
+        got = order_jobs(snap.pending, prio, (), ReservationPolicy.CURRENT_HIGHEST,
+                         in_submit_order=True)
+        want = sorted(snap.pending, key=lambda j: (-prio[j.id], j.submit_time, j.id))
+        assert [j.id for j in got] == [j.id for j in want]
+        assert len({prio[j.id] for j in pending}) < len(pending)  # ties were there
+
+
+def test_priorities_read_as_the_dict_by_job_id() -> None:
+    from corral.core.priority.multifactor import Priorities
+
+    pending = tuple(job(k).build() for k in (4, 2, 9))
+    prio = Priorities(pending, [1.5, -2.0, 0.0])
+    assert dict(prio) == {4: 1.5, 2: -2.0, 9: 0.0} and prio == {4: 1.5, 2: -2.0, 9: 0.0}
+    assert list(prio) == [4, 2, 9] and len(prio) == 3 and 2 in prio and 5 not in prio
+    assert prio[9] == 0.0 and prio.get(5) is None and prio.get(5, 3.0) == 3.0
+    with pytest.raises(ValueError, match="3 jobs but 2 values"):
+        Priorities(pending, [1.0, 2.0])

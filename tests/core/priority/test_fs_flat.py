@@ -4,14 +4,17 @@ Property: for flat trees (users under the root, under one account, under a chain
 accounts; equal or unequal shares), over sequences of usage maps (ties, zeros, decay,
 neighbouring floats whose level fairshare rounds to the same value, keys the tree lacks),
 ``FairShareCache.factors_of`` gives, for every key asked, exactly the float of
-``fair_tree_factors(build_tree(...))``; and the counting path is the one taken where it
-applies.
+``fair_tree_factors(build_tree(...))``, whether the usage is a dict or a ``UsageTable``
+(keys kept as one tuple while they do not change, as a replay passes them); and the
+counting path is the one taken where it applies.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +24,7 @@ from corral.core.priority.assoc import build_tree
 from corral.core.priority.fair_tree import fair_tree_factors
 from corral.core.priority.fs_cache import FairShareCache
 from corral.core.priority.fs_flat import FlatList, flat_factors
+from corral.core.priority.usage_table import UsageTable
 
 FAIR_TREE = FairshareAlgorithm.FAIR_TREE
 Key = tuple[str, str]
@@ -56,6 +60,8 @@ def test_counting_equals_the_whole_ranking(shape: tuple[AccountTree, str],
     keys = st.sampled_from([*known, (where, "stranger")])
     cache = FairShareCache()
     usage: dict[Key, float] = data.draw(st.dictionaries(st.sampled_from(known), VALUES))
+    as_table = data.draw(st.booleans())  # as a replay passes it: a ``UsageTable``
+    kept: tuple[Key, ...] = ()
     for _ in range(data.draw(st.integers(1, 5))):
         kind = data.draw(st.sampled_from(["decay", "bump", "same", "new"]))
         if kind == "decay":
@@ -66,7 +72,11 @@ def test_counting_equals_the_whole_ranking(shape: tuple[AccountTree, str],
         elif kind == "new":
             usage = data.draw(st.dictionaries(keys, VALUES))
         wanted = set(data.draw(st.lists(keys, max_size=5)))
-        got, _ = cache.factors_of(tree, usage, wanted, FAIR_TREE)
+        given: Mapping[Key, float] = usage
+        if as_table:  # the same keys in the same order: the same tuple object
+            kept = kept if kept == tuple(usage) else tuple(usage)
+            given = UsageTable(kept, tuple(usage.values()))
+        got, _ = cache.factors_of(tree, given, wanted, FAIR_TREE)
         have = set(known)
         extra = {k for k in wanted if k not in usage and k not in have}
         want = fair_tree_factors(build_tree(tree, usage, extra))
@@ -115,3 +125,19 @@ def test_not_flat_trees_take_the_general_path() -> None:
     got, _ = cache.factors_of(tree, usage, {("a", "x")}, FAIR_TREE)
     assert got == fair_tree_factors(build_tree(tree, usage))
     assert cache.flat is None and cache.flat_hits == 0 and cache.misses == 1
+
+
+def test_usage_table_reads_as_the_dict_of_its_keys_and_values() -> None:
+    keys = (("g", "a"), ("g", "b"), ("h", "a"))
+    table = UsageTable(keys, (1.5, 0.0, 7.0))
+    plain = dict(zip(keys, (1.5, 0.0, 7.0), strict=True))
+    assert dict(table) == plain and list(table) == list(plain) and len(table) == 3
+    assert table == plain and table[("h", "a")] == 7.0
+    assert table.get(("x", "y")) is None and table.get(("x", "y"), 2.0) == 2.0
+    assert ("g", "b") in table and ("x", "y") not in table
+    with pytest.raises(KeyError):
+        table[("x", "y")]
+    with pytest.raises(ValueError, match="2 keys but 1 values"):
+        UsageTable(keys[:2], (1.0,))
+    with pytest.raises(ValueError, match="appears twice"):
+        UsageTable((("g", "a"), ("g", "a")), (1.0, 2.0))

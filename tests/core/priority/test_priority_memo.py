@@ -1,7 +1,7 @@
 """Multifactor priorities with every memo kept across calls equal a plain computation.
 
 ``multifactor_priorities`` keeps, from one call to the next, a static context
-(``_static_context``), per-spec terms (``_spec_terms``) and the fair-share structure and
+(``_static_context``), per-job terms (``_job_terms``) and the fair-share structure and
 ranking (``fs_cache``, with ``fs_flat`` counting on flat trees). Property: over a sequence
 of calls like a replay's (time advancing, usage decaying and growing, users arriving,
 jobs leaving and arriving, held jobs, dependencies, admin priorities, both size modes),

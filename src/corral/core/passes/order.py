@@ -83,7 +83,7 @@ def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
     elif fcfs:
         jobs = sorted(pending, key=lambda j: (-prio_of(j), j.submit_time, j.id))
     elif isinstance(prio, Priorities) and prio.pending is pending:
-        jobs = _by_priority(pending, prio.in_order)
+        jobs = _by_priority(pending, prio.in_order, in_submit_order)
     else:
         jobs = sorted(pending, key=lambda j: (
             -(get(j.id, 0.0) if j.admin_priority is None else j.admin_priority),
@@ -91,14 +91,19 @@ def order_jobs(pending: Sequence[Job], prio: Mapping[int, float],
     return _highest_first(jobs, reserved, policy)
 
 
-def _by_priority(pending: Sequence[Job], values: list[float]) -> list[Job]:
+def _by_priority(pending: Sequence[Job], values: list[float],
+                 in_submit_order: bool = False) -> list[Job]:
     """``pending`` in (-priority, submit_time, id) order, ``values[k]`` the priority of
     ``pending[k]`` (admin priorities included, as ``multifactor_priorities`` gives them):
     the positions are sorted on the negated priority alone (floats, compared at C level),
     then each run of equal priorities on (submit_time, id). The same order as the tuple
-    key, without a tuple or a lookup per job."""
+    key, without a tuple or a lookup per job. ``in_submit_order``: the caller vouches that
+    ``pending`` is in (submit_time, id) order; the sort is stable, so each run of equal
+    priorities is in that order already and is left as it is."""
     keys = list(map(neg, values))
     idx = sorted(range(len(keys)), key=keys.__getitem__)
+    if in_submit_order:
+        return list(map(pending.__getitem__, idx))
     ordered = list(map(keys.__getitem__, idx))
     ties = list(compress(count(1), map(eq, ordered, islice(ordered, 1, None))))
     k = 0

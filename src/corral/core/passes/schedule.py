@@ -162,7 +162,9 @@ class Pass(LeanWalk, TailWalk, Planner, Preemptor):
         else:
             jobs = self.walk(order, prefilter, lean, max_test, max_tpc)
         for rank, job in jobs:
-            if job.admin_priority is not None:
+            if not self.annotate:
+                pr = 0.0  # only ``pend`` reads it, and it records nothing unannotated
+            elif job.admin_priority is not None:
                 pr = float(job.admin_priority)
             else:  # FCFS (``prio`` is None): -submit time, what ``priority.compute`` gives
                 pr = float(prio.get(job.id, 0.0) if prio is not None else -job.submit_time)

@@ -1,6 +1,6 @@
 """Job priority: Slurm multifactor (with Fair Tree or classic fair share) and research orderings.
 
-``compute(snapshot, config, now) -> dict[job_id, float]``: a priority per pending job;
+``compute(snapshot, config, now) -> Mapping[job_id, float]``: a priority per pending job;
 higher runs first. Ties are broken by the caller by (submit time, job id).
 ``explain(job, snapshot, config, now) -> PriorityFactors``: each normalized factor, its
 weight and weighted contribution, and the total (what ``sprio``/``corral show`` print).
@@ -8,12 +8,13 @@ weight and weighted contribution, and the total (what ``sprio``/``corral show`` 
 Modules: ``multifactor`` (the formula), ``fair_tree`` (default fair share) and ``classic``,
 ``assoc`` (the association tree both walk), ``decay`` (usage half-life, charging),
 ``eligibility`` (age counts from eligibility), ``orderings`` (FCFS, SJF, WFP3, UNICEP,
-F1-F4).
+F1-F4), ``usage_table`` (the usage mapping a replay passes, with keys kept in place).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from corral.core.config import Ordering, SchedulerConfig
 from corral.core.model.job import Job
@@ -40,10 +41,11 @@ __all__ = [
 ]
 
 
-def compute(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> dict[int, float]:
+def compute(snapshot: ClusterSnapshot, config: SchedulerConfig,
+            now: float) -> Mapping[int, float]:
     """Priority of every pending job under ``config.ordering``; higher runs first. With
     ``config.starvation_guard_s``, jobs that waited that long go first (``guard``)."""
-    prio: dict[int, float]
+    prio: Mapping[int, float]
     if config.ordering is Ordering.MULTIFACTOR:
         prio = multifactor_priorities(snapshot, config, now)
     else:

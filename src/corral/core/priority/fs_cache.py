@@ -38,7 +38,7 @@ calls each result equals ``fair_tree_factors(build_tree(tree, usage, extra))`` (
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import eq, ge, neg, truediv
 
@@ -47,6 +47,7 @@ from corral.core.model.account import AccountTree
 from corral.core.priority.assoc import AssocIndex, AssocNode, build_tree
 from corral.core.priority.classic import classic_factors
 from corral.core.priority.fs_flat import FlatList, flat_factors, flat_list
+from corral.core.priority.usage_table import UsageTable
 
 Key = tuple[str, str]
 _INF = math.inf
@@ -75,7 +76,8 @@ class FairShareCache:
         self.assoc: dict[Key, float] = {}
         self.fairshare: dict[Key, float] = {}
         self.visited: list[tuple[list[int], list[bool]]] = []
-        self.usage_in_tree: list[Key] = []  # last usage keys found all in the tree
+        # the last usage keys found all in the tree
+        self.usage_in_tree: Sequence[Key] = []
         self.flat: FlatList | None = None  # set when the tree is flat (``fs_flat``)
         self.hits = self.misses = self.flat_hits = 0
 
@@ -119,9 +121,11 @@ class FairShareCache:
             self.extra = None
             self.usage_in_tree = []
         have = self.assoc_keys
-        extra = frozenset(k for k in keys if k not in usage and k not in have)
-        seen = list(usage)
-        if seen != self.usage_in_tree:  # the same keys as last time need no new check
+        extra = frozenset(k for k in keys if k not in have and k not in usage)
+        # the same keys as last time need no new check (a ``UsageTable``'s keys tuple is
+        # the same object while they are; a list otherwise, compared at C level)
+        seen = usage.keys_ if isinstance(usage, UsageTable) else list(usage)
+        if seen is not self.usage_in_tree and seen != self.usage_in_tree:
             if have.issuperset(seen):
                 self.usage_in_tree = seen
             else:

@@ -38,6 +38,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
 
+from corral.core.priority.usage_table import UsageTable
+
 Key = tuple[str, str]
 _INF = math.inf
 
@@ -46,28 +48,34 @@ class FlatList:
     """The one list a flat tree's ranking visits: its users in tree order, their share;
     and how the last usage mapping's entries map onto those users (``usage_of``)."""
 
-    __slots__ = ("keys", "share", "_seen", "_gather")
+    __slots__ = ("keys", "share", "pos", "_seen", "_gather")
 
     def __init__(self, keys: tuple[Key, ...], share: float) -> None:
         self.keys = keys  # every user association, in the tree's child order
         self.share = share  # each one's share fraction, shares / sum of the list's shares
-        self._seen: list[Key] = []  # the keys of the last usage mapping, in its order
+        self.pos = {k: i for i, k in enumerate(keys)}  # each user's place in ``keys``
+        self._seen: Sequence[Key] = []  # the keys of the last usage mapping, in its order
         # per user, its place in ``_seen`` (``len(_seen)``: absent), as one C-level getter
         self._gather: Callable[[list[float]], Sequence[float]] = _nothing
 
     def usage_of(self, usage: Mapping[Key, float]) -> Sequence[float]:
-        """Each user's usage (0.0 when absent), in tree order. The simulator's mapping is a
-        new dict each cycle with the same keys in the same order; while they compare equal
-        (a C-level list comparison, identity first) the places found last time are read
-        again instead of hashing every key."""
-        seen = list(usage)
-        if seen != self._seen:
+        """Each user's usage (0.0 when absent), in tree order. A shell passes the same keys
+        in the same order cycle after cycle; while they are (a ``UsageTable``: the same
+        keys tuple; another mapping: its keys compare equal, at C level, identity first)
+        the places found last time are read again instead of hashing every key. A
+        ``UsageTable``'s values are floats already (``float`` of each otherwise)."""
+        seen: Sequence[Key]
+        values: list[float]
+        if isinstance(usage, UsageTable):
+            seen, values = usage.keys_, list(usage.values_)
+        else:
+            seen, values = list(usage), list(map(float, usage.values()))
+        if seen is not self._seen and seen != self._seen:
             where = {k: i for i, k in enumerate(seen)}
             places = [where.get(k, len(seen)) for k in self.keys]
             # itemgetter of one place returns the item, not a 1-tuple
             self._gather = itemgetter(*places) if len(places) > 1 else _single(places[0])
             self._seen = seen
-        values = list(map(float, usage.values()))
         values.append(0.0)
         return self._gather(values)
 
@@ -117,8 +125,10 @@ def flat_factors(flat: FlatList, usage: Mapping[Key, float],
         return None  # the general path would divide by zero
     f = flat.share
     out: dict[Key, float] = {}
+    pos = flat.pos
     for key in wanted:
-        u = float(usage.get(key, 0.0))
+        p = pos.get(key)
+        u = vals[p] if p is not None else float(usage.get(key, 0.0))
         lf = f / (u / total) if u > 0.0 else _INF
         b = bisect_left(ordered, u)  # users with less usage: LF >= lf
         while b > 0:

@@ -35,13 +35,14 @@ modelled. Reference: Slurm 22.05 ``priority_multifactor.html`` and
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter, is_not, itemgetter
+from typing import TypeVar, overload
 
 from corral.core.config import FairshareAlgorithm, Ordering, PriorityWeights, SchedulerConfig
 from corral.core.model.account import ROOT_ACCOUNT, AccountTree
-from corral.core.model.job import HoldKind, Job, JobSpec
+from corral.core.model.job import HoldKind, Job
 from corral.core.model.node import Node
 from corral.core.priority.eligibility import Eligibility
 from corral.core.priority.fs_cache import FairShareCache
@@ -51,13 +52,18 @@ from corral.core.snapshot import ClusterSnapshot
 FACTOR_NAMES = ("age", "assoc", "fairshare", "job_size", "partition", "qos")
 
 _ID = attrgetter("id")
+_T = TypeVar("_T")
 _SPEC = attrgetter("spec")
-_KEY = itemgetter(1)
-# per spec, what its priority takes from the spec alone in one context: (spec,
-# association key, w_js * job size or None, w_part * partition factor, w_qos * qos
-# factor, nice, begin time, has no dependency); the spec is held, so its id stays its own
-SpecTerms = tuple[JobSpec, tuple[str, str], float | None, float, float, int, float | None,
-                  bool]
+_NUMBER = itemgetter(1)
+# per pending job, what its priority takes from the job alone in one context (``_job_terms``):
+# (job, association number, eligible since, site factor, w_js * job size, w_part * partition
+# factor, w_qos * qos factor, nice); the association's number is its place in
+# ``_Memo.assoc_keys`` (a small int: cheaper to hash per job than the key tuple).
+# ``since`` is None for a job whose age is off the common path (an admin priority, held,
+# dependencies, eligibility given by the shell), the job size None for sizes that are not
+# plain (favor small, relative to time): those parts come from a full context of the call.
+# The job is held, so its id stays its own.
+JobTerms = tuple[Job, int, float | None, float, float | None, float, float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +111,11 @@ class _Memo:
     fs: FairShareCache = field(default_factory=FairShareCache)
     accounts_of: AccountTree | None = None
     default_acct: dict[str, str] = field(default_factory=dict)
-    spec_context: tuple[object, ...] | None = None
-    spec_terms: dict[int, SpecTerms] = field(default_factory=dict)
+    job_context: tuple[object, ...] | None = None
+    job_static: MultifactorContext | None = None  # the static context ``job_context`` is of
+    job_terms: dict[int, JobTerms] = field(default_factory=dict)
+    assoc_keys: list[tuple[str, str]] = field(default_factory=list)  # by number
+    assoc_numbers: dict[tuple[str, str], int] = field(default_factory=dict)
     # ``_static_context``: its inputs (frozen values, compared by identity) and the context
     static_inputs: tuple[object, ...] | None = None
     static: MultifactorContext | None = None
@@ -293,57 +302,118 @@ class MultifactorContext:
         )
 
 
-class Priorities(dict[int, float]):
-    """Priority per pending job id, as ``compute`` returns it, that also keeps the same
-    values in the order of the ``pending`` tuple they were computed for (``values``), so
-    the queue order can sort them without looking each job up again
-    (``passes.order``). ``in_order[k]`` is the priority of ``pending[k]``."""
+class Priorities(Mapping[int, float]):
+    """Priority per pending job id, as ``compute`` returns it, kept as the values in the
+    order of the ``pending`` tuple they were computed for: ``in_order[k]`` is the priority
+    of ``pending[k]``. The queue order sorts them as they are (``passes.order``); the
+    mapping by job id is built on the first lookup (a replay's queue walk reads a few)."""
 
-    __slots__ = ("pending", "in_order")
+    __slots__ = ("pending", "in_order", "_by_id")
 
     def __init__(self, pending: tuple[Job, ...], in_order: list[float]) -> None:
-        super().__init__(zip(map(_ID, pending), in_order, strict=True))
+        if len(in_order) != len(pending):
+            raise ValueError(f"Priorities: {len(pending)} jobs but {len(in_order)} values")
         self.pending = pending
         self.in_order = in_order
+        self._by_id: dict[int, float] | None = None
+
+    def _mapping(self) -> dict[int, float]:
+        got = self._by_id
+        if got is None:
+            got = self._by_id = dict(zip(map(_ID, self.pending), self.in_order, strict=True))
+        return got
+
+    def __getitem__(self, job_id: int) -> float:
+        return self._mapping()[job_id]
+
+    @overload
+    def get(self, job_id: int, /) -> float | None: ...
+    @overload
+    def get(self, job_id: int, /, default: float | _T) -> float | _T: ...
+
+    def get(self, job_id: int, /, default: object = None) -> object:
+        return self._mapping().get(job_id, default)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._mapping()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return len(self.in_order)
+
+    def __repr__(self) -> str:
+        return f"Priorities({self._mapping()!r})"
 
 
-def _spec_terms(ctx: MultifactorContext, pending: tuple[Job, ...],
-                plain_size: bool) -> list[SpecTerms]:
-    """``SpecTerms`` of every pending job's spec, in order: kept across calls while the
-    context they depend on (weights, cluster size, partitions, QOS, default accounts)
-    compares equal, and bounded."""
+def _job_terms(ctx: MultifactorContext, pending: tuple[Job, ...],
+               plain_size: bool) -> list[JobTerms]:
+    """``JobTerms`` of every pending job, in order: kept across calls (jobs are frozen)
+    while the context they depend on (weights, cluster size, partitions, QOS, default
+    accounts) compares equal, and bounded."""
     memo = _MEMO
     w = ctx.w
-    context = (w, ctx.node_count, ctx.cluster_cpus, ctx.parts, ctx.default_part,
-               ctx.qos_factor, ctx.default_acct, plain_size)
-    # bounded by the queue: specs of jobs long gone are not held for long
-    if memo.spec_context != context or len(memo.spec_terms) > 2 * len(pending) + 10_000:
-        memo.spec_context = context
-        memo.spec_terms = {}
-    terms = memo.spec_terms
-    got: list[SpecTerms | None] = list(map(terms.get, map(id, map(_SPEC, pending))))
-    if None in got:
+    if ctx is not memo.job_static:  # the same static context has the same inputs
+        context = (w, ctx.node_count, ctx.cluster_cpus, ctx.parts, ctx.default_part,
+                   ctx.qos_factor, ctx.default_acct, plain_size)
+        if memo.job_context != context:
+            memo.job_context = context
+            memo.job_terms = {}
+            memo.assoc_keys, memo.assoc_numbers = [], {}
+        memo.job_static = ctx
+    if len(memo.job_terms) > 2 * len(pending) + 10_000:
+        # bounded by the queue: jobs long gone are not held for long
+        memo.job_terms = {}
+        memo.assoc_keys, memo.assoc_numbers = [], {}
+    terms = memo.job_terms
+    got: list[JobTerms | None] = list(map(terms.get, map(id, pending)))
+    if not all(got):  # a None: a job not seen in this context (entries are non-empty)
+        numbers, assoc_keys = memo.assoc_numbers, memo.assoc_keys
         inv_nc = 1.0 / ctx.node_count if ctx.node_count else 0.0
         inv_cc = 1.0 / ctx.cluster_cpus if ctx.cluster_cpus else 0.0
         default_acct = ctx.default_acct
+        none = HoldKind.NONE
         for k, entry in enumerate(got):
             if entry is not None:
                 continue
-            spec = pending[k].spec
-            entry = terms.get(id(spec))
-            if entry is None:
-                user = spec.user
-                js: float | None = None
-                if plain_size:
-                    size = (spec.nodes_min * inv_nc + requested_procs(spec) * inv_cc) * 0.5
-                    js = w.job_size * (1.0 if size > 1.0 else size)
-                entry = (spec, (spec.account or default_acct.get(user, ROOT_ACCOUNT), user), js,
-                         w.partition * ctx.partition_factor(spec.partitions),
-                         w.qos * ctx.qos_factor.get(spec.qos or "normal", 0.0), spec.nice,
-                         spec.begin_time, spec.dependency is None)
-                terms[id(spec)] = entry
-            got[k] = entry
+            job = pending[k]
+            spec = job.spec
+            user = spec.user
+            since: float | None = None
+            if job.admin_priority is None and job.hold is none and job.eligible_time is None \
+                    and spec.dependency is None:
+                since = job.submit_time
+                begin = spec.begin_time
+                if begin is not None and begin > since:
+                    since = begin
+            js: float | None = None
+            if plain_size:
+                size = (spec.nodes_min * inv_nc + requested_procs(spec) * inv_cc) * 0.5
+                js = w.job_size * (1.0 if size > 1.0 else size)
+            key = (spec.account or default_acct.get(user, ROOT_ACCOUNT), user)
+            number = numbers.get(key)
+            if number is None:
+                number = numbers[key] = len(assoc_keys)
+                assoc_keys.append(key)
+            # site and nice as floats: ``float(i) + x`` is ``i + x`` (Python converts the
+            # int the same way), and float-only arithmetic is the interpreter's fast case
+            entry = (job, number, since, float(job.site_factor), js,
+                     w.partition * ctx.partition_factor(spec.partitions),
+                     w.qos * ctx.qos_factor.get(spec.qos or "normal", 0.0), float(spec.nice))
+            terms[id(job)] = got[k] = entry
     return got  # type: ignore[return-value]  # no None is left
+
+
+def _age(since: float, now: float, max_age: float) -> float:
+    """The age factor of a job eligible since ``since``: ``MultifactorContext.age_factor``'s
+    arithmetic, which the common path of ``multifactor_priorities`` inlines."""
+    waited = now - since
+    if waited <= 0:
+        return 0.0
+    if max_age <= 0 or waited >= max_age:
+        return 1.0
+    return waited / max_age
 
 
 def _static_context(snapshot: ClusterSnapshot, config: SchedulerConfig,
@@ -367,19 +437,21 @@ def multifactor_priorities(
     """Multifactor priority of every pending job (``admin_priority`` wins when set).
 
     Same arithmetic as ``MultifactorContext.computed`` (tests hold them equal), in the
-    same order of operations, with the common case inlined, what depends on the spec
-    alone kept per spec across calls (``_spec_terms``) and the rest of the context kept
+    same order of operations, with the common case inlined, what depends on the job
+    alone kept per job across calls (``_job_terms``) and the rest of the context kept
     while its inputs are the same (``_static_context``): this runs every cycle over the
     whole queue. A job off the common path (held, dependencies, eligibility set by the
-    shell, sizes relative to time) gets a full context of this call.
+    shell, sizes relative to time) gets a full context of this call. The result keeps the
+    values in ``pending`` order (``Priorities``); its mapping by id is built when read.
     """
     pending = snapshot.pending
     w = config.weights
     ctx = _static_context(snapshot, config, now)
     full: MultifactorContext | None = None  # this call's own, built when a job needs it
     plain_size = not (w.size_relative or w.favor_small) and ctx.cluster_cpus > 0
-    terms = _spec_terms(ctx, pending, plain_size)
-    keys = set(map(_KEY, terms))
+    terms = _job_terms(ctx, pending, plain_size)
+    numbers = list(set(map(_NUMBER, terms)))
+    keys = list(map(_MEMO.assoc_keys.__getitem__, numbers))
     fairshare: dict[tuple[str, str], float] = {}
     assoc: dict[tuple[str, str], float] = {}
     if w.fairshare or w.assoc:
@@ -388,37 +460,31 @@ def multifactor_priorities(
                                                config.fairshare)
     w_age, w_fs, w_assoc = w.age, w.fairshare, w.assoc
     # per association, its two weighted factors (the same products as per job)
-    per_key = {key: (w_assoc * assoc.get(key, 0.0), w_fs * fairshare.get(key, 0.0))
-               for key in keys}
+    per_key = {number: (w_assoc * assoc.get(key, 0.0), w_fs * fairshare.get(key, 0.0))
+               for number, key in zip(numbers, keys, strict=True)}
     max_age = w.max_age_s
-    none = HoldKind.NONE
+    saturated = max_age <= 0  # any wait gives the whole age factor
     values: list[float] = []
     add = values.append
-    for job, (_, key, js, part, qos, nice, begin, no_dependency) in zip(pending, terms,
-                                                                         strict=True):
-        if job.admin_priority is not None:
-            add(float(job.admin_priority))
-            continue
-        # age (fast path: not held, no dependency, eligibility not given by the shell)
-        if job.hold is none and job.eligible_time is None and no_dependency:
-            since = job.submit_time
-            if begin is not None and begin > since:
-                since = begin
+    for job, key, since, site, js, part, qos, nice in terms:
+        a_term, fs_term = per_key[key]
+        if since is not None and js is not None:  # the common path, inline
             waited = now - since
             if waited <= 0:
                 age = 0.0
-            elif max_age <= 0 or waited >= max_age:
+            elif saturated or waited >= max_age:
                 age = 1.0
             else:
                 age = waited / max_age
-        else:
-            if full is None:
-                full = MultifactorContext(snapshot, config, now, factors_needed=False, keys=())
-            age = full.age_factor(job)
+            add(site + w_age * age + a_term + fs_term + js + part + qos - nice)
+            continue
+        if job.admin_priority is not None:
+            add(float(job.admin_priority))
+            continue
+        if full is None:
+            full = MultifactorContext(snapshot, config, now, factors_needed=False, keys=())
+        age = _age(since, now, max_age) if since is not None else full.age_factor(job)
         if js is None:
-            if full is None:
-                full = MultifactorContext(snapshot, config, now, factors_needed=False, keys=())
             js = w.job_size * full.size_factor(job)
-        a_term, fs_term = per_key[key]
-        add(job.site_factor + w_age * age + a_term + fs_term + js + part + qos - nice)
+        add(site + w_age * age + a_term + fs_term + js + part + qos - nice)
     return Priorities(pending, values)
