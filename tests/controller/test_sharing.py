@@ -24,6 +24,10 @@ def test_equal_environments_become_one_dict_and_the_callers_stay_theirs() -> Non
     c = pool.share_in(_sub({"PATH": "/other"}))
     assert c.env is not a.env and c.env == {"PATH": "/other"}
     assert pool.share({}) == {}
+    damaged: list[str] = ["not", "a", "dict"]  # as a damaged stored record may hold
+    assert pool.share(damaged) is damaged  # type: ignore[arg-type]
+    odd = {"A": ["unhashable"]}
+    assert pool.share(odd) is odd  # type: ignore[arg-type]
 
 
 def test_the_pool_is_bounded_least_recently_used_first() -> None:

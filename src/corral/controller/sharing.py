@@ -27,10 +27,16 @@ class EnvPool:
         self._pool: OrderedDict[tuple[tuple[str, str], ...], dict[str, str]] = OrderedDict()
 
     def share(self, env: dict[str, str]) -> dict[str, str]:
-        if not env:
+        """The pool's dict equal to ``env``; ``env`` itself when it is empty or not a
+        plain dict of hashable values (a damaged stored record stays as it was read, for
+        the scheduler to hold with its error, not made unreadable here)."""
+        if not env or type(env) is not dict:
             return env
         key = tuple(env.items())
-        got = self._pool.get(key)
+        try:
+            got = self._pool.get(key)
+        except TypeError:  # an unhashable value
+            return env
         if got is not None:
             self._pool.move_to_end(key)
             return got
