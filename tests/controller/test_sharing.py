@@ -47,3 +47,12 @@ def test_stored_submissions_of_the_same_text_parse_once() -> None:
     assert one is two and one == JobSubmission.from_json(json.loads(text))
     other = subs.parse(json.dumps(_sub({"X": "1"}, name="other").to_json()))
     assert other is not one and other.spec.name == "other" and other.env is one.env
+
+
+def test_equal_specs_become_one_object() -> None:
+    pool = EnvPool()
+    a = pool.share_in(_sub({"X": "1"}))
+    b = pool.share_in(_sub({"X": "1"}))
+    c = pool.share_in(_sub({"X": "1"}, name="other"))
+    assert a.spec is b.spec and a.spec == JobSpec(name="a")
+    assert c.spec is not a.spec and c.spec.name == "other"
