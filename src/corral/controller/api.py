@@ -497,15 +497,7 @@ def with_fast_paths(app: FastAPI, ctl: Controller, auth: Authenticator) -> Any:
 
         await app(scope, replay, send)
 
-    def who(scope: Any) -> Identity:
-        peer = scope.get("corral.peer")
-        if peer is not None:
-            return auth.from_peer(peer[1], peer[2])
-        for k, v in scope.get("headers", ()):
-            if k == b"authorization" and v[:7].lower() == b"bearer ":
-                return auth.from_token(v[7:].decode().strip())
-        raise ApiError("unauthorized", "authentication required: use the Unix socket or "
-                                       "send Authorization: Bearer <token> (corral token)")
+    who = auth.from_scope
 
     async def asgi(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "websocket" and scope["path"] == agent_path:

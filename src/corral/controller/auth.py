@@ -112,6 +112,18 @@ class Authenticator:
             self._cache[key] = who
         return who
 
+    def from_scope(self, scope: Any) -> Identity:
+        """The caller of an ASGI request: the Unix socket's peer credentials (put in the
+        scope as ``corral.peer`` by the server), else its bearer token."""
+        peer = scope.get("corral.peer")
+        if peer is not None:
+            return self.from_peer(peer[1], peer[2])
+        for k, v in scope.get("headers", ()):
+            if k == b"authorization" and v[:7].lower() == b"bearer ":
+                return self.from_token(v[7:].decode().strip())
+        raise ApiError("unauthorized", "authentication required: use the Unix socket or "
+                                       "send Authorization: Bearer <token> (corral token)")
+
     def from_token(self, token: str) -> Identity:
         import jwt
 

@@ -194,15 +194,7 @@ def with_shim_fast_path(asgi: Any, ctl: Controller, auth: Authenticator) -> Any:
 
     max_body = max_body_bytes(ctl.cfg.controller.max_request_mb)
 
-    def who(scope: Any) -> Identity:
-        peer = scope.get("corral.peer")
-        if peer is not None:
-            return auth.from_peer(peer[1], peer[2])
-        for k, v in scope.get("headers", ()):
-            if k == b"authorization" and v[:7].lower() == b"bearer ":
-                return auth.from_token(v[7:].decode().strip())
-        raise ApiError("unauthorized", "authentication required: use the Unix socket or "
-                                       "send Authorization: Bearer <token> (corral token)")
+    who = auth.from_scope
 
     async def send(scope: Any, send_: Any, status: int, body: bytes, ctype: bytes) -> None:
         corked = scope.get("corral.cork")  # one write for status line, headers and body
