@@ -24,11 +24,10 @@ from typing import Annotated, Any
 
 import typer
 
+from corral.cli.accounts_base import NO_LIMIT, PROG, cluster_config, limits_text, send_change
 from corral.cli.output import (
     JSON_OPTION,
     Column,
-    api_errors,
-    connect,
     fail,
     print_json,
     print_table,
@@ -39,8 +38,6 @@ account_app = typer.Typer(help="Accounts, users, associations and QOS (as sacctm
                           "them).",
                           no_args_is_help=True)
 user_app = typer.Typer(help="Users and their account associations.", no_args_is_help=True)
-PROG = "corral account"
-NO_LIMIT = -1
 
 Parent = Annotated[str | None, typer.Option("--parent", help="Parent account (root: none).")]
 Shares = Annotated[int | None, typer.Option("--shares", min=1, help="Fair-share shares.")]
@@ -57,19 +54,6 @@ MaxWall = Annotated[str | None, typer.Option("--max-wall", help="Time limit per 
                                              "([D-]HH:MM:SS or minutes; -1: none).")]
 MaxCpus = Annotated[int | None, typer.Option("--max-cpus-per-job", help="CPUs per job.")]
 MaxNodes = Annotated[int | None, typer.Option("--max-nodes", help="Nodes per job.")]
-
-
-def _cfg() -> dict[str, Any]:
-    client = connect()
-    with api_errors(PROG):
-        cfg: dict[str, Any] = client.cluster_config()
-    return cfg
-
-
-def _change(kind: str, name: str, fields: dict[str, Any] | None, mode: str) -> Any:
-    client = connect()
-    with api_errors(PROG, changes=True):
-        return client.admin_change(kind, name, fields, mode)
 
 
 def _count(value: int | None) -> int | None:
@@ -107,24 +91,12 @@ def _limits(grp_jobs: int | None, grp_cpus: int | None, grp_mem: str | None,
     return out
 
 
-def _limits_text(limits: dict[str, Any] | None) -> str:
-    from corral.core.parse.timefmt import format_time_s
-
-    parts = []
-    for key, value in sorted((limits or {}).items()):
-        if value is None:
-            continue
-        shown = format_time_s(value) if key == "max_wall_s" else value
-        parts.append(f"{key}={shown}")
-    return ",".join(parts) or "-"
-
-
 ACCOUNT_COLUMNS = [
     Column("ACCOUNT", lambda r: str(r["name"]), style="bold"),
     Column("PARENT", lambda r: str(r.get("parent") or "root")),
     Column("SHARES", lambda r: text(r.get("shares"), "1"), justify="right"),
     Column("USERS", lambda r: ",".join(r.get("_users") or ()) or "-"),
-    Column("LIMITS", lambda r: _limits_text(r.get("limits"))),
+    Column("LIMITS", lambda r: limits_text(r.get("limits"))),
 ]
 USER_COLUMNS = [
     Column("USER", lambda r: str(r["name"]), style="bold"),
@@ -144,7 +116,7 @@ ASSOC_COLUMNS = [
 @account_app.command("list")
 def list_cmd(as_json: bool = JSON_OPTION) -> None:
     """The accounts, with their parents, shares, users and limits."""
-    cfg = _cfg()
+    cfg = cluster_config()
     users = list(cfg.get("users") or ())
     rows = []
     for a in cfg.get("accounts") or ():
@@ -178,7 +150,7 @@ def add_cmd(name: Annotated[str, typer.Argument(help="Account name")], parent: P
     """Add an account (operators)."""
     limits = _limits(grp_jobs, grp_cpus, grp_mem, grp_gpus, max_jobs, max_submit, max_wall,
                      max_cpus_per_job, max_nodes)
-    _change("accounts", name, _account_fields(parent, shares, limits), "add")
+    send_change("accounts", name, _account_fields(parent, shares, limits), "add")
     typer.echo(f"Account added: {name}")
 
 
@@ -195,21 +167,21 @@ def modify_cmd(name: Annotated[str, typer.Argument(help="Account name")],
     fields = _account_fields(parent, shares, limits)
     if not fields:
         fail("nothing to change: give --parent, --shares or a limit", prog=PROG)
-    _change("accounts", name, fields, "modify")
+    send_change("accounts", name, fields, "modify")
     typer.echo(f"Account modified: {name}")
 
 
 @account_app.command("delete")
 def delete_cmd(name: Annotated[str, typer.Argument(help="Account name")]) -> None:
     """Delete an account (operators); refused while users or sub-accounts use it."""
-    _change("accounts", name, None, "delete")
+    send_change("accounts", name, None, "delete")
     typer.echo(f"Account deleted: {name}")
 
 
 @account_app.command("assoc")
 def assoc_cmd(as_json: bool = JSON_OPTION) -> None:
     """Every association: each account, and each (account, user) pair."""
-    cfg = _cfg()
+    cfg = cluster_config()
     rows: list[dict[str, Any]] = []
     for a in cfg.get("accounts") or ():
         rows.append({"account": a["name"], "user": "", "shares": a.get("shares", 1),
@@ -229,7 +201,7 @@ def assoc_cmd(as_json: bool = JSON_OPTION) -> None:
 @user_app.command("list")
 def user_list_cmd(as_json: bool = JSON_OPTION) -> None:
     """The users with their accounts."""
-    rows = list(_cfg().get("users") or ())
+    rows = list(cluster_config().get("users") or ())
     if as_json:
         print_json({"users": rows})
         return
@@ -253,7 +225,7 @@ def user_add_cmd(name: Annotated[str, typer.Argument(help="Login name")],
     accounts = _split(account or "")
     if not accounts:
         fail("--account is required: a user needs at least one account", prog=PROG)
-    known = {u["name"]: u for u in _cfg().get("users") or ()}
+    known = {u["name"]: u for u in cluster_config().get("users") or ()}
     fields: dict[str, Any] = {}
     if default_account is not None:
         fields["default_account"] = default_account
@@ -261,10 +233,10 @@ def user_add_cmd(name: Annotated[str, typer.Argument(help="Login name")],
         fields["shares"] = shares
     if name in known:
         merged = list(dict.fromkeys(list(known[name].get("accounts") or ()) + accounts))
-        _change("users", name, {**fields, "accounts": merged}, "modify")
+        send_change("users", name, {**fields, "accounts": merged}, "modify")
         typer.echo(f"Associations added: {name} -> {','.join(accounts)}")
     else:
-        _change("users", name, {**fields, "accounts": accounts}, "add")
+        send_change("users", name, {**fields, "accounts": accounts}, "add")
         typer.echo(f"User added: {name} ({','.join(accounts)})")
 
 
@@ -288,7 +260,7 @@ def user_modify_cmd(name: Annotated[str, typer.Argument(help="Login name")],
     if not fields:
         fail("nothing to change: give --default-account, --shares or --accounts",
              prog=PROG)
-    _change("users", name, fields, "modify")
+    send_change("users", name, fields, "modify")
     typer.echo(f"User modified: {name}")
 
 
@@ -297,11 +269,11 @@ def user_delete_cmd(name: Annotated[str, typer.Argument(help="Login name")],
                     account: Account = None) -> None:
     """Delete a user, or only its associations with ``--account`` (operators)."""
     if account is None:
-        _change("users", name, None, "delete")
+        send_change("users", name, None, "delete")
         typer.echo(f"User deleted: {name}")
         return
     drop = set(_split(account))
-    cur = {u["name"]: u for u in _cfg().get("users") or ()}.get(name)
+    cur = {u["name"]: u for u in cluster_config().get("users") or ()}.get(name)
     if cur is None:
         fail(f"no such user: {name}", prog=PROG)
     have = list(cur.get("accounts") or ())
@@ -311,13 +283,13 @@ def user_delete_cmd(name: Annotated[str, typer.Argument(help="Login name")],
              f"{','.join(have) or 'none'})", prog=PROG)
     left = [a for a in have if a not in drop]
     if not left:
-        _change("users", name, None, "delete")
+        send_change("users", name, None, "delete")
         typer.echo(f"User deleted: {name} (its last association)")
         return
     fields: dict[str, Any] = {"accounts": left}
     if cur.get("default_account") in drop:
         fields["default_account"] = left[0]
-    _change("users", name, fields, "modify")
+    send_change("users", name, fields, "modify")
     typer.echo(f"Associations deleted: {name} -> {','.join(sorted(drop))}")
 
 

@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.cli.accounts import NO_LIMIT, PROG, _cfg, _change, _limits_text
+from corral.cli.accounts_base import NO_LIMIT, PROG, cluster_config, limits_text, send_change
 from corral.cli.output import JSON_OPTION, Column, fail, print_json, print_table
 
 qos_app = typer.Typer(help="QOS and their limits (as sacctmgr changes them).",
@@ -140,12 +140,12 @@ QOS_COLUMNS = [
     Column("MODE", lambda r: str(r.get("preempt_mode") or "CANCEL").lower()),
     Column("GRACE", _grace),
     Column("FACTOR", lambda r: f"{float(r.get('usage_factor', 1.0)):g}", justify="right"),
-    Column("LIMITS", lambda r: _limits_text(r.get("limits"))),
+    Column("LIMITS", lambda r: limits_text(r.get("limits"))),
 ]
 
 
 def _all() -> list[dict[str, Any]]:
-    return list(_cfg().get("qos") or ())
+    return list(cluster_config().get("qos") or ())
 
 
 @qos_app.command("list")
@@ -184,7 +184,7 @@ def qos_add_cmd(name: Name, priority: Priority = None, preempt: Preempt = None,
                 max_nodes: MaxNodes = None, max_wall: MaxWall = None) -> None:
     """Add a QOS (operators)."""
     opts = {k: v for k, v in locals().items() if k in COUNTS or k in MEMS or k == "max_wall"}
-    _change("qos", name, _fields(priority, preempt, preempt_mode, grace_time, usage_factor,
+    send_change("qos", name, _fields(priority, preempt, preempt_mode, grace_time, usage_factor,
                                  opts), "add")
     typer.echo(f"QOS added: {name}")
 
@@ -207,12 +207,12 @@ def qos_modify_cmd(name: Name, priority: Priority = None, preempt: Preempt = Non
     if not fields:
         fail("nothing to change: give --priority, --preempt, --preempt-mode, --grace-time, "
              "--usage-factor or a limit", prog=PROG)
-    _change("qos", name, fields, "modify")
+    send_change("qos", name, fields, "modify")
     typer.echo(f"QOS modified: {name}")
 
 
 @qos_app.command("delete")
 def qos_delete_cmd(name: Name) -> None:
     """Delete a QOS (operators)."""
-    _change("qos", name, None, "delete")
+    send_change("qos", name, None, "delete")
     typer.echo(f"QOS deleted: {name}")
