@@ -15,7 +15,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from corral.frontends.slurmconf_read import ConfLine
+from corral.frontends.slurmconf_read import ConfLine, Unmapped
 
 _RUN_KEYS = ("runtimerun", "runtimecreate", "runtimestart")
 _REASONS = {
@@ -52,8 +52,7 @@ def _runtime_of(template: str) -> str:
 def translate_oci_conf(lines: list[ConfLine], data: dict[str, Any],
                        unmapped: list[Any], notes: list[str]) -> None:
     """Add ``oci.conf``'s runtime to ``data["containers"]``; every other key to
-    ``unmapped`` (``slurmconf.Unmapped``) with its reason."""
-    from corral.frontends.slurmconf import Unmapped
+    ``unmapped`` (``slurmconf_read.Unmapped``) with its reason."""
 
     runtime = ""
     program = ""

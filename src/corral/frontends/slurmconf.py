@@ -38,21 +38,10 @@ from corral.core.parse.errors import ParseError
 from corral.core.parse.gres import parse_gres
 from corral.core.parse.hostlist import expand
 from corral.core.parse.timefmt import parse_time_s
-from corral.frontends.slurmconf_read import ConfLine, SlurmConfError, read_conf
+from corral.frontends.slurmconf_read import ConfLine, SlurmConfError, Unmapped, read_conf
 
 __all__ = ["ConfLine", "ImportResult", "SlurmConfError", "Unmapped", "import_slurm_conf",
            "read_conf", "translate"]
-
-
-@dataclass(frozen=True, slots=True)
-class Unmapped:
-    where: str  # file:line
-    key: str
-    value: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.key}={self.value}: {self.reason}"
 
 
 @dataclass

@@ -4,7 +4,8 @@ slurm.conf(5): case-insensitive keys, several pairs per line; ``#`` starts a com
 (``\\#`` is a literal ``#``); a trailing ``\\`` continues the line; double quotes group a
 value with spaces; ``include FILE`` (relative to the including file's directory, globs
 allowed, nested up to 16 deep). Each non-empty line becomes a ``ConfLine`` that remembers
-its file and line number, so every message can point at the source.
+its file and line number, so every message can point at the source, and an ``Unmapped``
+names such a line when a translation (``slurmconf``, ``ociconf``) has no Corral equivalent.
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ class ConfLine:
     @property
     def where(self) -> str:
         return f"{self.file}:{self.lineno}"
+
+
+@dataclass(frozen=True, slots=True)
+class Unmapped:
+    where: str  # file:line
+    key: str
+    value: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.key}={self.value}: {self.reason}"
 
 
 def _split_pairs(text: str, where: str) -> list[tuple[str, str]]:
