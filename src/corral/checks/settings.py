@@ -1,15 +1,14 @@
 """``[checks]`` of corral.toml: limits and programs of ``corral check cluster``.
 
 Defined here, beside the checks, so that the checks can read a ``[checks]`` table from a
-file of their own (``corral check cluster --config FILE``) as well as from the running
-controller's configuration; keys and defaults are documented in docs/checks.md.
+file of their own (``corral check cluster --config FILE``, ``checks.conffile``) as well as
+from the running controller's configuration; keys and defaults are documented in
+docs/checks.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,19 +39,3 @@ class ChecksConfig:
     drain_outliers: bool = False  # the periodic runs drain the nodes they name
     nice: int = 10000  # nice of the periodic runs' jobs (lowest priority; never preempts)
     keep_runs: int = 50  # periodic runs kept (reports and run directories)
-
-
-def load_checks_file(path: Path) -> dict[str, Any]:
-    """The keys set in the ``[checks]`` table of a TOML file, validated (``ConfigError``
-    naming the key, ``OSError``/``ValueError`` for an unreadable or malformed file)."""
-    import tomllib
-
-    from corral.config.load import build
-
-    with open(path, "rb") as f:
-        data = tomllib.load(f)
-    table = data.get("checks", {})
-    if not isinstance(table, dict):
-        raise ValueError(f"{path}: [checks] must be a table")
-    full = asdict(build(ChecksConfig, table, "checks"))
-    return {k: full[k] for k in table}  # only what the file sets overrides

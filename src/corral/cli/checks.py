@@ -69,7 +69,7 @@ def cluster_cmd(
              f"{', '.join(CHECKS)}", prog=PROG)
     override: dict[str, Any] = {}
     if config is not None:
-        from corral.checks.settings import load_checks_file
+        from corral.checks.conffile import load_checks_file
 
         try:
             override = load_checks_file(config)
