@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from corral.controller import kube_foreign as kf
@@ -362,10 +362,3 @@ def _epoch(text: str | None) -> float | None:
 
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
         tzinfo=timezone.utc).timestamp()
-
-
-def mount(app: FastAPI, ctl: Controller, identity: Callable[[Request], Identity]) -> None:
-    """Add the Kubernetes routes (``corral.controller.kube_routes``) to the app."""
-    from corral.controller.kube_routes import add_routes
-
-    add_routes(app, Kube(ctl, identity))

@@ -299,9 +299,10 @@ def run_controller(cfg: ClusterConfig, state_dir: Path, *, listen: str | None = 
 
             ctl.token_minter = mint
         app = create_app(ctl, auth)
-        from corral.controller.kube import mount as mount_kube  # kubectl under /k8s (issue 14)
+        from corral.controller.kube import Kube  # kubectl's API subset (issue 14)
+        from corral.controller.kube_routes import add_routes as add_kube_routes
 
-        mount_kube(app, ctl, app.state.identity)
+        add_kube_routes(app, Kube(ctl, app.state.identity))
         from corral.controller.ratelimit import RateLimiter, with_rate_limit
         from corral.shims.fastpath import with_shim_fast_path
 
