@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from corral.agent import nvbind
-from corral.agent.images import pull_main
+from corral.agent.pullchild import pull_main
 from corral.agent.runner import JobRunner
 from corral.agent.runtimes import settings
 from corral.containers.config import ContainersConfig

@@ -1,5 +1,5 @@
 """Image pulls the agent runs for the controller, each in a child process
-(``corral.agent.images.pull_main``), and what it reports about them.
+(``corral.agent.pullchild.pull_main``), and what it reports about them.
 
 Two kinds, one mechanism:
 
@@ -80,7 +80,7 @@ class Pulls:
                            "gid": int(gid) if isinstance(gid, int) else None})
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-c", "import sys; from corral.agent.images import pull_main; "
+                [sys.executable, "-c", "import sys; from corral.agent.pullchild import pull_main; "
                  "sys.exit(pull_main())", args], stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
