@@ -11,18 +11,23 @@ for a bad option value (``sbatch: error: ...``, exit 1). The result lands in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from corral.vmimage.manifest import ImageError, check_name
 
 if TYPE_CHECKING:
     from corral.frontends.context import SubmitContext
-    from corral.frontends.slurm_handlers import SlurmOptions
+
+
+class WithExtras(Protocol):
+    """What ``--vm`` writes into: the options' extras (``slurm_handlers.SlurmOptions``)."""
+
+    extra: dict[str, str]
 
 KEY = "vm_image"
 
 
-def handle_vm(opts: SlurmOptions, value: str | None, ctx: SubmitContext) -> None:
+def handle_vm(opts: WithExtras, value: str | None, ctx: SubmitContext) -> None:
     try:
         opts.extra[KEY] = check_name(value or "")
     except ImageError as exc:
