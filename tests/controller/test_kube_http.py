@@ -115,3 +115,10 @@ def test_volcano_host_commands_is_a_controller_setting() -> None:
     assert host_commands(Ctl({})) is True  # type: ignore[arg-type]
     off = Ctl({"controller": {"volcano_host_commands": False}})
     assert host_commands(off) is False  # type: ignore[arg-type]
+    assert Ctl({}).cfg.controller.volcano_images == "container"
+    assert Ctl({"controller": {"volcano_images": "host"}}).cfg.controller.volcano_images \
+        == "host"
+    from corral.config.load import ConfigError
+
+    with pytest.raises(ConfigError, match='must be "container" or "host"'):
+        Ctl({"controller": {"volcano_images": "docker"}})

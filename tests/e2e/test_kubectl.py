@@ -25,7 +25,8 @@ KUBECTL = os.environ.get("CORRAL_TEST_KUBECTL") or shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed "
                                                          "(scripts/system-deps installs it)")
 CONFIG = TEST_CONFIG.replace("[controller]\n",
-                             '[controller]\nlisten = "127.0.0.1:0"\ntls = true\n', 1)
+                             '[controller]\nlisten = "127.0.0.1:0"\ntls = true\n'
+                             'volcano_images = "host"\n', 1)
 
 
 class Kube:
@@ -165,7 +166,8 @@ def test_a_gang_that_cannot_fit_waits_whole(kube: Kube) -> None:
 
 def test_the_seeds_cfd_ai_job_with_host_commands(kube: Kube) -> None:
     # shared/seeds/001: minAvailable 8, a CFD task of 4 and an AI task of 4 replicas; the
-    # images' programs are host commands here (no container runtime yet), sized to fit
+    # images' programs are host commands here (volcano_images = "host"; the images in
+    # their images: test_kubectl_images), sized to fit
     cfd = task("cfd-simulation", 4, "echo simpleFoam rank $VC_TASK_INDEX", cpu=2,
                memory="100Mi")
     ai = task("ai-training", 4, "echo train.py worker $VC_TASK_INDEX; "

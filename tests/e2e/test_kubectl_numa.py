@@ -23,7 +23,8 @@ from tests.e2e.test_kubectl import KUBECTL, Kube, task, vcjob
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed "
                                                          "(scripts/system-deps installs it)")
 CONFIG = TEST_CONFIG.replace("[controller]\n",
-                             '[controller]\nlisten = "127.0.0.1:0"\ntls = true\n', 1).replace(
+                             '[controller]\nlisten = "127.0.0.1:0"\ntls = true\n'
+                             'volcano_images = "host"\n', 1).replace(
     "cpus = 16\n", "sockets = 4\ncores_per_socket = 4\nthreads_per_core = 1\n", 1)
 assert "sockets = 4" in CONFIG
 

@@ -25,7 +25,8 @@ pytestmark = [
     pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1"),
 ]
 CONFIG = TEST_CONFIG.replace("[controller]\n",
-                             '[controller]\nlisten = "127.0.0.1:0"\ntls = true\n', 1).replace(
+                             '[controller]\nlisten = "127.0.0.1:0"\ntls = true\n'
+                             'volcano_images = "host"\n', 1).replace(
     "cpus = 16\n", "sockets = 2\ncores_per_socket = 1\nthreads_per_core = 1\ngpus = 2\n", 1)
 assert "sockets = 2" in CONFIG
 SHOW = "grep Cpus_allowed_list /proc/self/status | tr -d ' \\t'"

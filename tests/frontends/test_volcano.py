@@ -192,8 +192,44 @@ def test_depends_on_orders_the_tasks_and_refuses_cycles() -> None:
 
 
 def test_images_are_refused_where_host_commands_are_off() -> None:
-    with pytest.raises(ManifestError, match="no container runtime"):
+    with pytest.raises(ManifestError, match="runs no images for Volcano jobs") as err:
         parse_job(CFD_AI, host_commands=False)
+    assert [f for f, _r, _m in err.value.causes] == [
+        f"spec.tasks[{i}].template.spec.containers[0].image" for i in (0, 1)]
+
+
+def test_container_mode_runs_tasks_in_their_images() -> None:
+    vj = parse_job(CFD_AI, images="container")
+    assert [t["run_image"] for t in vj.plan["tasks"]] == [
+        "docker://registry.chpc.edu.cn/hpc/openfoam:latest",
+        "docker://registry.chpc.edu.cn/ai/pytorch:latest"]
+    assert [t["image"] for t in vj.plan["tasks"]] == [  # as written, for the pods
+        "registry.chpc.edu.cn/hpc/openfoam:latest", "registry.chpc.edu.cn/ai/pytorch:latest"]
+    import copy
+
+    exported = copy.deepcopy(CFD_AI)  # corral export's placeholder runs on the host
+    exported["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["image"] = \
+        "corral.dev/host"
+    assert parse_job(exported, images="container").plan["tasks"][0]["run_image"] is None
+    host = parse_job(CFD_AI)  # host mode: recorded only
+    assert [t["run_image"] for t in host.plan["tasks"]] == [None, None]
+
+
+def test_container_mode_checks_references_and_registries() -> None:
+    import copy
+
+    bad = copy.deepcopy(CFD_AI)
+    bad["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["image"] = "Not/Valid"
+    with pytest.raises(ManifestError) as err:
+        parse_job(bad, images="container")
+    assert [(f, m.split(":")[0]) for f, _r, m in err.value.causes] == [
+        ("spec.tasks[1].template.spec.containers[0].image", "Invalid value")]
+    with pytest.raises(ManifestError) as err:
+        parse_job(CFD_AI, images="container", allowed_registries=("other.example:5000",))
+    assert [(f, r) for f, r, _m in err.value.causes] == [
+        (f"spec.tasks[{i}].template.spec.containers[0].image", "FieldValueForbidden")
+        for i in (0, 1)]
+    assert "registry.chpc.edu.cn is not allowed here" in err.value.causes[0][2]
 
 
 def test_quantities() -> None:

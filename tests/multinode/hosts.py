@@ -51,7 +51,9 @@ CONTROLLER_PORT = 6817
 BASE_SETTINGS: dict[str, dict[str, Any]] = {
     "": {"accept_unknown_nodes": False},
     "controller": {"schedule_delay_ms": 2, "tick_s": 1, "node_down_after_s": 3,
-                   "node_fail_grace_s": 60, "kill_grace_s": 1, "min_job_age_s": 600},
+                   "node_fail_grace_s": 60, "kill_grace_s": 1, "min_job_age_s": 600,
+                   # the Volcano tests name images no host can pull: commands on the hosts
+                   "volcano_images": "host"},
     "agent": {"heartbeat_s": 0.5, "reconnect_max_s": 0.3},
     "scheduler": {"default_mem_per_cpu_mb": 100},
 }

@@ -293,6 +293,9 @@ def validate(cfg: ClusterConfig) -> None:
         raise ConfigError("controller.max_event_streams_per_user", "must be 1 to 10000")
     if not 2 <= c.array_window <= 1_000_000:
         raise ConfigError("controller.array_window", "must be 2 to 1000000")
+    if cfg.controller.volcano_images not in ("container", "host"):
+        raise ConfigError("controller.volcano_images",
+                          f'must be "container" or "host", got {cfg.controller.volcano_images!r}')
     if not 0.5 <= c.lease_s <= 600:
         raise ConfigError("controller.lease_s", "must be between 0.5 and 600 seconds")
     if not (c.standby_refresh_s == 0 or 0.1 <= c.standby_refresh_s <= 3600):

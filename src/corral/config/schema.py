@@ -71,8 +71,10 @@ class ControllerConfig:
     # the tasks beyond stay one compact record until the scheduler needs them
     array_window: int = 1000
     log_level: str = "info"
-    # Volcano Jobs (kubectl): a task with a container image runs its command on the host
-    # (no container runtime yet); false refuses images (docs/kubernetes.md)
+    # Volcano Jobs (kubectl), docs/kubernetes.md "Images": "container" runs each task's
+    # replicas in its image (as srun --container-image); "host" records the image only and
+    # runs the command on the host, which volcano_host_commands = false refuses instead
+    volcano_images: str = "container"
     volcano_host_commands: bool = True
 
 

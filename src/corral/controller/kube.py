@@ -58,8 +58,8 @@ def _json(data: Any, status: int = 200) -> Response:
 
 
 def host_commands(ctl: Controller) -> bool:
-    """``[controller] volcano_host_commands``: a task with an image runs its command on
-    the host (default true)."""
+    """``[controller] volcano_host_commands``: with ``volcano_images = "host"``, a task
+    with an image runs its command on the host (default true; false refuses it)."""
     return ctl.cfg.controller.volcano_host_commands
 
 
@@ -127,6 +127,8 @@ class Kube:
         name = str(md.get("name", "")) if isinstance(md, dict) else ""
         try:
             vj = parse_job(body, namespace=ns, host_commands=host_commands(self.ctl),
+                           images=self.ctl.cfg.controller.volcano_images,
+                           allowed_registries=self.ctl.cfg.containers.allowed_registries,
                            topology_placement=self.ctl.cfg.scheduler.placement
                            is PlacementMode.TOPOLOGY)
         except ManifestError as exc:

@@ -18,10 +18,12 @@ runs one replica a node), ``nodeSelector`` / required node affinity -> the group
 feature constraint
 (``feature.node.kubernetes.io/F: "true"`` and ``F: "true"`` -> feature ``F``; any other
 ``key: value`` -> feature ``key=value``; ``nvidia.com/gpu.product`` / ``gpu-type`` -> the
-GPU type); ``activeDeadlineSeconds`` -> the time limit. Images: Corral has no container
-runtime yet, so with ``host_commands`` (``[controller] volcano_host_commands``, default
-true) a task's ``command``/``args`` run on the host and the image is recorded only;
-otherwise an image is refused.
+GPU type); ``activeDeadlineSeconds`` -> the time limit. Images (``[controller]
+volcano_images``): ``"container"`` runs a task's replicas in its image (each replica a
+step with ``--container-image``; the reference is checked here, and its registry against
+``allowed_registries``); ``"host"`` runs ``command``/``args`` on the host and records the
+image only when ``host_commands`` (``[controller] volcano_host_commands``, default true),
+else refuses an image. A task without an image runs on the host in either mode.
 """
 
 from __future__ import annotations
@@ -272,8 +274,41 @@ _POD_OK = ("containers", "restartPolicy", "nodeSelector", "affinity", "toleratio
            "dnsPolicy", "priorityClassName")
 
 
+def _image(c: _Check, image: Any, path: str, images: str, host_commands: bool,
+           allowed: tuple[str, ...]) -> str | None:
+    """The canonical reference a task's replicas run in (None: on the host)."""
+    from corral.containers.spec import ContainerError, parse_image
+    from corral.frontends.volcano_export import HOST_IMAGE
+
+    if not image or image == HOST_IMAGE:  # an exported host job's placeholder: the host
+        return None
+    if not isinstance(image, str):
+        c.bad(path, "Invalid value: must be a string")
+        return None
+    if images != "container":
+        if not host_commands:
+            c.unsupported(path, "this cluster runs no images for Volcano jobs ([controller] "
+                                "volcano_images = \"host\", volcano_host_commands = false)")
+        return None
+    try:
+        ref = parse_image(image)
+    except ContainerError as exc:
+        c.bad(path, f"Invalid value: {image!r}: {exc}")
+        return None
+    if ref.kind != "docker":
+        c.bad(path, f"Invalid value: {image!r}: a registry image (name:tag or "
+                    "host:port/name:tag)")
+        return None
+    if allowed and ref.registry not in allowed:
+        c.bad(path, f"Forbidden: image registry {ref.registry} is not allowed here "
+                    f"(allowed: {', '.join(allowed)})", "FieldValueForbidden")
+        return None
+    return ref.canonical
+
+
 def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
-          hostpaths: dict[str, str]) -> dict[str, Any]:
+          hostpaths: dict[str, str], images: str = "host",
+          allowed: tuple[str, ...] = ()) -> dict[str, Any]:
     c.only(t, path, ("name", "replicas", "minAvailable", "template", "policies", "maxRetry",
                      "dependsOn", "topologyPolicy"),
            {"partitionPolicy": "no network-topology partitions"})
@@ -326,14 +361,12 @@ def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
         "livenessProbe": "no probes", "readinessProbe": "no probes",
         "startupProbe": "no probes", "lifecycle": "no hooks", "envFrom": "no ConfigMaps"})
     image = ct.get("image")
-    if image and not host_commands:
-        c.unsupported(f"{cpath}.image", "no container runtime yet, and this cluster does not "
-                                        "run image tasks' commands on the host")
+    run_image = _image(c, image, f"{cpath}.image", images, host_commands, allowed)
     command = c.strings(ct.get("command"), f"{cpath}.command")
     args = c.strings(ct.get("args"), f"{cpath}.args")
     if not command:
-        c.bad(f"{cpath}.command", "Required value: Corral runs the command on the host "
-                                  "(an image's entrypoint is not known)")
+        c.bad(f"{cpath}.command", "Required value: Corral runs the command (an image's "
+                                  "entrypoint is not used)")
     env: dict[str, str] = {}
     for ei, e in enumerate(ct.get("env") or []):
         epath = f"{cpath}.env[{ei}]"
@@ -345,12 +378,17 @@ def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
             c.bad(f"{epath}.name", f"Invalid value: {ename!r}")
             continue
         env[ename] = str(e.get("value", ""))
+    mounts: list[str] = []
     for mi, m in enumerate(ct.get("volumeMounts") or []):
         mpath = f"{cpath}.volumeMounts[{mi}]"
         m = c.obj(m, mpath)
         src = hostpaths.get(f"{name}/{m.get('name')}")
         if src is None or src.rstrip("/") != str(m.get("mountPath", "")).rstrip("/"):
             c.unsupported(mpath, "a mount must be a hostPath volume at its own path")
+        elif m.get("readOnly"):
+            mounts.append(f"{src}:{src}:ro")
+        else:
+            mounts.append(f"{src}:{src}")
     cpus, mem_mb, gpus, gres = _resources(c, c.obj(ct.get("resources"),
                                                    f"{cpath}.resources"), f"{cpath}.resources")
     terms, gpu_type = _selectors(c, pod, spath)
@@ -370,6 +408,7 @@ def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
             "gres": [list(g) for g in gres],
             "constraint": "&".join(terms) or None, "deadline_s": deadline,
             "image": image, "container": str(ct.get("name") or name),
+            "run_image": run_image, "mounts": mounts if run_image else [],
             "numa_policy": numa_policy}
 
 
@@ -397,10 +436,13 @@ def _start_order(c: _Check, tasks: list[dict[str, Any]], names: list[str]
 
 
 def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool = True,
-              python: str = sys.executable, topology_placement: bool = False) -> VolcanoJob:
+              python: str = sys.executable, topology_placement: bool = False,
+              images: str = "host", allowed_registries: tuple[str, ...] = ()) -> VolcanoJob:
     """Check ``manifest`` and build its submission; ``ManifestError`` lists every field
     Corral cannot take. ``namespace`` is the request path's (the manifest's must match);
-    ``topology_placement``: the cluster places multi-node jobs by switches."""
+    ``topology_placement``: the cluster places multi-node jobs by switches; ``images``:
+    ``"container"`` (replicas run in their task's image, from ``allowed_registries``
+    when that is not empty) or ``"host"`` (the image is recorded only)."""
     c = _Check()
     m = c.obj(manifest, "")
     if m.get("apiVersion") != API_VERSION or m.get("kind") != KIND:
@@ -440,7 +482,7 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
         raw_tasks = []
     hostpaths: dict[str, str] = {}
     tasks = [_task(c, c.obj(t, f"spec.tasks[{i}]"), f"spec.tasks[{i}]", host_commands,
-                   hostpaths) for i, t in enumerate(raw_tasks)]
+                   hostpaths, images, allowed_registries) for i, t in enumerate(raw_tasks)]
     names = [t["name"] for t in tasks]
     for i, n in enumerate(names):
         if n in names[:i]:

@@ -17,7 +17,12 @@ of ``corral.frontends.volcano.parse_job`` on stdin) on the job's first node. Alg
    ``env`` plugin's ``VC_TASK_INDEX``/``VK_TASK_INDEX`` and the ``svc`` plugin's
    ``VC_<TASK>_HOSTS``/``VC_<TASK>_NUM`` and host files (``<task>.host``, one host name a
    line, in ``$VC_HOSTFILE_DIR``: host processes share ``/etc``, so not ``/etc/volcano``).
-   Replicas on this node are started directly; others through ``srun -w NODE``.
+   Replicas on this node are started directly; others through ``srun -w NODE``. A task
+   with an image to run in (``run_image``: ``[controller] volcano_images = "container"``)
+   has every replica, this node's too, started through ``srun -w NODE
+   --container-image=IMG`` (the node's agent pulls and starts it as any container step;
+   its hostPath mounts as ``--container-mounts``, the replica's variables winning over
+   the image's through ``--container-env``).
    Output goes to ``<submit dir>/.corral/vcjob-<id>/<pod>.log`` (``kubectl logs``).
 3. Each replica is recorded as a job step named after its pod (``<job>-<task>-<i>``), so
    the controller reports pod phases, and ``sacct``/``squeue -s`` show them.
@@ -149,6 +154,25 @@ def remote_argv(r: Replica, pod: str, argv: list[str], cwd: str | None) -> list[
     return srun + argv
 
 
+def container_flags(task: dict[str, Any], env: dict[str, str]) -> list[str]:
+    """``srun``'s container options for a replica of ``task`` (none: it runs on the host).
+    The replica's own variables (the container's ``env``, the plugins', the pod name)
+    win over the image's ``Env``."""
+    image = task.get("run_image")
+    if not image:
+        return []
+    flags = [f"--container-image={image}"]
+    if task.get("mounts"):
+        flags.append("--container-mounts=" + ",".join(task["mounts"]))
+    if task.get("workdir"):
+        flags.append(f"--container-workdir={task['workdir']}")
+    names = sorted(n for n in env if n in task["env"] or n.startswith(("VC_", "VK_"))
+                   or n in ("CORRAL_POD_NAME", "HOSTNAME"))
+    if names:
+        flags.append("--container-env=" + ",".join(names))
+    return flags
+
+
 def own_gpus(gpus: tuple[int, ...], job_gpus: str) -> dict[str, str]:
     """The GPU variables of a replica with its own GPUs (those of the job's here; none:
     the job's stay)."""
@@ -275,10 +299,11 @@ class Launcher:
         r.started = True
         argv = list(t["argv"])
         cwd = t.get("workdir") or None
-        r.remote = bool(r.node and self.here and r.node != self.here)
+        ctr = container_flags(t, env)
+        r.remote = bool(ctr) or bool(r.node and self.here and r.node != self.here)
         pin: set[int] = set()
-        if r.remote:  # a step on the replica's node, named after the pod
-            argv = remote_argv(r, pod, argv, cwd)
+        if r.remote:  # a step on the replica's node, named after the pod (in its image)
+            argv = remote_argv(r, pod, ctr + argv, cwd)
         else:
             pin = pin_set(r.cpus)
             env.update(own_gpus(r.gpus, env.get("CUDA_VISIBLE_DEVICES", "")))
