@@ -20,8 +20,9 @@ without any process) and J jobs. For each point, on a fresh controller (SQLite):
    run, interpolated within buckets; the largest cycle seen by sampling ``ping``), CPU
    seconds per job of the controller and of the agents' process.
 
-No Slurm beside it here (item 2 of the issue is not done): the numbers stand alone, and
-the targets of item 3 are checked against them.
+Slurm 22.05 at the same queue depths is ``bench/scale_slurm.py`` (item 2 of the issue;
+``bench/results/scale_slurm.md``); the targets of item 3 are checked against these
+numbers.
 
 Run: ``.venv/bin/python bench/scale.py`` (points ``100x10000,1000x10000``; add
 ``--points 1000x100000`` for the deep queue; ``--clients 1,8``). Results:
