@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,12 @@ class Kube:
                                  f"{self.c.logs()}")
 
 
-@pytest.fixture(scope="module")
-def kube() -> Iterator[Kube]:
-    root = Path(tempfile.mkdtemp(prefix="corral-e2e-"))
-    c = Cluster(root, CONFIG)
+@contextmanager
+def kube_cluster(prefix: str, config: str) -> Iterator[Kube]:
+    """A cluster of ``config`` up, with a kubeconfig for it; ``task`` puts replicas in
+    its work directory."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    c = Cluster(root, config)
     c.up()
     global WORKDIR
     WORKDIR = str(c.work)
@@ -79,6 +82,12 @@ def kube() -> Iterator[Kube]:
     finally:
         c.down()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[Kube]:
+    with kube_cluster("corral-e2e-", CONFIG) as k:
+        yield k
 
 
 def vcjob(name: str, *tasks: dict[str, Any], **spec: Any) -> dict[str, Any]:

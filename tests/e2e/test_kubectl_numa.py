@@ -8,16 +8,13 @@ The node is configured as 4 sockets of 4 cores (one NUMA domain per socket: core
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import tests.e2e.test_kubectl as kt
-from tests.e2e.cluster import TEST_CONFIG, Cluster, corral, wait_for
+from tests.e2e.cluster import TEST_CONFIG, wait_for
 from tests.e2e.test_kubectl import KUBECTL, Kube, task, vcjob
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed "
@@ -31,19 +28,8 @@ assert "sockets = 4" in CONFIG
 
 @pytest.fixture(scope="module")
 def numa_kube() -> Iterator[Kube]:
-    root = Path(tempfile.mkdtemp(prefix="corral-e2e-numa-"))
-    c = Cluster(root, CONFIG)
-    c.up()
-    kt.WORKDIR = str(c.work)  # ``task`` puts the replicas in the cluster's work directory
-    try:
-        kc = root / "kubeconfig"
-        r = corral("kubeconfig", "-o", str(kc), env={"CORRAL_STATE_DIR": str(c.state_dir),
-                                                     "PATH": "/usr/bin:/bin"})
-        assert r.returncode == 0, r.stderr
-        yield Kube(c, kc)
-    finally:
-        c.down()
-        shutil.rmtree(root, ignore_errors=True)
+    with kt.kube_cluster("corral-e2e-numa-", CONFIG) as k:
+        yield k
 
 
 def _replica_domains(job: dict[str, Any], cpus: int) -> list[set[int]]:

@@ -8,15 +8,12 @@ a replica sees its own in CUDA_VISIBLE_DEVICES)."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import tests.e2e.test_kubectl as kt
-from tests.e2e.cluster import TEST_CONFIG, Cluster, corral
+from tests.e2e.cluster import TEST_CONFIG
 from tests.e2e.test_kubectl import KUBECTL, Kube, task, vcjob
 
 pytestmark = [
@@ -34,19 +31,8 @@ SHOW = "grep Cpus_allowed_list /proc/self/status | tr -d ' \\t'"
 
 @pytest.fixture(scope="module")
 def pin_kube() -> Iterator[Kube]:
-    root = Path(tempfile.mkdtemp(prefix="corral-e2e-pin-"))
-    c = Cluster(root, CONFIG)
-    c.up()
-    kt.WORKDIR = str(c.work)
-    try:
-        kc = root / "kubeconfig"
-        r = corral("kubeconfig", "-o", str(kc), env={"CORRAL_STATE_DIR": str(c.state_dir),
-                                                     "PATH": "/usr/bin:/bin"})
-        assert r.returncode == 0, r.stderr
-        yield Kube(c, kc)
-    finally:
-        c.down()
-        shutil.rmtree(root, ignore_errors=True)
+    with kt.kube_cluster("corral-e2e-pin-", CONFIG) as k:
+        yield k
 
 
 def test_single_numa_node_replicas_run_on_their_own_cpus(pin_kube: Kube) -> None:

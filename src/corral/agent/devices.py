@@ -37,6 +37,15 @@ import struct
 DevRule = tuple[str, int, int]  # ("c" or "b", major, minor)
 
 
+def device_kind(mode: int) -> str | None:
+    """``"c"`` for a character device, ``"b"`` for a block device, else None."""
+    if stat.S_ISCHR(mode):
+        return "c"
+    if stat.S_ISBLK(mode):
+        return "b"
+    return None
+
+
 def rules_of(paths: tuple[str, ...] | list[str]) -> list[DevRule]:
     """The (type, major, minor) of each existing device file in ``paths``."""
     out: list[DevRule] = []
@@ -45,11 +54,8 @@ def rules_of(paths: tuple[str, ...] | list[str]) -> list[DevRule]:
             st = os.stat(path)
         except OSError:
             continue
-        if stat.S_ISCHR(st.st_mode):
-            kind = "c"
-        elif stat.S_ISBLK(st.st_mode):
-            kind = "b"
-        else:
+        kind = device_kind(st.st_mode)
+        if kind is None:
             continue
         rule = (kind, os.major(st.st_rdev), os.minor(st.st_rdev))
         if rule not in out:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.agent import nvbind
+from corral.agent.devices import device_kind
 from corral.containers.spec import Mount
 
 LIB_DIR = "/usr/local/nvidia/lib64"
@@ -73,11 +74,8 @@ def device_nodes(paths: list[str] | tuple[str, ...],
             s = stat(path)
         except OSError:
             continue
-        if st.S_ISCHR(s.st_mode):
-            kind = "c"
-        elif st.S_ISBLK(s.st_mode):
-            kind = "b"
-        else:
+        kind = device_kind(s.st_mode)
+        if kind is None:
             continue
         out.append(DeviceNode(path, kind, os.major(s.st_rdev), os.minor(s.st_rdev),
                               st.S_IMODE(s.st_mode), s.st_uid, s.st_gid))
