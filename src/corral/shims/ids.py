@@ -1,7 +1,9 @@
 """Job id words as Slurm commands accept them: ``12``, ``12_3``, ``12_[1-3,7]``, ``12.batch``.
 
 ``parse_job_refs`` splits comma lists (keeping commas inside brackets) and returns one
-``JobRef`` per word; ``ref_matches`` tells whether a job record is named by a ref. A bare
+``JobRef`` per word; ``ref_matches`` tells whether a job record is named by a ref, and
+``RefIndex`` answers the same for many refs at once (a tool's ``-j`` of 100 ids against
+the records it got back: a lookup per record, not a scan of the refs). A bare
 number names that job and, when it is an array's id, every task of the array (as
 ``scancel 12`` and ``squeue -j 12`` do). Anything else raises ``IdError`` naming the word.
 """
@@ -106,6 +108,37 @@ def ref_matches(ref: JobRef, rec: dict[str, Any]) -> bool:
     if ref.tasks is None:
         return int(rec["id"]) == ref.base or (aj is not None and int(aj) == ref.base)
     return aj is not None and int(aj) == ref.base and at is not None and int(at) in ref.tasks
+
+
+class RefIndex:
+    """Refs by the job number they name, for asking which refs name a record.
+
+    A ref with base ``b`` can name only a record whose id or array id is ``b``
+    (``ref_matches``), so a record is checked against the refs filed under those two
+    numbers and no others. ``matching`` keeps the refs' order (``sacct -j`` reads its
+    selections in the order given)."""
+
+    def __init__(self, refs: list[JobRef]) -> None:
+        self.refs = refs
+        self._by_base: dict[int, list[int]] = {}
+        for i, ref in enumerate(refs):
+            self._by_base.setdefault(ref.base, []).append(i)
+
+    def matching(self, rec: dict[str, Any]) -> list[int]:
+        """Indices (ascending) of the refs that name ``rec``."""
+        by_base = self._by_base
+        jid = int(rec["id"])
+        aj = rec.get("array_job_id")
+        found = list(by_base.get(jid, ()))
+        if aj is not None and int(aj) != jid:
+            found.extend(by_base.get(int(aj), ()))
+            found.sort()
+        refs = self.refs
+        return [i for i in found if ref_matches(refs[i], rec)]
+
+    def names(self, rec: dict[str, Any]) -> bool:
+        """Whether any ref names ``rec``."""
+        return bool(self.matching(rec))
 
 
 def ref_api_ids(ref: JobRef) -> list[str]:

@@ -26,7 +26,7 @@ from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_l
 from corral.shims import sacct_fields as sa
 from corral.shims import slurmfmt as sf
 from corral.shims.context import Client, Context
-from corral.shims.ids import IdError, JobRef, ref_api_ids, ref_matches
+from corral.shims.ids import IdError, JobRef, RefIndex, ref_api_ids
 from corral.shims.sacct_select import Selection, StepError, choose, parse_selections
 from corral.shims.slurmtime import DateError, parse_date
 from corral.shims.users import UserError, resolve_users
@@ -160,6 +160,7 @@ def run(ctx: Context, client: Client) -> None:
     except StepError as exc:
         raise ctx.fail(f"sacct: fatal: {exc}") from None
     refs: list[JobRef] = [sel.ref for sel in selections]
+    ref_index = RefIndex(refs)
     units: int | None = None
     if "units" in opts:
         word = values("units")[-1]
@@ -211,7 +212,7 @@ def run(ctx: Context, client: Client) -> None:
     qos = set(_split(values("qos")))
 
     def keep(r: dict[str, Any]) -> bool:
-        if refs and not any(ref_matches(ref, r) for ref in refs):
+        if refs and not ref_index.names(r):
             return False
         if users is not None and int(r.get("uid", -1)) not in users:
             return False
@@ -246,7 +247,7 @@ def run(ctx: Context, client: Client) -> None:
         if "allocations" in opts:
             rows.append(sa.Row(r, None, now, faithful, cluster, units, noconvert))
             continue
-        show_job, wanted = choose(selections, r)
+        show_job, wanted = choose(selections, r, ref_index)
         if show_job:
             rows.append(sa.Row(r, None, now, faithful, cluster, units, noconvert))
         for st in _steps(r, now):

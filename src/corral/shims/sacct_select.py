@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from corral.shims.ids import JobRef, parse_job_refs, ref_matches
+from corral.shims.ids import JobRef, RefIndex, parse_job_refs
 
 NAMED_STEPS = ("batch", "extern", "interactive")
 
@@ -61,14 +61,21 @@ def parse_selections(words: list[str]) -> list[Selection]:
     return out
 
 
-def choose(selections: list[Selection], rec: dict[str, Any]) -> tuple[bool, set[str] | None]:
+def selection_index(selections: list[Selection]) -> RefIndex:
+    """The selections' refs, indexed for ``choose``."""
+    return RefIndex([sel.ref for sel in selections])
+
+
+def choose(selections: list[Selection], rec: dict[str, Any],
+           index: RefIndex | None = None) -> tuple[bool, set[str] | None]:
     """(whether the job's own row shows, the step ids shown: None for all) for one job
-    record; no selections: the row and all steps."""
+    record; no selections: the row and all steps. ``index`` (``selection_index`` of the
+    same selections) finds the selections naming the record without reading them all."""
     steps: set[str] = set()
     show = True
-    for sel in selections:
-        if not ref_matches(sel.ref, rec):
-            continue
+    idx = index if index is not None else selection_index(selections)
+    for i in idx.matching(rec):
+        sel = selections[i]
         if sel.step is None:
             return True, steps or None
         steps.add(sel.step)

@@ -21,7 +21,7 @@ from typing import Any
 from corral.frontends.getopt import Arg, GetoptError, Opt, OptionTable, getopt_long
 from corral.shims import slurmfmt as sf
 from corral.shims.context import Client, Context, ShimExit
-from corral.shims.ids import IdError, JobRef, parse_job_refs, ref_api_ids, ref_matches
+from corral.shims.ids import IdError, JobRef, RefIndex, parse_job_refs, ref_api_ids
 from corral.shims.users import UserError, resolve_users
 
 R, N = Arg.REQUIRED, Arg.NONE
@@ -188,8 +188,9 @@ def _filtered(ctx: Context, client: Client, refs: list[JobRef],
     states = {sf.LONG_OF_SHORT.get(s.upper(), s.upper()) for s in _split(values("state"))}
     nodes = set(_split(values("nodelist")))
     out: list[str] = []
+    ref_index = RefIndex(refs)
     for r in client.jobs():
-        if refs and not any(ref_matches(ref, r) for ref in refs):
+        if refs and not ref_index.names(r):
             continue
         if users is not None and int(r.get("uid", -1)) not in users:
             continue

@@ -22,7 +22,7 @@ from typing import Any
 from corral.shims import scontrol_show as show
 from corral.shims import slurmfmt as sf
 from corral.shims.context import Client, Context, ShimExit
-from corral.shims.ids import IdError, parse_job_refs, ref_api_ids, ref_matches
+from corral.shims.ids import IdError, RefIndex, parse_job_refs, ref_api_ids
 
 VERSION = "slurm 22.05.8"
 ENTITIES = ("job", "jobid", "node", "partition", "config", "hostnames", "hostlist",
@@ -244,8 +244,9 @@ def _show_job(ctx: Context, client: Client, arg: str | None, oneliner: bool) -> 
         except IdError:
             raise ctx.fail("slurm_load_jobs error: Invalid job id specified") from None
         api_ids = [i for ref in refs for i in ref_api_ids(ref)]
+        ref_index = RefIndex(refs)
         rows = [r for r in client.jobs(ids=api_ids, include_finished=True)
-                if any(ref_matches(ref, r) for ref in refs)]
+                if ref_index.names(r)]
         if not rows:
             raise ctx.fail("slurm_load_jobs error: Invalid job id specified")
         rows = sf.collapse_pending_arrays(sorted(rows, key=lambda r: -int(r["id"])))
