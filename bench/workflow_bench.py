@@ -20,7 +20,11 @@ d) a 100,000-task array (``--array=0-99999%10``) accepted as one request: the su
 Slurm runs from ``shared/bench/slurm`` (profile ``acct``: slurmctld + slurmd + slurmdbd on
 MariaDB, so ``sacct`` works) only when no other slurmctld runs on the machine (those
 scripts use fixed paths and ports); otherwise its figures are marked skipped. Both see a
-node of 64 CPUs. Run: ``.venv/bin/python bench/workflow_bench.py [--no-slurm] [--n 2000]``.
+node of 64 CPUs. ``--poller-user NAME`` runs the pollers as that ordinary user (as workflow
+tools run): Corral's per-user rate limit then applies to them, and the refusals are
+reported from the controller's metrics; without it they run as root, which no limit
+touches. Run: ``.venv/bin/python bench/workflow_bench.py [--no-slurm] [--n 2000]
+[--poller-user corraltest]``.
 Results: ``bench/results/workflow_bench.{json,md}``.
 """
 
@@ -86,13 +90,27 @@ def loadavg() -> str:
 
 # ---- pollers (processes running the real commands in loops) ---------------------------------
 
+def as_user(user: str | None, env: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """subprocess arguments and environment that run a command as ``user`` (None: as
+    this process)."""
+    if not user:
+        return {}, env
+    import pwd
+
+    pw = pwd.getpwnam(user)
+    return ({"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": [], "cwd": "/tmp"},
+            {**env, "USER": user, "LOGNAME": user, "HOME": "/tmp"})
+
+
 def poller(argv: list[str], env: dict[str, str], stop_at: mp.Value, out: Any,
-           pause_s: float) -> None:  # type: ignore[type-arg]
+           pause_s: float, user: str | None = None) -> None:  # type: ignore[type-arg]
     times: list[float] = []
     fails = 0
+    kw, env = as_user(user, env)
     while time.time() < stop_at.value:
         t0 = time.perf_counter()
-        r = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        r = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           **kw)
         dt = time.perf_counter() - t0
         if r.returncode == 0:
             times.append(dt)
@@ -112,13 +130,14 @@ def poll_commands(ids: list[str], user: str) -> list[list[str]]:
 
 
 def drain(env: dict[str, str], n: int, empty: Any, pollers: list[list[str]] | None,
-          pause_s: float) -> dict[str, Any]:
+          pause_s: float, poller_user: str | None = None) -> dict[str, Any]:
     """The shell loop of ``n`` sbatch calls then the drain; with ``pollers`` running."""
     procs: list[mp.Process] = []
     q: Any = mp.Queue()
     stop_at = mp.Value("d", time.time() + 3600)
     for argv in pollers or []:
-        p = mp.Process(target=poller, args=(argv, env, stop_at, q, pause_s), daemon=True)
+        p = mp.Process(target=poller, args=(argv, env, stop_at, q, pause_s, poller_user),
+                       daemon=True)
         p.start()
         procs.append(p)
     load = loadavg()
@@ -151,10 +170,12 @@ def drain(env: dict[str, str], n: int, empty: Any, pollers: list[list[str]] | No
 # ---- Corral ----------------------------------------------------------------------------------
 
 class Corral:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, refill_rate: int | None = None) -> None:
         self.root = root
         self.sd = root / "state"
-        (root / "corral.toml").write_text(CONFIG)
+        limits = "" if refill_rate is None else (
+            f"[rate_limit]\nbucket_size = {refill_rate}\nrefill_rate = {refill_rate}\n")
+        (root / "corral.toml").write_text(CONFIG + limits)
         self.env = {**os.environ, "CORRAL_STATE_DIR": str(self.sd)}
 
     def up(self) -> None:
@@ -217,10 +238,30 @@ def follow_events(sock: str, stop: threading.Event, lags: list[float]) -> None:
         cursor = int(page["next"])
 
 
+def corral_metrics(sock: Path) -> dict[str, float]:
+    """The controller's ``corral_rate_*`` metrics (Prometheus text over the socket)."""
+    import http.client
+    import socket
+
+    class Unix(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(str(sock))
+
+    conn = Unix("localhost")
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    return {ln.split()[0]: float(ln.split()[1]) for ln in text.splitlines()
+            if ln.startswith("corral_rate_")}
+
+
 def corral_run(n: int, work: Path, pause_s: float, api_s: float,
-               api_procs: int) -> dict[str, Any]:
+               api_procs: int, poller_user: str | None = None,
+               refill_rate: int | None = None) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="corral-wf-", dir=work))
-    cl = Corral(root)
+    os.chmod(root, 0o755)  # the pollers' user reaches the socket
+    cl = Corral(root, refill_rate)
     cl.up()
     res: dict[str, Any] = {}
     try:
@@ -242,7 +283,9 @@ def corral_run(n: int, work: Path, pause_s: float, api_s: float,
         follower = threading.Thread(target=follow_events, args=(str(cl.sd / "corral.sock"),
                                                                 stop, lags), daemon=True)
         follower.start()
-        res["drain_polled"] = drain(cl.env, n, empty, poll_commands(ids, user), pause_s)
+        res["drain_polled"] = drain(cl.env, n, empty, poll_commands(ids, user), pause_s,
+                                    poller_user)
+        res["drain_polled"]["rate_limit"] = corral_metrics(cl.sd / "corral.sock")
         stop.set()
         follower.join(10)
         res["event_delivery"] = summary_ms(lags)
@@ -281,7 +324,7 @@ def corral_run(n: int, work: Path, pause_s: float, api_s: float,
 
 # ---- Slurm -----------------------------------------------------------------------------------
 
-def slurm_run(n: int, pause_s: float) -> dict[str, Any]:
+def slurm_run(n: int, pause_s: float, poller_user: str | None = None) -> dict[str, Any]:
     if subprocess.run(["pgrep", "-x", "slurmctld"], capture_output=True).returncode == 0:
         return {"skipped": "another slurmctld runs on this machine (the shared scripts use "
                            "fixed paths and ports)"}
@@ -304,7 +347,8 @@ def slurm_run(n: int, pause_s: float) -> dict[str, Any]:
             time.sleep(0.2)
         user = os.environ.get("USER") or "root"
         res["drain_alone"] = drain(env, n, empty, None, pause_s)
-        res["drain_polled"] = drain(env, n, empty, poll_commands(ids, user), pause_s)
+        res["drain_polled"] = drain(env, n, empty, poll_commands(ids, user), pause_s,
+                                    poller_user)
         t0 = time.perf_counter()
         aid = subprocess.run(["sbatch", "--parsable", "--hold", "--array=0-3999%10",
                               "--wrap=true", "-o", "/dev/null"], env=env, capture_output=True,
@@ -325,12 +369,22 @@ def drop(res: dict[str, Any]) -> float | None:
 
 # ---- report ----------------------------------------------------------------------------------
 
+def limit_words(refill_rate: int | None) -> str:
+    if not refill_rate:
+        return "the shipped 500 burst, 200 per second"
+    return f"{refill_rate} burst, {refill_rate} per second"
+
+
 def render_md(res: dict[str, Any]) -> str:
     co, sl = res["corral"], res.get("slurm") or {}
     lines = [f"# Workflow-tool load (issue 20), {res['date']}", "",
              f"Command: `{res['command']}`. Machine: {res['machine']}; load average at "
-             f"start {res['loadavg']}. N = {res['n']} jobs per drain; pollers pause "
-             f"{res['pause_s']} s between calls.", ""]
+             f"start {res['loadavg']}. N = {res['n']} jobs per drain (submitted by "
+             f"root); pollers pause {res['pause_s']} s between calls and run as "
+             f"{res.get('poller_user') or 'root'}"
+             f"{' (not rate-limited: root is exempt)' if not res.get('poller_user') else ''}; "
+             f"Corral's rate limit: {limit_words(res.get('refill_rate'))}.",
+             ""]
     if "skipped" in sl:
         lines += [f"Slurm: skipped ({sl['skipped']}).", ""]
     lines += ["| figure | Corral | Slurm 22.05 |", "|---|---|---|"]
@@ -359,6 +413,13 @@ def render_md(res: dict[str, Any]) -> str:
                      f"{g(sl, 'drain_polled', 'polls', kind, 'p99_ms')} |")
         lines.append(f"| `{kind}` polls made | {g(co, 'drain_polled', 'polls', kind, 'n')} | "
                      f"{g(sl, 'drain_polled', 'polls', kind, 'n')} |")
+    rl = co.get("drain_polled", {}).get("rate_limit") or {}
+    if rl:
+        lines.append(f"| Corral: pollers' requests refused by the rate limit (429, the launcher "
+                     f"waits and retries) / let through | "
+                     f"{int(rl.get('corral_rate_limited_requests', 0))} / "
+                     f"{int(rl.get('corral_rate_checked_requests', 0))} | - (22.05 has no "
+                     f"rate limit) |")
     a = co.get("api_queries", {})
     lines.append(f"| API status queries/s ({a.get('processes')} clients), p50 / p99 (ms) | "
                  f"{a.get('queries_per_s')}, {a.get('p50_ms')} / {a.get('p99_ms')} | - |")
@@ -381,6 +442,12 @@ def main() -> None:
     ap.add_argument("--api-s", type=float, default=5.0)
     ap.add_argument("--api-procs", type=int, default=4)
     ap.add_argument("--no-slurm", action="store_true")
+    ap.add_argument("--poller-user", default=None,
+                    help="run the pollers as this ordinary user (workflow tools do not run "
+                         "as root; Corral's per-user rate limit then applies to them)")
+    ap.add_argument("--refill-rate", type=int, default=None,
+                    help="Corral's [rate_limit] bucket_size and refill_rate per second "
+                         "(default: the shipped 500 and 200)")
     ap.add_argument("--out", default=str(RESULTS / "workflow_bench"))
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="wfbench-"))
@@ -389,7 +456,8 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python " + " ".join(["bench/workflow_bench.py", *sys.argv[1:]]),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.python_version()}",
-        "loadavg": loadavg(), "n": args.n, "pause_s": args.pause_s}
+        "loadavg": loadavg(), "n": args.n, "pause_s": args.pause_s,
+        "poller_user": args.poller_user, "refill_rate": args.refill_rate}
     def save() -> None:  # after each system: a failure later keeps what was measured
         res["bench_rusage_maxrss_mb"] = round(
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -397,12 +465,13 @@ def main() -> None:
         Path(args.out + ".md").write_text(render_md(res))
 
     try:
-        res["corral"] = corral_run(args.n, work, args.pause_s, args.api_s, args.api_procs)
+        res["corral"] = corral_run(args.n, work, args.pause_s, args.api_s, args.api_procs,
+                                   args.poller_user, args.refill_rate)
         res["slurm"] = {"skipped": "not run yet"}
         save()
         try:
             res["slurm"] = {"skipped": "--no-slurm"} if args.no_slurm else \
-                slurm_run(args.n, args.pause_s)
+                slurm_run(args.n, args.pause_s, args.poller_user)
         except Exception as exc:  # noqa: BLE001 - the reference failed: say how
             res["slurm"] = {"skipped": f"the Slurm run failed: {exc}"}
         save()

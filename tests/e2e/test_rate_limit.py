@@ -67,6 +67,22 @@ def _spawn(user: str, args: list[str], code: str = HAMMER) -> subprocess.Popen[s
                             group=pw.pw_gid, extra_groups=[], cwd="/tmp")
 
 
+def _metrics(c: Cluster) -> str:
+    import http.client
+    import socket
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(str(c.sock))
+
+    conn = UnixConnection("localhost")
+    conn.request("GET", "/metrics")
+    body = conn.getresponse().read().decode()
+    conn.close()
+    return body
+
+
 def _result(p: subprocess.Popen[str]) -> dict[str, Any]:
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
@@ -89,6 +105,13 @@ def test_fair_between_two_users(limited_cluster: Cluster) -> None:
     # root is not limited
     for _ in range(60):
         c.client.call("GET", "/whoami")
+    # Prometheus sees the refusals (and root's 60 calls are not counted as checked)
+    text = _metrics(c)
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith("corral_rate_")}
+    assert values["corral_rate_limited_requests"] >= h["codes"].count(429), values
+    assert values["corral_rate_checked_requests"] >= ok + 12, values
+    assert values["corral_rate_limit_users"] >= 2, values
 
 
 def test_clients_wait_out_the_limit(limited_cluster: Cluster) -> None:

@@ -369,6 +369,7 @@ def create_app(ctl: Controller, auth: Authenticator) -> FastAPI:
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:
+        ctl.metrics.set_rate_limits(ctl.limiter)
         return Response(content=ctl.metrics.render(),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 

@@ -49,6 +49,16 @@ class Metrics:
         self.failovers = Gauge("corral_failovers",
                                "Leader changes recorded in the database (the epoch - 1)",
                                registry=r)
+        # the per-user request limiter (``corral.controller.ratelimit``), read at render
+        self.rate_limited = Gauge("corral_rate_limited_requests",
+                                  "Requests refused by the per-user rate limit (429) since "
+                                  "the controller started", registry=r)
+        self.rate_allowed = Gauge("corral_rate_checked_requests",
+                                  "Requests the per-user rate limit let through since the "
+                                  "controller started (root and agents are not counted)",
+                                  registry=r)
+        self.rate_users = Gauge("corral_rate_limit_users",
+                                "Users whose request bucket is tracked now", registry=r)
         # children of the labels set on every submit and end, looked up once (``labels``
         # takes a lock and builds a key on each call)
         self._pending = self.jobs_gauge.labels("PENDING")
@@ -80,6 +90,14 @@ class Metrics:
             counts[n.state.value] = counts.get(n.state.value, 0) + 1
         for state in ("IDLE", "MIXED", "ALLOCATED", "DRAINING", "DRAINED", "DOWN", "UNKNOWN"):
             self.nodes_gauge.labels(state).set(counts.get(state, 0))
+
+    def set_rate_limits(self, limiter: Any) -> None:
+        """Copy the limiter's counters (``RateLimiter``; ``None`` when it is off)."""
+        if limiter is None:
+            return
+        self.rate_limited.set(limiter.limited)
+        self.rate_allowed.set(limiter.allowed)
+        self.rate_users.set(len(limiter.buckets))
 
     def render(self) -> bytes:
         out: bytes = generate_latest(self.registry)
