@@ -2,7 +2,10 @@
 accepted kept in memory (``Receiver.messages``). Speaks EHLO/HELO, MAIL, RCPT, DATA,
 RSET, NOOP, QUIT, and optionally STARTTLS (``tls``: a server context) and AUTH PLAIN
 (``login``: the (user, password) it accepts). ``hang``: accept connections and never
-greet (a dead server, for timeouts)."""
+greet (a dead server, for timeouts). ``refuse``: the next that many sessions are
+greeted with ``421`` (a server refusing for now) and closed; ``refusing = True`` refuses
+every session until it is set back; ``rcpt_code``: the answer to RCPT (550: refused for
+good). ``sessions`` counts the connections it took."""
 
 from __future__ import annotations
 
@@ -21,6 +24,10 @@ class Receiver:
     def __init__(self, *, tls: ssl.SSLContext | None = None,
                  login: tuple[str, str] | None = None, hang: bool = False) -> None:
         self.tls, self.login, self.hang = tls, login, hang
+        self.refuse = 0
+        self.refusing = False
+        self.rcpt_code = 250
+        self.sessions = 0
         self.messages: list[tuple[str, list[str], EmailMessage]] = []
         self.lock = threading.Lock()
         self.released = threading.Event()
@@ -52,10 +59,19 @@ class Receiver:
             return list(self.messages)
 
     def _session(self, h: socketserver.StreamRequestHandler) -> None:
+        with self.lock:
+            self.sessions += 1
+            refuse = self.refusing or self.refuse > 0
+            if self.refuse > 0:
+                self.refuse -= 1
         if self.hang:
             self.released.wait(60)
             return
         rfile, wfile = h.rfile, h.wfile
+        if refuse:
+            wfile.write(b"421 test busy, try again later\r\n")
+            wfile.flush()
+            return
         sock: socket.socket = h.connection
         secure, authed = False, self.login is None
         mailfrom, rcpts = "", []
@@ -103,6 +119,9 @@ class Receiver:
                 rcpts = []
                 say("250 ok")
             elif verb == "RCPT":
+                if self.rcpt_code != 250:
+                    say(f"{self.rcpt_code} no such user here")
+                    continue
                 rcpts.append(arg.partition(":")[2].strip().strip("<>"))
                 say("250 ok")
             elif verb == "DATA":

@@ -1,11 +1,11 @@
 """``corral.controller.smtpmail`` against a real SMTP receiver on loopback: STARTTLS with a
-verified certificate and AUTH, a bad password and a dead server logged without blocking
-the caller, the queue bound; and the ``[mail]`` checks of ``corral.toml``."""
+verified certificate and AUTH; a bad password, a refused recipient, a busy server and a
+dead one raise, classified as worth a retry or not; the Message-ID made from the mail's
+key; and the ``[mail]`` checks of ``corral.toml``."""
 
 from __future__ import annotations
 
-import logging
-import time
+import smtplib
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,6 @@ from corral.config.lifecycle import MailConfig
 from corral.config.load import ConfigError, parse_config
 from corral.controller import smtpmail
 from corral.tls import ensure_server_files, server_context
-from tests.e2e.cluster import wait_for
 from tests.smtpd import Receiver
 
 
@@ -47,30 +46,44 @@ def test_unverified_server_refused(tmp_path: Path) -> None:
         assert rx.received() == []
 
 
-def test_failures_are_logged_and_never_block(tmp_path: Path,
-                                             caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="corral.mail")
+def test_failures_raise_and_are_classified(tmp_path: Path) -> None:
+    """One attempt raises; ``permanent`` tells which failures are not worth a retry (the
+    outbox's retries: tests/controller/test_outbox.py)."""
     cert, key, ca = ensure_server_files(tmp_path, ["127.0.0.1"])
     (tmp_path / "pw").write_text("wrong\n")
     with Receiver(tls=server_context(cert, key), login=("corral", "right")) as rx:
         cfg = MailConfig(smtp_host="127.0.0.1", smtp_port=rx.port, starttls=True,
                          ca_file=str(ca), username="corral",
                          password_file=str(tmp_path / "pw"))
-        assert smtpmail.send(cfg, _msg(cfg), 7)
-        wait_for(lambda: "mail to ann@example.org through" in caplog.text, 10,
-                 what="the failed login logged")
-        assert "535" in caplog.text and rx.received() == []
-    caplog.clear()
+        with pytest.raises(smtplib.SMTPAuthenticationError) as bad_login:
+            smtpmail.deliver(cfg, _msg(cfg))
+        assert not smtpmail.permanent(bad_login.value)  # a fixed password_file cures it
+    with Receiver() as rx:
+        cfg = MailConfig(smtp_host="127.0.0.1", smtp_port=rx.port)
+        rx.rcpt_code = 550
+        with pytest.raises(smtplib.SMTPRecipientsRefused) as refused:
+            smtpmail.deliver(cfg, _msg(cfg))
+        assert smtpmail.permanent(refused.value)
+        rx.rcpt_code, rx.refuse = 250, 1
+        with pytest.raises(smtplib.SMTPException) as busy:  # 421 at the greeting
+            smtpmail.deliver(cfg, _msg(cfg))
+        assert not smtpmail.permanent(busy.value)
+        assert rx.received() == []
     with Receiver(hang=True) as dead:
-        cfg = MailConfig(smtp_host="127.0.0.1", smtp_port=dead.port, timeout_s=0.5,
-                         max_queued=2)
-        t0 = time.monotonic()
-        sent = [smtpmail.send(cfg, _msg(cfg, f"u{i}@ex.org"), i) for i in range(3)]
-        assert time.monotonic() - t0 < 0.2  # queued, not sent, by the caller
-        assert sent == [True, True, False]  # the third is over max_queued
-        assert "dropped: 2 mails already wait" in caplog.text
-        wait_for(lambda: smtpmail.queued() == 0, 10, what="both timed out")
-        assert caplog.text.count("timed out") == 2, caplog.text
+        cfg = MailConfig(smtp_host="127.0.0.1", smtp_port=dead.port, timeout_s=0.3)
+        with pytest.raises((TimeoutError, smtplib.SMTPServerDisconnected)) as slow:
+            smtpmail.deliver(cfg, _msg(cfg))
+        assert not smtpmail.permanent(slow.value)
+
+
+def test_message_id_from_the_key() -> None:
+    cfg = MailConfig(smtp_host="mx", from_address="hpc@ex.org")
+    args = (cfg, "ann@ex.org", "s", {}, 7, "END")
+    one = smtpmail.build_message(*args, key="7.0.END:ann@ex.org", when=1e9)
+    again = smtpmail.build_message(*args, key="7.0.END:ann@ex.org", when=1e9)
+    other = smtpmail.build_message(*args, key="7.1.END:ann@ex.org", when=1e9)
+    assert one["Message-ID"] == again["Message-ID"] != other["Message-ID"]
+    assert one["Message-ID"].endswith("@ex.org>") and "2001" in one["Date"]
 
 
 @pytest.mark.parametrize(("mail", "scripts", "key"), [
@@ -81,6 +94,9 @@ def test_failures_are_logged_and_never_block(tmp_path: Path,
     ('smtp_host = "mx"\nfrom_address = "not an address"', "", "mail.from_address"),
     ('smtp_host = "mx"\nca_file = "ca.pem"', "", "mail.ca_file"),
     ('smtp_hots = "mx"', "", "mail.smtp_hots"),
+    ('smtp_host = "mx"\nretry_s = 0', "", "mail.retry_s"),
+    ('retry_s = 10\nretry_max_s = 5', "", "mail.retry_max_s"),
+    ('max_attempts = 0', "", "mail.max_attempts"),
 ])
 def test_mail_config_checks(mail: str, scripts: str, key: str) -> None:
     import tomllib

@@ -103,3 +103,68 @@ def test_mail_through_smtp_server() -> None:
         finally:
             c.down()
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _outbox_rows(db: Path) -> dict[str, tuple[str, int]]:
+    import sqlite3
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+        return {k: (s, a) for k, s, a in
+                conn.execute("SELECT key, state, attempts FROM mail_outbox")}
+
+
+def test_mail_owed_across_controller_kill9() -> None:
+    """A job ends while the SMTP server refuses (421); the controller is killed with
+    SIGKILL while the END mail is owed; the restarted controller sends it, once, and the
+    BEGIN mail sent before the kill is not sent again."""
+    root = Path(tempfile.mkdtemp(prefix="corral-smtp9-"))
+    with Receiver() as rx:
+        c = Cluster(root, config=TEST_CONFIG + (
+            f'\n[scripts]\nmail_domain = "example.org"\n\n[mail]\nsmtp_host = "127.0.0.1"\n'
+            f'smtp_port = {rx.port}\ntimeout_s = 5\nretry_s = 0.3\nretry_max_s = 0.6\n'
+            'max_attempts = 1000\n'))
+        c.up()
+        try:
+            gate = c.work / "go"
+            jid = c.submit(f"while [ ! -e {gate} ]; do sleep 0.05; done", name="m9",
+                           extra={"mail_type": "BEGIN,END", "mail_user": "ann"})
+            wait_for(lambda: any(m["X-Corral-Mail-Type"] == "BEGIN"
+                                 for _, _, m in rx.received()), 30, what="BEGIN mailed")
+            rx.refusing = True  # the server refuses from now on (421)
+            gate.write_text("")
+            assert c.wait_done(jid)["state"] == "COMPLETED"
+            db = c.state_dir / "corral.db"
+            key = f"{jid}.0.END:ann@example.org"
+            wait_for(lambda: (lambda r: r if r and r[1] >= 2 else None)(
+                _outbox_rows(db).get(key)), 30, what="two failed attempts stored")
+            pid = c.controller_pid()
+            assert pid
+            c.kill9(pid)
+            assert _outbox_rows(db)[key][0] == "owed"
+            assert [m["X-Corral-Mail-Type"] for _, _, m in rx.received()] == ["BEGIN"]
+            rx.refusing = False
+            c.start_controller()
+            wait_for(lambda: len(rx.received()) >= 2, 30, what="END mailed after restart")
+            wait_for(lambda: _outbox_rows(db).get(key, ("", 0))[0] == "sent", 30,
+                     what="END marked sent")
+            mails = rx.received()
+            assert [(int(m["X-Corral-Job-Id"]), m["X-Corral-Mail-Type"])
+                    for _, _, m in mails] == [(jid, "BEGIN"), (jid, "END")]
+            end = mails[1][2]
+            assert re.fullmatch(rf"Slurm Job_id={jid} Name=m9 Ended, Run time 00:00:\d\d, "
+                                r"COMPLETED, ExitCode 0", end["Subject"]), end["Subject"]
+            rows = _outbox_rows(db)
+            assert rows[f"{jid}.0.BEGIN:ann@example.org"] == ("sent", 1)
+            assert rows[key][0] == "sent" and rows[key][1] >= 3
+            # a further controller restart owes and sends nothing more
+            pid = c.controller_pid()
+            assert pid
+            c.kill9(pid)
+            c.start_controller()
+            c.wait_done(c.submit("true", name="after"))  # cycles ran since the restart
+            assert len(rx.received()) == 2
+            log = (c.state_dir / "log" / "controller.log").read_text()
+            assert log.count("1 mails owed from before the restart") == 1, log[-3000:]
+        finally:
+            c.down()
+            shutil.rmtree(root, ignore_errors=True)

@@ -69,7 +69,7 @@ class HealthCheckConfig:
 class MailConfig:
     """Job mail (``--mail-type``) sent by the controller itself to an SMTP server
     (``corral.controller.smtpmail``); ``smtp_host = ""``: none (``[scripts] mail_prog``, if
-    set, sends it instead)."""
+    set, sends it instead). The retry settings apply to both (``corral.controller.outbox``)."""
 
     smtp_host: str = ""
     smtp_port: int = 25
@@ -79,12 +79,23 @@ class MailConfig:
     username: str = ""  # log in (AUTH) as this user; needs starttls
     password_file: str = ""  # the password, first line of this file (keep it 0600)
     timeout_s: float = 30.0  # each connection's socket timeout
-    max_queued: int = 1000  # mails waiting for the server; more are dropped (logged)
+    max_queued: int = 1000  # mails owed at once (the outbox); more are dropped (logged)
+    retry_s: float = 60.0  # first retry this long after a failed attempt, then doubled
+    retry_max_s: float = 3600.0  # ... up to this long between attempts
+    max_attempts: int = 8  # attempts per mail; then it is dropped (logged as an error)
 
 
 def check_mail(scripts: ScriptsConfig, mail: MailConfig) -> list[tuple[str, str]]:
     """Problems of ``[mail]`` as (key, message)."""
     out: list[tuple[str, str]] = []
+    if mail.retry_s <= 0:
+        out.append(("mail.retry_s", "must be more than 0"))
+    if mail.retry_max_s < mail.retry_s:
+        out.append(("mail.retry_max_s", f"must be at least retry_s ({mail.retry_s:g})"))
+    if mail.max_attempts < 1:
+        out.append(("mail.max_attempts", "must be 1 or more"))
+    if mail.max_queued < 1:
+        out.append(("mail.max_queued", "must be 1 or more"))
     if not mail.smtp_host:
         return out
     if scripts.mail_prog:
@@ -94,8 +105,6 @@ def check_mail(scripts: ScriptsConfig, mail: MailConfig) -> list[tuple[str, str]
         out.append(("mail.smtp_port", f"must be 1-65535, got {mail.smtp_port}"))
     if mail.timeout_s <= 0:
         out.append(("mail.timeout_s", "must be more than 0"))
-    if mail.max_queued < 1:
-        out.append(("mail.max_queued", "must be 1 or more"))
     if mail.username and not mail.starttls:
         out.append(("mail.username", "logging in sends the password: set starttls = true"))
     if mail.username and not mail.password_file:

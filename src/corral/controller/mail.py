@@ -27,7 +27,9 @@ Environment: ``SLURM_JOB_ID``,
 ``SLURM_JOB_NAME``, ``SLURM_JOB_USER``, ``SLURM_JOB_MAIL_TYPE``, ``SLURM_JOB_STATE``,
 ``SLURM_JOB_EXIT_CODE_MAX``, ``SLURM_JOB_QUEUED_TIME``, ``SLURM_JOB_RUN_TIME``,
 ``SLURM_JOB_WORK_DIR``, ``SLURM_JOB_STD_OUT``, ``SLURM_JOB_STD_ERR``, ``SLURM_CLUSTER_NAME``,
-``SLURM_ARRAY_JOB_ID``/``SLURM_ARRAY_TASK_ID``. A program that fails is logged.
+``SLURM_ARRAY_JOB_ID``/``SLURM_ARRAY_TASK_ID``. Every mail goes through the outbox
+(``corral.controller.outbox``: stored, deduplicated by job, run, type and recipient, sent
+after a restart when still owed, failures retried with backoff, then logged and dropped).
 """
 
 from __future__ import annotations
@@ -158,45 +160,37 @@ def compose(ctl: Controller, rec: JobRecord, event: str, word: str,
     return subject, env
 
 
+def mail_key(rec: JobRecord, event: str) -> str:
+    """The dedup key of a job's mail (``corral.controller.outbox``): job, run, type."""
+    return f"{rec.id}.{rec.restarts}.{event}"
+
+
 def deliver(ctl: Controller, rec: JobRecord, event: str, subject: str,
-            env: dict[str, str]) -> None:
-    """Send the mail to each of the job's users, by SMTP or the mail program."""
-    prog, smtp = ctl.cfg.scripts.mail_prog, ctl.cfg.mail.smtp_host
+            env: dict[str, str], key: str = "") -> None:
+    """Owe the mail to each of the job's users (``corral.controller.outbox`` stores and
+    sends it, by SMTP or the mail program); ``key``: its dedup key less the recipient
+    (default ``mail_key``)."""
+    from corral.controller.outbox import Mail
+
     users = [u for u in (rec.sub.extra.get("mail_user") or rec.sub.spec.user).split(",")
              if u]
     domain = ctl.cfg.scripts.mail_domain
+    key = key or mail_key(rec, event)
+    now = time.time()
+    header_id = int(env.get("SLURM_JOB_ID") or rec.id)  # an array's summary: the array's id
     for user in users:
         if not _ADDRESS.match(user):
             log.warning("job %d: not mailing %r (not a plain address)", rec.id, user)
             continue
         to = user if "@" in user or not domain else f"{user}@{domain}"
-        if smtp:
-            _by_smtp(ctl, rec, to, subject, env, event)
-        else:
-            _by_program(prog, rec, to, subject, env)
+        ctl.outbox.add(Mail(key=f"{key}:{to}", job_id=rec.id, created=now, to=to,
+                            subject=subject, event=event, env=dict(env),
+                            header_job_id=header_id))
 
 
-def _by_smtp(ctl: Controller, rec: JobRecord, to: str, subject: str, env: dict[str, str],
-             event: str) -> None:
-    from corral.controller.smtpmail import build_message, send
-
-    facts = {_FACTS.get(k, k): v for k, v in env.items()}
-    job_id = int(env.get("SLURM_JOB_ID") or rec.id)  # an array's summary: the array's id
-    send(ctl.cfg.mail, build_message(ctl.cfg.mail, to, subject, facts, job_id, event), rec.id)
-
-
-def _by_program(prog: str, rec: JobRecord, to: str, subject: str,
-                env: dict[str, str]) -> None:
-    from corral.controller.jobscripts import run_program, spawn
-
-    env = {**env, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-
-    async def send() -> None:
-        ok, what = await run_program(prog, env, 60, ("-s", subject, to))
-        if not ok:
-            log.warning("job %d: %s -s ... %s failed: %s", rec.id, prog, to, what)
-
-    spawn(send(), f"mail-{rec.id}")
+def facts_of(env: dict[str, str]) -> dict[str, str]:
+    """The mail body's facts: ``env`` (``SLURM_*``) under their body names, in order."""
+    return {_FACTS.get(k, k): v for k, v in env.items()}
 
 
 #: The body's names of the facts the program gets in its environment.

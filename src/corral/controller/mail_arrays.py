@@ -15,10 +15,11 @@ Policy:
 How the last task is known without scanning the array at each end: on the first task
 end seen for an array, the tasks still unfinished are counted once (its records not
 finished plus its compact tail, ``corral.controller.arraytail``); each later task end
-takes one off, and a cancelled tail takes off all it held. State lives in memory: a
+takes one off, and a cancelled tail takes off all it held. The counts live in memory: a
 controller restarted while an array runs counts afresh (its exit-code range then covers
-the tasks that ended since) and may mail ``BEGIN`` again only if no started task of the
-array is still in memory.
+the tasks that ended since). The mails themselves are keyed by the array
+(``a<array>.BEGIN``, ``a<array>.END``/``FAIL``) in the outbox, so a restarted controller
+never mails an array's ``BEGIN`` twice.
 """
 
 from __future__ import annotations
@@ -141,4 +142,4 @@ class ArrayMail:
         env.pop("SLURM_ARRAY_TASK_ID", None)
         env.pop("SLURM_JOB_RUN_TIME", None)
         env.update(extra or {})
-        deliver(self.ctl, rec, event, subject, env)
+        deliver(self.ctl, rec, event, subject, env, key=f"a{aid}.{event}")

@@ -7,8 +7,9 @@ the controller's tick compares each watched job's run time (suspensions not coun
 with its time limit and mails the highest requested share it has newly passed, once per
 run (a requeued job's next run is watched afresh). Shares passed together (the tick
 missed one, or the controller was down) give one mail, for the highest. The watch list
-lives in memory: after a controller restart the running jobs are looked over once, and a
-share already mailed before the restart is mailed again.
+lives in memory: after a controller restart the running jobs are looked over once; a
+share already mailed before the restart is owed again under the same key (job, run,
+type) and the outbox (``corral.controller.outbox``) does not send it twice.
 """
 
 from __future__ import annotations

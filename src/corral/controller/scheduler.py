@@ -410,6 +410,12 @@ class SchedulerLoop:
             rec.touch()
             ctl._place(rec)
             ctl.nodes.allocate(rec)
+        if starts and (ctl.cfg.scripts.mail_prog or ctl.cfg.mail.smtp_host):
+            from corral.controller.mail import job_event
+
+            for rec, _st in starts:  # owed in the commit of the start (outbox.py)
+                if rec.sub.extra.get("mail_type") and not rec.cancel_requested:
+                    job_event(ctl, rec, "BEGIN")
         preempted, suspended = self._preempt(result, now)
         if starts or preempted or suspended:
             recs = [r for r, _ in starts] + preempted + suspended
@@ -430,11 +436,6 @@ class SchedulerLoop:
                 launch_after_prolog(ctl, rec, req, shares)
                 if ctl.cfg.power.enabled:
                     ctl.power.started(rec)
-                if (ctl.cfg.scripts.mail_prog or ctl.cfg.mail.smtp_host) \
-                        and rec.sub.extra.get("mail_type"):
-                    from corral.controller.mail import job_event
-
-                    job_event(ctl, rec, "BEGIN")
         if ctl.cfg.power.enabled:
             ctl.power.flush()  # resume the powered-down nodes these starts got
             ctl.power.plan(result.reservations, now)  # ... or the planned starts need

@@ -134,6 +134,9 @@ class Controller:
 
         self.mail_limits = TimeLimitMail(self)
         self.mail_arrays = ArrayMail(self)
+        from corral.controller.outbox import Outbox
+
+        self.outbox = Outbox(self)  # job mail owed, sent, retried (outbox.py)
         self.livecfg = LiveConfig(self)
         self.started_at = time.time()
         # high availability: this controller's role and its peers, for ``/ping``
@@ -243,6 +246,10 @@ class Controller:
             except (ValueError, TypeError, KeyError):
                 log.warning("ignoring an unreadable fair-share usage record")
         await loop.run_in_executor(None, self.events.load)
+        try:
+            self.outbox.load(await loop.run_in_executor(None, self.store.load_mail))
+        except Exception:  # noqa: BLE001 - mail must not keep the controller down
+            log.exception("ignoring the stored mail outbox")
         self.store.hook_loop = loop
         await self._load_dependency_targets(list(self.pending.values()))
         self.metrics.set_jobs(len(self.pending), len(self.running))
@@ -253,6 +260,7 @@ class Controller:
         await self.store.bind_loop()  # SQLite: commits on this loop from now on
         self._tasks.append(asyncio.create_task(self.sched.run(), name="scheduler"))
         self._tasks.append(asyncio.create_task(self._ticker(), name="ticker"))
+        self.outbox.kick()  # mails owed from before the restart
         self.sched.trigger()
 
     def _load_active_records(self) -> list[JobRecord]:
@@ -279,6 +287,7 @@ class Controller:
         if self._term_end is not None and not self._term_end.done():
             self._term_end.set_result(None)
         self.periodic_checks.stop()
+        self.outbox.stop()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -306,6 +315,7 @@ class Controller:
         self.periodic_checks.tick(now)
         self.reservations.tick(now)
         self.mail_limits.tick(now)
+        self.outbox.tick(now)
         await self.power.tick(now)
         self.history_log.tick(now)
         allocations.check_keepalives(self, now)

@@ -190,6 +190,22 @@ node_history = sa.Table(
     sa.Index("ix_node_history_name", "kind", "name"),
 )
 
+# job mail (``corral.controller.outbox``): one row per mail, keyed by its dedup key
+# (job, run, event, recipient); written with the job change that owes it, then marked
+# sent or dropped; rows that are not owed any more are pruned after ``MAIL_KEEP_S``
+mail_outbox = sa.Table(
+    "mail_outbox", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("job_id", sa.Integer, nullable=False),
+    sa.Column("time", sa.Float, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),  # owed, sent, dropped
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("next_try", sa.Float, nullable=False),
+    sa.Column("data", sa.Text, nullable=False),  # recipient, subject, type, facts (JSON)
+    sa.Index("ix_mail_outbox_state", "state"),
+    sa.Index("ix_mail_outbox_time", "time"),
+)
+
 Op = Callable[[Connection], Any]
 
 
@@ -520,6 +536,34 @@ class Store:
         return run
 
     @staticmethod
+    def op_insert_mail(rows: list[dict[str, Any]]) -> Op:
+        """Owed mails (the columns of ``mail_outbox``); a row whose key is stored already
+        is left as it is (the same mail owed again: a replayed job change). The op returns
+        the keys it inserted."""
+        sql = sa.text('INSERT INTO mail_outbox ("key", job_id, "time", state, attempts, '
+                      'next_try, data) VALUES (:key, :job_id, :time, :state, :attempts, '
+                      ':next_try, :data) ON CONFLICT ("key") DO NOTHING')
+
+        def run(conn: Connection) -> list[str]:
+            return [row["key"] for row in rows if conn.execute(sql, row).rowcount]
+        return run
+
+    @staticmethod
+    def op_update_mail(key: str, state: str, attempts: int, next_try: float) -> Op:
+        def run(conn: Connection) -> None:
+            conn.execute(mail_outbox.update().where(mail_outbox.c.key == key).values(
+                state=state, attempts=attempts, next_try=next_try))
+        return run
+
+    @staticmethod
+    def op_prune_mail(before: float) -> Op:
+        """Forget mails sent or dropped before ``before`` (owed ones stay)."""
+        def run(conn: Connection) -> None:
+            conn.execute(mail_outbox.delete().where((mail_outbox.c.time < before)
+                                                    & (mail_outbox.c.state != "owed")))
+        return run
+
+    @staticmethod
     def op_reserve_ids(n: int) -> Op:
         """Reserve ``n`` consecutive job ids from the database's counter (atomic: the
         row is locked until commit); the op returns the first one."""
@@ -580,6 +624,14 @@ class Store:
                     sa.select(steps).where(steps.c.job_id.in_(chunk))
                     .order_by(steps.c.job_id, steps.c.restarts, steps.c.step_id)))
         return out
+
+    def load_mail(self, state: str | None = "owed") -> list[sa.Row[Any]]:
+        """Mail rows in ``state`` (all: None), oldest first."""
+        q = sa.select(mail_outbox)
+        if state is not None:
+            q = q.where(mail_outbox.c.state == state)
+        with self.engine.connect() as conn:
+            return list(conn.execute(q.order_by(mail_outbox.c.time, mail_outbox.c.key)))
 
     def load_nodes(self) -> list[sa.Row[Any]]:
         with self.engine.connect() as conn:
