@@ -53,3 +53,12 @@ def test_step_samples_are_kept_and_bad_ones_dropped() -> None:
                                      "pids": [5]}}
     plain = live_samples([{"job_id": 7, "cpu_time_s": 3, "rss_mb": 9, "steps": "x"}], 5.0)
     assert "steps" not in plain[7]
+
+
+def test_batch_share_is_kept_and_a_bad_one_dropped() -> None:
+    item = {"job_id": 7, "cpu_time_s": 30, "rss_mb": 900,
+            "batch": {"cpu_time_s": 0.4, "rss_mb": 5, "pids": [10, "x"]}}
+    got = live_samples([item], 5.0)
+    assert got[7]["batch"] == {"cpu_time_s": 0.4, "max_rss_mb": 5.0, "pids": [10]}
+    for bad in ({"cpu_time_s": -1, "rss_mb": 5}, {"rss_mb": 5}, "junk"):
+        assert "batch" not in live_samples([dict(item, batch=bad)], 5.0)[7]

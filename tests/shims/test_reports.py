@@ -678,3 +678,62 @@ def test_sstat_running_srun_step_real_controller(cluster: ShimCluster, tmp_path:
     finally:
         cluster.run("scancel", str(jid))
 
+
+
+def _cpu_s(text: str) -> float:
+    """sstat's AveCPU ([DD-[HH:]]MM:SS[.mmm]) in seconds."""
+    days, _, rest = text.rpartition("-")
+    parts = [float(p) for p in rest.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    return (float(days or 0) * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]
+
+
+def test_sstat_batch_counts_only_the_batch_script(cluster: ShimCluster,
+                                                  tmp_path: Path) -> None:
+    """``.batch`` is the batch script's own share, as Slurm's batch step: not the
+    processes of a running srun step (launched through the agent), nor the CPU of an
+    ended step that srun ran as its own children (reaped into the script's time)."""
+    burn = ("import sys,time\nx=bytearray(int(sys.argv[2])<<20)\n"  # CPU seconds, not wall
+            "while time.process_time()<float(sys.argv[1]): pass")
+    (tmp_path / "burn.py").write_text(burn)
+    script = tmp_path / "mixed.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"CORRAL_SRUN_LAUNCH=local srun -n1 python3 {tmp_path}/burn.py 3 1\n"
+        f"CORRAL_SRUN_LAUNCH=agents srun -n1 python3 {tmp_path}/burn.py 40 200 &\n"
+        "sleep 60\n")
+    jid = _sbatch(cluster, "-A", "physics", "-c", "2", str(script))
+    try:
+        deadline = time.monotonic() + 40
+        rows: dict[str, list[str]] = {}
+        while time.monotonic() < deadline:  # until step 1 has burnt 3 s on a heartbeat
+            r = cluster.run("sstat", "-a", "-n", "-P", "-j", str(jid), "-o",
+                            "JobID,MaxRSS,AveCPU")
+            assert r.returncode == 0, r.stderr
+            rows = {f[0]: f for f in (line.split("|") for line in r.stdout.splitlines())}
+            step = rows.get(f"{jid}.1")
+            if step and step[2] and _cpu_s(step[2]) >= 3.0 and rows.get(f"{jid}.batch", [
+                    "", ""])[1]:
+                break
+            time.sleep(0.2)
+        step, batch = rows[f"{jid}.1"], rows[f"{jid}.batch"]
+        assert _cpu_s(step[2]) >= 3.0, rows
+        mib = {"K": 1 / 1024, "M": 1, "G": 1024}
+        assert float(step[1][:-1]) * mib[step[1][-1]] >= 200, rows  # its bytearray
+        # the batch script: bash, two sruns and sleep; not step 1's 200 MiB and CPU,
+        # nor step 0's 3 s (ended, reaped by srun, then by bash)
+        assert float(batch[1][:-1]) * mib[batch[1][-1]] < 150, rows
+        assert _cpu_s(batch[2]) < 2.0, rows
+        with cluster.client() as c:
+            job = c.job(jid)
+        ended = [s for s in job["steps"] if s["step_id"] == 0]
+        assert ended and ended[0]["end_time"] and ended[0]["cpu_time_s"] >= 2.5, ended
+        r = cluster.run("sstat", "-i", "-n", "-P", "-j", f"{jid}.batch")
+        batch_pids = set(r.stdout.strip().split("|")[2].split(","))
+        r = cluster.run("sstat", "-i", "-n", "-P", "-j", f"{jid}.1")
+        step_pids = set(r.stdout.strip().split("|")[2].split(","))
+        assert batch_pids and step_pids and not batch_pids & step_pids, (batch_pids,
+                                                                         step_pids)
+    finally:
+        cluster.run("scancel", str(jid))

@@ -171,7 +171,7 @@ class AgentDaemon:
         if state_dir is None or not running:
             return []
         try:
-            from corral.agent.stepusage import step_samples
+            from corral.agent.stepusage import batch_sample, split_processes, step_samples
             from corral.ops.agent_metrics import sample_job
         except ImportError:
             return []
@@ -189,8 +189,12 @@ class AgentDaemon:
                                      "pids": sorted(s.pids)[:64]}
             steps: list[dict[str, Any]] = []
             if budget > 0:
-                try:
-                    steps = step_samples(s.pids, min(budget, 512))  # each step's share
+                try:  # each step's share, and the batch script's own
+                    groups, batch = split_processes(s.pids, min(budget, 512),
+                                                    job_id=s.job_id, batch_pid=s.batch_pid)
+                    steps = step_samples(s.pids, groups=groups)
+                    if s.batch_pid:
+                        entry["batch"] = batch_sample(batch)
                 except Exception:  # noqa: BLE001 - a process gone mid-read
                     steps = []
                 budget -= min(len(s.pids), 512)

@@ -10,7 +10,10 @@ the last one (``NodeRecord.live_usage``), replaced by each heartbeat, so a job t
 ended on the node disappears with the next beat. An entry may carry ``steps``: each
 running ``srun`` step's share of the node (``corral.agent.stepusage``: ``{step_id,
 cpu_time_s, rss_mb, ntasks, pids}``, at most ``MAX_STEPS``), kept as
-``{step id: {cpu_time_s, max_rss_mb, ntasks, pids}}`` under the job's sample.
+``{step id: {cpu_time_s, max_rss_mb, ntasks, pids}}`` under the job's sample. On the
+batch host it may carry ``batch``: the batch script's own processes' figures (no step's
+processes: ``corral.agent.stepusage.batch_sample``), kept as ``{cpu_time_s, max_rss_mb,
+pids}``; ``sstat``'s ``.batch`` row shows those.
 
 ``job_usage`` gives what ``GET /api/v1/ops/usage/{job}`` and the in-controller client
 return: ``{"job_id", "state", "nodes": {node: {node, cpu_time_s, max_rss_mb, pids,
@@ -52,6 +55,12 @@ def live_samples(raw: Any, now: float) -> dict[int, dict[str, Any]]:
         steps = _steps(item.get("steps"))
         if steps:
             out[jid]["steps"] = steps
+        batch = item.get("batch")
+        if isinstance(batch, dict):
+            bcpu, brss = _num(batch.get("cpu_time_s")), _num(batch.get("rss_mb"))
+            if bcpu is not None and brss is not None:
+                out[jid]["batch"] = {"cpu_time_s": bcpu, "max_rss_mb": brss,
+                                     "pids": _pids(batch.get("pids"))}
     return out
 
 

@@ -140,6 +140,7 @@ class JobSample:
     cpu_seconds: float
     rss_bytes: int
     pids: frozenset[int]
+    batch_pid: int = 0  # the batch script's process (0: none here, or not known)
 
 
 def _proc_cpu_seconds(pids: Iterable[int]) -> float:
@@ -226,7 +227,8 @@ def sample_job(jdir: Path) -> JobSample | None:
         mem_limit_bytes=int(req.get("mem_mb") or 0) * _MB,
         gpus=tuple(int(g) for g in req.get("gpus") or ()),
         start_time=float(st["start_time"]) if st.get("start_time") else None,
-        cpu_seconds=float(cpu_s), rss_bytes=rss_bytes(pids), pids=frozenset(pids))
+        cpu_seconds=float(cpu_s), rss_bytes=rss_bytes(pids), pids=frozenset(pids),
+        batch_pid=int(st.get("job_pid") or 0))
 
 
 class AgentCollector(Collector):

@@ -9,8 +9,11 @@ each heartbeat carries the job's CPU seconds so far and resident memory per node
 Which steps (as Slurm): ``-j 12`` the lowest-numbered running ``srun`` step, ``-a`` /
 ``--allsteps`` every running step (``.batch`` first), ``-j 12.batch`` / ``-j 12.3`` that
 step; several ``-j`` words or comma lists. What is measured: the ``.batch`` row shows the
-job's live figures on the batch host (every process of the job there, Slurm counts only
-the batch script's); a running ``srun`` step shows what its tasks use now on each of its
+batch script's own processes on the batch host, as Slurm counts the batch step (no step
+task's processes: ``corral.agent.stepusage.batch_sample``; the CPU of ended steps that
+``srun`` ran as its own children, which their reaping left in the script's time, taken
+off; an older agent's sample of every process of the job is shown as it is); a running
+``srun`` step shows what its tasks use now on each of its
 nodes (each agent's heartbeat samples the processes started with that step's
 ``SLURM_STEP_ID``, ``corral.agent.stepusage``): ``AveCPU`` its CPU time over its tasks,
 ``MaxRSS``/``MaxRSSNode`` its biggest task and that task's node, ``Pids`` its processes;
@@ -20,7 +23,7 @@ measure (virtual memory, pages, disk I/O, energy, CPU frequency) print as ``sacc
 Errors: no ``-j``, a bad id, an unknown option or field: Slurm's message and exit 1. A job
 that is not running, a step that is not, a job without a running ``srun`` step (no
 ``-a``): Slurm's message for it, the next job, and exit 0 as ``sstat`` does. ``-i``
-prints ``JobID,Nodelist,Pids`` (the job's processes on the batch host for ``.batch``).
+prints ``JobID,Nodelist,Pids`` (the batch script's processes for ``.batch``).
 """
 
 from __future__ import annotations
@@ -105,12 +108,30 @@ def _batch(rec: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any] | None:
     sample = (usage.get("nodes") or {}).get(str(nodes[0])) if nodes else None
     if sample is not None:
         host = str(nodes[0])
-        cpu, rss = float(sample["cpu_time_s"]), float(sample["max_rss_mb"])
+        own = sample.get("batch")  # the batch script's processes only (newer agents)
+        if isinstance(own, dict):
+            cpu = max(0.0, float(own["cpu_time_s"]) - _local_steps_cpu(rec, host))
+            rss, pids = float(own["max_rss_mb"]), list(own.get("pids") or ())
+        else:  # an agent that reports the whole job: every process of it there
+            cpu, rss = float(sample["cpu_time_s"]), float(sample["max_rss_mb"])
+            pids = list(sample.get("pids") or ())
         step["usage"] = {"nodes": {host: {"node": host, "cpu_time_s": cpu, "max_rss_mb": rss,
-                                          "pids": list(sample.get("pids") or ())}},
+                                          "pids": pids}},
                          "cpu_time_s": cpu, "max_rss_mb": rss}
         step["cpu_time_s"], step["max_rss_mb"] = cpu, rss
     return step
+
+
+def _local_steps_cpu(rec: dict[str, Any], host: str) -> float:
+    """CPU seconds of this run's ended steps that ``srun`` ran as its own children on the
+    batch host (recorded without a launch: no ``node_tasks``): their tasks' time is in
+    the batch script's reaped time, not the batch step's (``corral.agent.stepusage``)."""
+    total = 0.0
+    for st in rec.get("steps") or ():
+        if st.get("end_time") and not st.get("node_tasks") and \
+                [str(n) for n in st.get("nodes") or ()] == [host]:
+            total += float(st.get("cpu_time_s") or 0.0)
+    return total
 
 
 def _live_step_usage(sid: str, usage: dict[str, Any]) -> dict[str, Any] | None:
