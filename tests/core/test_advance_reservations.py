@@ -134,28 +134,70 @@ def test_flex_jobs_use_nodes_outside_an_active_reservation() -> None:
     assert 2 not in {s.job_id for s in res.starts}
 
 
-def test_flex_jobs_never_take_what_other_jobs_got_or_were_planned() -> None:
+def test_flex_jobs_go_first_and_others_plan_around_them() -> None:
+    """Slurm's job queue puts jobs that asked for a reservation before the others: a
+    FLEX job takes its node now even if a job without a reservation, planned on it, then
+    starts later; that job never takes what the FLEX job got."""
     c = cluster(nodes=3)
     flex = resv(name="f", start=NOW + 5000, end=NOW + 6000, nodes=("n001",), flags=FLEX)
     busy = job(9).cpus(8).walltime_s(500).running_on(alloc_on("n003", list(range(8))),
                                                       start=NOW - 10).build()
-    wide = job(1).nodes(3).tasks_per_node(1).cpus(8).walltime_s(1000).build()  # at +500
-    long_flex = job(2).user("ann").cpus(8).walltime_s(1000).build()  # would delay it
-    short_flex = job(3).user("ann").cpus(8).walltime_s(300).build()  # ends before
+    wide = job(1).nodes(3).tasks_per_node(1).cpus(8).walltime_s(1000).build()
+    long_flex = job(2).user("ann").cpus(8).walltime_s(1000).build()
+    short_flex = job(3).user("ann").cpus(8).walltime_s(300).build()
     for mode in MODES[:2]:
         snap = c.snapshot(pending=[wide, long_flex], running=[busy], advance=(flex,),
                           job_reservations={2: "f"})
         res = run_cycle(snap, config(backfill=mode), NOW)
-        assert not res.starts, (mode, res.starts)
-        assert any(x.job_id == 1 for x in res.reservations)
+        assert [(s.job_id, s.allocation.node_names) for s in res.starts] == [
+            (2, ("n001",))], (mode, res.starts)
+        [plan] = [x for x in res.reservations if x.job_id == 1]
+        assert plan.start_time >= NOW + 1000, (mode, plan)  # after the FLEX job's end
         snap = c.snapshot(pending=[wide, short_flex], running=[busy], advance=(flex,),
                           job_reservations={3: "f"})
         res = run_cycle(snap, config(backfill=mode), NOW)
         assert _nodes(res, 3) == ("n001",), mode
-    # a job of the main pass started on n001 now: the FLEX job does not share it
+        [plan] = [x for x in res.reservations if x.job_id == 1]
+        assert NOW + 500 <= plan.start_time < NOW + 1000, (mode, plan)
     small = job(4).cpus(1).walltime_s(100).build()
     snap = c.snapshot(pending=[small, long_flex], running=[busy], advance=(flex,),
                       job_reservations={2: "f"})
     res = run_cycle(snap, config(), NOW)
     got = {s.job_id: s.allocation.node_names for s in res.starts}
-    assert got == {4: ("n001",), 2: ("n002",)}, got
+    assert got == {2: ("n001",), 4: ("n002",)}, got  # not on the FLEX job's node
+
+
+@pytest.mark.parametrize("mode", MODES[:2])
+def test_a_flex_job_needing_outside_nodes_is_not_starved(mode: BackfillMode) -> None:
+    """Its node is busy for 300 s; it also needs n002, free now. Jobs without a
+    reservation may use n002 only until its planned start (backfill), not past it."""
+    c = cluster(nodes=2)
+    flex = resv(name="f", start=NOW - 10, end=NOW + 5000, nodes=("n001",), flags=FLEX)
+    busy = job(9).user("ann").cpus(8).walltime_s(300).running_on(
+        alloc_on("n001", list(range(8))), start=NOW - 10).build()
+    both = job(1).user("ann").nodes(2).tasks_per_node(1).cpus(8).walltime_s(1000).build()
+    long_main = job(2).cpus(8).walltime_s(1000).build()
+    short_main = job(3).cpus(8).walltime_s(200).build()
+    snap = c.snapshot(pending=[long_main, short_main, both], running=[busy],
+                      advance=(flex,), job_reservations={1: "f"})
+    res = run_cycle(snap, config(backfill=mode), NOW)
+    assert [(s.job_id, s.allocation.node_names) for s in res.starts] == [
+        (3, ("n002",))], res.starts  # fits before the FLEX job's planned start
+    [plan] = [x for x in res.reservations if x.job_id == 1]
+    assert NOW + 290 <= plan.start_time < NOW + 400 and sorted(plan.nodes) == [
+        "n001", "n002"], plan
+    assert res.pending[2].reason == R.RESOURCES
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_what_a_flex_job_leaves_of_a_node_stays_usable(mode: BackfillMode) -> None:
+    c = cluster(nodes=1)
+    flex = resv(name="f", start=NOW + 5000, end=NOW + 6000, nodes=("n001",), flags=FLEX)
+    mine = job(1).user("ann").cpus(2).walltime_s(100).build()
+    other = job(2).cpus(4).walltime_s(100).build()
+    snap = c.snapshot(pending=[other, mine], advance=(flex,), job_reservations={1: "f"})
+    res = run_cycle(snap, config(backfill=mode), NOW)
+    got = {s.job_id: s.allocation for s in res.starts}
+    assert set(got) == {1, 2}, res.pending  # the FLEX job first, the other beside it
+    cores = [set(a.nodes[0].cores) for a in got.values()]
+    assert not cores[0] & cores[1]  # never the same cores

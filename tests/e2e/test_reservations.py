@@ -220,3 +220,24 @@ def test_flex_reservation_jobs_start_before_it(sh: Shims) -> None:
         sh.ok(f"scancel {held}")
     finally:
         sh.ok("scontrol delete ReservationName=flex")
+
+
+def test_flex_jobs_are_scheduled_before_jobs_without_a_reservation(sh: Shims) -> None:
+    """Slurm's queue order: a job that asked for a reservation comes before the others
+    (``sort_job_queue2``), so the FLEX job gets the node although the other job is older
+    and was planned there; both wait behind a drained node first, so one cycle sees both."""
+    sh.ok("scontrol update NodeName=testnode State=DRAIN Reason=flex-order")
+    sh.ok("scontrol create reservation ReservationName=flexfirst StartTime=now+1hour "
+          "Duration=60 Nodes=testnode Users=root flags=flex")
+    try:
+        older = _jid(sh.ok("sbatch -c 16 -t 5 --wrap 'sleep 30'"))
+        mine = _jid(sh.ok("sbatch -c 16 -t 5 --reservation=flexfirst --wrap 'sleep 30'"))
+        sh.ok("scontrol update NodeName=testnode State=RESUME")
+        assert sh.c.wait_state(mine, "RUNNING")["state"] == "RUNNING"
+        assert sh.c.job(older)["state"] == "PENDING"
+        sh.ok(f"scancel {mine} {older}")
+        for jid in (mine, older):
+            sh.c.wait_done(jid)
+    finally:
+        sh.run("scontrol update NodeName=testnode State=RESUME")
+        sh.ok("scontrol delete ReservationName=flexfirst")

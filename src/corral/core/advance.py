@@ -20,13 +20,17 @@ reservation each pending job asked for by name, ``--reservation``). Output: the 
    reservations' node sets are disjoint in what they give: a node in two active
    reservations belongs to the first by start time, then name).
 4. ``FLEX`` reservations (Slurm's ``Flags=FLEX``): their jobs may start before the
-   reservation does, run past its end and use nodes outside it. They run after the
-   passes above, one pass per FLEX reservation (by start, then name), on its own nodes
-   plus every node no active reservation holds, their reservation's nodes tried first
-   (``prefer_nodes``); the nodes the earlier passes started jobs on are left out, and
-   the planned starts of the earlier passes (``Reserve`` with nodes) are windows like
-   the other reservations', so a FLEX job never delays what those passes planned.
-   Other reservations' windows stay in force; its own is no window for it.
+   reservation does, run past its end and use nodes outside it. As in Slurm, whose job
+   queue puts the jobs that asked for a reservation before all others
+   (``sort_job_queue2``), they are scheduled first: one pass per FLEX reservation (by
+   start, then name) before the main pass, on its own nodes plus every node no active
+   reservation holds, their reservation's nodes tried first (``prefer_nodes``). Other
+   reservations' windows stay in force; its own is no window for it. The passes after
+   them (the later FLEX passes and the main pass) see the jobs they started as running
+   (what is left of those nodes stays usable, and their ends are planned), and their
+   planned starts (``Reserve`` with nodes) are windows there like the reservations',
+   so a FLEX job waiting for nodes outside its reservation is backfilled around, never
+   starved by the jobs without a reservation.
 5. The results are merged. A job of the main pass waiting for resources that a
    maintenance reservation (flag ``MAINT``) holds now or within its time limit shows
    Slurm's reason ``ReqNodeNotAvail, Reserved for maintenance``.
@@ -54,7 +58,7 @@ from corral.core.decisions import (
     Reserve,
     Start,
 )
-from corral.core.model.job import Job
+from corral.core.model.job import Job, JobState
 from corral.core.model.node import Node, NodeState
 from corral.core.model.reservation import FLEX, MAINT, AdvanceReservation
 from corral.core.snapshot import ClusterSnapshot
@@ -112,10 +116,16 @@ def run_with_reservations(snapshot: ClusterSnapshot, config: SchedulerConfig, no
         else:
             groups[name].append(job)
     results: list[CycleResult] = []
+    started: list[Job] = []  # what the FLEX passes started: running for the passes after
+    plans: list[AdvanceReservation] = []  # ... and their planned starts, as windows
+    if flex:
+        results.extend(_flex_passes(snapshot, config, now, cycle, flex, by_name, owner,
+                                    future, started, plans))
     main_snap = replace(
         snapshot, nodes=tuple(_away(n) if n.spec.name in owner else n
                               for n in snapshot.nodes),
-        pending=tuple(main), advance=future, job_reservations={})
+        pending=tuple(main), running=snapshot.running + tuple(started),
+        advance=future + tuple(plans), job_reservations={})
     results.append(cycle(main_snap, config, now))
     for r in active:
         jobs = groups[r.name]
@@ -126,9 +136,6 @@ def run_with_reservations(snapshot: ClusterSnapshot, config: SchedulerConfig, no
                                             for n in snapshot.nodes),
                       pending=tuple(jobs), advance=future, job_reservations={})
         results.append(cycle(sub, config, now))
-    if flex:
-        results.extend(_flex_passes(snapshot, config, now, cycle, flex, by_name, owner,
-                                    future, results))
     out = _merge(results, waiting, len(snapshot.pending), len(snapshot.running))
     if config.annotate_pending and any(MAINT in r.flags for r in live):
         _maintenance_reasons(out, main, live, snapshot, config, now)
@@ -148,27 +155,37 @@ def _plan_windows(res: CycleResult, default_s: int) -> list[AdvanceReservation]:
 def _flex_passes(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float,
                  cycle: Cycle, flex: dict[str, list[Job]],
                  by_name: dict[str, AdvanceReservation], owner: dict[str, str],
-                 future: tuple[AdvanceReservation, ...],
-                 earlier: list[CycleResult]) -> list[CycleResult]:
-    """One pass per FLEX reservation with jobs (step 4 of the module docstring)."""
-    taken = {n for res in earlier for s in res.starts for n in s.allocation.node_names}
-    plans = [w for res in earlier for w in _plan_windows(res, config.default_time_s)]
+                 future: tuple[AdvanceReservation, ...], started: list[Job],
+                 plans: list[AdvanceReservation]) -> list[CycleResult]:
+    """One pass per FLEX reservation with jobs (step 4 of the module docstring); the
+    jobs they start go into ``started`` (as running), their planned starts into
+    ``plans``."""
     out: list[CycleResult] = []
     for r in sorted((by_name[n] for n in flex), key=lambda r: (r.start_time, r.name)):
         def usable(node: Node, r: AdvanceReservation = r) -> bool:
-            name = node.spec.name
-            return name not in taken and owner.get(name, r.name) == r.name
+            return owner.get(node.spec.name, r.name) == r.name
+        mine = {j.id: j for j in flex[r.name]}
         jobs = tuple(replace(j, spec=replace(j.spec, prefer_nodes=r.nodes + tuple(
-            p for p in j.spec.prefer_nodes if p not in r.nodes))) for j in flex[r.name])
+            p for p in j.spec.prefer_nodes if p not in r.nodes))) for j in mine.values())
         windows = tuple(w for w in future if w.name != r.name) + tuple(plans)
         sub = replace(snapshot, nodes=tuple(n if usable(n) else _away(n)
                                             for n in snapshot.nodes),
-                      pending=jobs, advance=windows, job_reservations={})
+                      pending=jobs, running=snapshot.running + tuple(started),
+                      advance=windows, job_reservations={})
         res = cycle(sub, config, now)
         out.append(res)
-        taken.update(n for s in res.starts for n in s.allocation.node_names)
+        started.extend(_as_running(mine[s.job_id], s, now) for s in res.starts
+                       if s.job_id in mine)
         plans.extend(_plan_windows(res, config.default_time_s))
     return out
+
+
+def _as_running(job: Job, start: Start, now: float) -> Job:
+    """A job a pass started, as the passes after it see it: running on its allocation."""
+    return replace(job, state=JobState.RUNNING, start_time=now, allocation=start.allocation,
+                   partition=start.allocation.partition,
+                   time_limit_s=start.time_limit_s if start.time_limit_s is not None
+                   else job.time_limit_s)
 
 
 def _merge(results: list[CycleResult], waiting: dict[int, PendingInfo], pending: int,
