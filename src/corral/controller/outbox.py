@@ -103,6 +103,7 @@ class Outbox:
         self._tasks: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._pruned = 0.0
+        self._stopped = False
         self.sent = 0
         self.dropped = 0
 
@@ -163,7 +164,7 @@ class Outbox:
     def kick(self, now: float | None = None) -> None:
         """Start attempts for the mails that are due, up to ``WORKERS`` at once; wake up
         again when the next one is due."""
-        if self.ctl.term_over.is_set():
+        if self._stopped or self.ctl.term_over.is_set():
             return
         now = time.time() if now is None else now
         loop = asyncio.get_running_loop()
@@ -186,6 +187,8 @@ class Outbox:
             self._timer = loop.call_later(max(0.0, nxt - now), self.kick)
 
     def stop(self) -> None:
+        """No more attempts (the controller stops); the owed rows stay for the next."""
+        self._stopped = True
         if self._timer is not None:
             self._timer.cancel()
         for task in list(self._tasks):
@@ -210,8 +213,7 @@ class Outbox:
             log.info("job %d: mailed %s%s: %s", mail.job_id, mail.to, how, mail.subject)
         finally:
             self._busy.discard(mail.key)
-            if not self.ctl.term_over.is_set():
-                self.kick()
+            self.kick()
 
     def _failed(self, mail: Mail, exc: MailFailed) -> None:
         cfg = self.ctl.cfg.mail
