@@ -2,7 +2,8 @@
 PostgreSQL server the run starts) against a real SMTP receiver on loopback: a server
 that refuses first and then accepts, one that always refuses (dropped after the last
 attempt, logged), a permanent refusal, dedup by key, the owed mails of a closed store
-sent by the next outbox on it, and a dead server that never holds up the event loop."""
+sent by the next outbox on it, a dead server that never holds up the event loop, and a
+failing mail_prog retried."""
 
 from __future__ import annotations
 
@@ -167,3 +168,29 @@ def test_a_dead_server_never_holds_up_the_loop(tmp_path: Path) -> None:
             assert dead.sessions >= 1 and box.dropped == 1
             await _close(box, store)
     asyncio.run(main())
+
+
+def test_mail_prog_failure_is_retried(tmp_path: Path) -> None:
+    """``[scripts] mail_prog`` goes through the same outbox: a program that fails
+    (exit 1) is run again after the backoff, with the same subject and recipient."""
+    log, once = tmp_path / "sent", tmp_path / "failed-once"
+    prog = tmp_path / "mail"
+    prog.write_text(f"#!/bin/sh\nif [ ! -e {once} ]; then : > {once}; echo busy; exit 1; fi\n"
+                    f'echo "$1|$2|$3|$SLURM_JOB_STATE" >> {log}\n')
+    prog.chmod(0o755)
+
+    async def main() -> None:
+        store = Store(f"sqlite:///{tmp_path / 'c.db'}")
+        store.open()
+        await store.bind_loop()
+        cfg = SimpleNamespace(mail=MailConfig(retry_s=0.1),
+                              scripts=ScriptsConfig(mail_prog=str(prog)))
+        box = Outbox(cast(Any, _Ctl(cfg=cfg, store=store, term_over=asyncio.Event())))
+        box.add(_mail())
+        await _until(lambda: log.exists(), 20, "the second run of the program")
+        await _until(lambda: _rows(store) == {"7.0.END:ann@example.org": ("sent", 2)}, 10,
+                     "marked sent")
+        await _close(box, store)
+    asyncio.run(main())
+    assert log.read_text() == ("-s|Slurm Job_id=7 Name=x Ended, Run time 00:00:01, "
+                               "COMPLETED, ExitCode 0|ann@example.org|COMPLETED\n")

@@ -168,3 +168,32 @@ def test_mail_owed_across_controller_kill9() -> None:
         finally:
             c.down()
             shutil.rmtree(root, ignore_errors=True)
+
+
+def test_time_limit_share_not_mailed_again_after_kill9() -> None:
+    """The restarted controller looks its running jobs over again and owes their
+    time-limit share once more; its key is stored (sent), so it is not mailed twice."""
+    root = Path(tempfile.mkdtemp(prefix="corral-smtp50-"))
+    with Receiver() as rx:
+        c = Cluster(root, config=TEST_CONFIG + (
+            f'\n[mail]\nsmtp_host = "127.0.0.1"\nsmtp_port = {rx.port}\ntimeout_s = 5\n'))
+        c.up()
+        try:
+            jid = c.submit("sleep 60", name="half", time_limit_s=16, extra={
+                "mail_type": "TIME_LIMIT_50,TIME_LIMIT", "mail_user": "ann@example.org"})
+            wait_for(lambda: rx.received(), 30, what="the 50 % mail")
+            pid = c.controller_pid()
+            assert pid
+            c.kill9(pid)
+            c.start_controller()
+            assert c.wait_done(jid, timeout=40)["state"] == "TIMEOUT"
+            mails = wait_for(lambda: (lambda m: m if len(m) >= 2 else None)(rx.received()),
+                             20, what="the time-limit mail")
+            assert [m["X-Corral-Mail-Type"] for _, _, m in mails] == [
+                "TIME_LIMIT_50", "TIME_LIMIT"]
+            log = (c.state_dir / "log" / "controller.log").read_text()
+            assert f"mail {jid}.0.TIME_LIMIT_50:ann@example.org already stored" in log, \
+                log[-3000:]
+        finally:
+            c.down()
+            shutil.rmtree(root, ignore_errors=True)
