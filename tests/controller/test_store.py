@@ -200,3 +200,23 @@ def test_history_by_name_uses_the_name_index(tmp_path: Path) -> None:
         assert "USING INDEX ix_jobs_name" in plan, (kw, plan)
         assert "SCAN jobs" not in plan, (kw, plan)
     st.close()
+
+
+def test_array_ended_aggregates_the_finished_tasks(db_url: str) -> None:
+    st = Store(db_url)
+    st.open()
+    rows = []
+    for i, (state, code) in enumerate([(JobState.COMPLETED, 0), (JobState.FAILED, 5),
+                                       (JobState.FAILED, 2), (JobState.CANCELLED, None),
+                                       (JobState.RUNNING, 9)]):
+        r = _rec(10 + i, state)
+        r.array_job_id, r.array_task_id, r.exit_code = 10, i, code
+        rows.append(insert_row(r))
+    other = _rec(20, JobState.FAILED)
+    other.array_job_id, other.array_task_id, other.exit_code = 20, 0, 7
+    rows.append(insert_row(other))
+    st.submit(st.op_insert_jobs(rows)).result(timeout=10)
+    assert sorted(st.array_ended(10)) == [("CANCELLED", 0, 0), ("COMPLETED", 0, 0),
+                                          ("FAILED", 2, 5)]  # not the running one's 9
+    assert st.array_ended(99) == []
+    st.close()

@@ -4,6 +4,7 @@ mails polled for until they arrive, with Slurm's subjects and Corral's headers."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -194,6 +195,41 @@ def test_time_limit_share_not_mailed_again_after_kill9() -> None:
             log = (c.state_dir / "log" / "controller.log").read_text()
             assert f"mail {jid}.0.TIME_LIMIT_50:ann@example.org already stored" in log, \
                 log[-3000:]
+        finally:
+            c.down()
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def test_array_summary_covers_tasks_ended_before_a_kill9() -> None:
+    """Task 0 of an array fails (exit 5) before the controller is killed; the other
+    tasks end after its restart: the one summary mail still has the whole array's
+    range and state (the ends before the restart are read from the store)."""
+    root = Path(tempfile.mkdtemp(prefix="corral-smtparr-"))
+    with Receiver() as rx:
+        c = Cluster(root, config=TEST_CONFIG + (
+            f'\n[mail]\nsmtp_host = "127.0.0.1"\nsmtp_port = {rx.port}\ntimeout_s = 5\n'))
+        c.up()
+        try:
+            gate = c.work / "open"
+            sub = c.submission(f"[ $SLURM_ARRAY_TASK_ID = 0 ] && exit 5; while [ ! -e {gate} "
+                               "]; do sleep 0.05; done", name="arr9",
+                               extra={"mail_type": "END", "mail_user": "ann@example.org"})
+            sub = dataclasses.replace(sub, array="0-2")
+            arr = int(c.client.submit_result(sub)["array_job_id"])
+            assert c.wait_done(f"{arr}_0")["state"] == "FAILED"
+            for t in (1, 2):
+                c.wait_state(f"{arr}_{t}", "RUNNING")
+            pid = c.controller_pid()
+            assert pid
+            c.kill9(pid)
+            c.start_controller()
+            gate.write_text("")
+            for t in (1, 2):
+                c.wait_done(f"{arr}_{t}")
+            [(_, _, mail)] = wait_for(rx.received, 20, what="the summary mail")
+            assert mail["Subject"] == \
+                f"Slurm Array Summary Job_id={arr}_* ({arr}) Name=arr9 Ended, Mixed, " \
+                "ExitCode [0-5]", mail["Subject"]
         finally:
             c.down()
             shutil.rmtree(root, ignore_errors=True)

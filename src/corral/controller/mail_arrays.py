@@ -15,15 +15,20 @@ Policy:
 How the last task is known without scanning the array at each end: on the first task
 end seen for an array, the tasks still unfinished are counted once (its records not
 finished plus its compact tail, ``corral.controller.arraytail``); each later task end
-takes one off, and a cancelled tail takes off all it held. The counts live in memory: a
-controller restarted while an array runs counts afresh (its exit-code range then covers
-the tasks that ended since). The mails themselves are keyed by the array
-(``a<array>.BEGIN``, ``a<array>.END``/``FAIL``) in the outbox, so a restarted controller
-never mails an array's ``BEGIN`` twice.
+takes one off, and a cancelled tail takes off all it held. The counts live in memory; at
+the first end seen the states and exit-code range of the tasks that ended before are
+read from the store too (one aggregate query, off the event loop, ``Store.array_ended``;
+the summary waits for it), so a controller restarted while an array runs still mails the
+whole array's range and state (the tasks of a compact tail cancelled before the restart
+are not in it). The mails themselves are keyed by the array (``a<array>.BEGIN``,
+``a<array>.END``/``FAIL``) in the outbox, so a restarted controller never mails an
+array's ``BEGIN`` twice.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,6 +37,8 @@ from corral.core.model.job import JobState
 if TYPE_CHECKING:
     from corral.controller.records import JobRecord
     from corral.controller.service import Controller
+
+log = logging.getLogger("corral.mail")
 
 
 @dataclass(slots=True)
@@ -42,6 +49,7 @@ class _Ended:
     failed: bool = False
     last: JobRecord | None = None
     states: set[str] = field(default_factory=set)
+    reading: bool = False  # the stored ends are being read (the summary waits)
 
 
 class ArrayMail:
@@ -65,6 +73,7 @@ class ArrayMail:
         st = self.ended.get(aid)
         if st is None:  # first end seen: count what is left once (this task is finished)
             st = self.ended[aid] = _Ended(left=self._unfinished(aid))
+            self._read_stored(aid, st)
         else:
             st.left -= 1
         self._note(st, rec)
@@ -100,6 +109,35 @@ class ArrayMail:
             n += tail.remaining
         return n
 
+    def _read_stored(self, aid: int, st: _Ended) -> None:
+        """Merge the stored ends of the array's tasks into ``st`` (those before a restart;
+        the ones seen since are in both, which min, max and a set do not mind)."""
+        st.reading = True
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(None, self.ctl.store.array_ended, aid)
+
+        def done(f: asyncio.Future[list[tuple[str, int, int]]]) -> None:
+            st.reading = False
+            exc = None if f.cancelled() else f.exception()
+            if f.cancelled() or exc is not None:
+                log.warning("array %d: its stored task ends could not be read (%s); its "
+                            "summary mail covers the tasks seen by this controller", aid,
+                            exc or "cancelled")
+            else:
+                from corral.controller.mail import _FAILED
+
+                failed = {s.value for s in _FAILED}
+                for state, lo, hi in f.result():
+                    st.states.add(state)
+                    st.failed = st.failed or state in failed
+                    st.exit_min = lo if st.exit_min is None else min(st.exit_min, lo)
+                    st.exit_max = hi if st.exit_max is None else max(st.exit_max, hi)
+            if self.ended.get(aid) is st and st.last is not None:
+                from corral.controller.mail import _types
+
+                self._maybe_done(aid, st, _types(st.last))
+        fut.add_done_callback(done)
+
     @staticmethod
     def _note(st: _Ended, rec: JobRecord) -> None:
         code = rec.exit_code or 0
@@ -112,7 +150,7 @@ class ArrayMail:
         st.last = rec
 
     def _maybe_done(self, aid: int, st: _Ended, kinds: set[str]) -> None:
-        if st.left > 0 or st.last is None:
+        if st.left > 0 or st.last is None or st.reading:
             return
         del self.ended[aid]
         self.begun.discard(aid)

@@ -715,6 +715,18 @@ class Store:
         with self.engine.connect() as conn:
             return list(conn.execute(sa.select(jobs).where(jobs.c.id.in_(id_list))))
 
+    def array_ended(self, array_job_id: int) -> list[tuple[str, int, int]]:
+        """``(state, lowest exit code, highest)`` over the array's finished tasks stored,
+        one per end state (an unset exit code counts 0): an aggregate over the array
+        index, never the tasks' rows."""
+        code = sa.func.coalesce(jobs.c.exit_code, 0)
+        q = (sa.select(jobs.c.state, sa.func.min(code), sa.func.max(code))
+             .where(jobs.c.array_job_id == array_job_id)
+             .where(jobs.c.state.not_in(ACTIVE_STATE_VALUES))
+             .group_by(jobs.c.state))
+        with self.engine.connect() as conn:
+            return [(str(r[0]), int(r[1]), int(r[2])) for r in conn.execute(q)]
+
     def get_array_tasks(self, array_job_id: int) -> list[sa.Row[Any]]:
         with self.engine.connect() as conn:
             return list(conn.execute(
