@@ -10,7 +10,10 @@ a) drain under pollers: N trivial jobs submitted by a shell loop of ``sbatch`` c
    without, its drop, and each poll kind's p50/p99 latency.
 b) status queries through the API: T client processes with one keep-alive connection
    each send ``POST /jobs/query {"ids": [10 ids]}`` as fast as they can for S seconds:
-   queries/s and latency p50/p99 (Corral only: Slurm has no comparable API here).
+   queries/s and latency p50/p99 (Corral only: Slurm has no comparable API here). Once
+   through ``corral.client`` (what a Python tool uses) and once from a lean load
+   generator (a raw socket, as ``wrk`` sends): on 2 cores the Python client's own CPU is
+   most of what limits the first, so the second measures the controller.
 c) event delivery: a follower of ``GET /api/v1/events`` during drain (a): receive time -
    the event's commit-side timestamp, p50/p99 (Corral only: Slurm has no event stream).
 d) a 100,000-task array (``--array=0-99999%10``) accepted as one request: the submit's
@@ -226,6 +229,47 @@ def api_queries(sock: str, ids: list[int], seconds: float, out: Any) -> None:
     out.put(times)
 
 
+def api_queries_lean(sock: str, ids: list[int], seconds: float, out: Any) -> None:
+    """The same queries from a lean load generator (as ``wrk`` would send them): one
+    keep-alive connection, each request's JSON body built and sent, the reply read to its
+    ``Content-Length`` and its status checked, nothing else parsed."""
+    import socket
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock)
+    times: list[float] = []
+    buf = b""
+    end = time.perf_counter() + seconds
+    k = 0
+    while time.perf_counter() < end:
+        body = json.dumps({"ids": [str(ids[(k + i) % len(ids)]) for i in range(10)],
+                           "include_finished": True}).encode()
+        k += 10
+        req = (b"POST /api/v1/jobs/query HTTP/1.1\r\nHost: corral\r\n"
+               b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+               % (len(body), body))
+        t0 = time.perf_counter()
+        s.sendall(req)
+        while True:
+            head_end = buf.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = buf[:head_end].lower()
+                if not head.startswith(b"http/1.1 200"):
+                    raise RuntimeError(f"query refused: {head[:80]!r}")
+                at = head.find(b"content-length:")
+                n = int(head[at + 15:].split(b"\r\n")[0])
+                if len(buf) >= head_end + 4 + n:
+                    buf = buf[head_end + 4 + n:]
+                    break
+            chunk = s.recv(65536)
+            if not chunk:
+                raise RuntimeError("the controller closed the connection")
+            buf += chunk
+        times.append(time.perf_counter() - t0)
+    s.close()
+    out.put(times)
+
+
 def follow_events(sock: str, stop: threading.Event, lags: list[float]) -> None:
     from corral.client import Client
 
@@ -289,20 +333,21 @@ def corral_run(n: int, work: Path, pause_s: float, api_s: float,
         stop.set()
         follower.join(10)
         res["event_delivery"] = summary_ms(lags)
-        # b) API status queries
-        q: Any = mp.Queue()
-        procs = [mp.Process(target=api_queries, args=(str(cl.sd / "corral.sock"), first,
-                                                      api_s, q)) for _ in range(api_procs)]
-        for p in procs:
-            p.start()
-        times: list[float] = []
-        for _ in procs:
-            times.extend(q.get(timeout=120))
-        for p in procs:
-            p.join(30)
-        res["api_queries"] = {"processes": api_procs, "seconds": api_s,
-                              "queries_per_s": round(len(times) / api_s, 1),
-                              **summary_ms(times)}
+        # b) API status queries: through the Python client, then a lean load generator
+        for key, target in (("api_queries", api_queries), ("api_queries_lean",
+                                                            api_queries_lean)):
+            q: Any = mp.Queue()
+            procs = [mp.Process(target=target, args=(str(cl.sd / "corral.sock"), first,
+                                                     api_s, q)) for _ in range(api_procs)]
+            for p in procs:
+                p.start()
+            times: list[float] = []
+            for _ in procs:
+                times.extend(q.get(timeout=120))
+            for p in procs:
+                p.join(30)
+            res[key] = {"processes": api_procs, "seconds": api_s, "loadavg": loadavg(),
+                        "queries_per_s": round(len(times) / api_s, 1), **summary_ms(times)}
         # d) the 100,000-task array
         pid = cl.controller_pid()
         before = rss_mb(pid)
@@ -421,8 +466,14 @@ def render_md(res: dict[str, Any]) -> str:
                      f"{int(rl.get('corral_rate_checked_requests', 0))} | - (22.05 has no "
                      f"rate limit) |")
     a = co.get("api_queries", {})
-    lines.append(f"| API status queries/s ({a.get('processes')} clients), p50 / p99 (ms) | "
+    lines.append(f"| API status queries/s ({a.get('processes')} `corral.client` processes), "
+                 f"p50 / p99 (ms) | "
                  f"{a.get('queries_per_s')}, {a.get('p50_ms')} / {a.get('p99_ms')} | - |")
+    a = co.get("api_queries_lean", {})
+    if a:
+        lines.append(f"| API status queries/s ({a.get('processes')} lean load generators), "
+                     f"p50 / p99 (ms) | "
+                     f"{a.get('queries_per_s')}, {a.get('p50_ms')} / {a.get('p99_ms')} | - |")
     e = co.get("event_delivery", {})
     lines.append(f"| event delivery p50 / p99 (ms), {e.get('n')} events | "
                  f"{e.get('p50_ms')} / {e.get('p99_ms')} | - (no event stream) |")
