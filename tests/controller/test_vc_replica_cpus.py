@@ -153,7 +153,6 @@ def test_the_stored_allocation_keeps_each_replicas_cores_in_order() -> None:
     """The store's JSON keeps an aligned entry's cores task by task (not sorted), so a
     recovered controller gives each replica the same CPUs."""
     from corral.controller.records import allocation_from_json, allocation_to_json
-
     from corral.core.model.node import NumaDomain
 
     spec = NodeSpec("n1", 1, 8, 1, 8000, numa=(NumaDomain(0, (0, 2, 4, 6)),
