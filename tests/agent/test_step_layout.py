@@ -106,6 +106,8 @@ def test_task_environment_has_slurm_step_variables() -> None:
     ({"tasks": [[0, 1], [1]]}, "tasks must number"),
     ({"tasks": [[0, 1, 2]]}, "one list of task ids per node"),
     ({"argv": []}, "argv must not be empty"),
+    ({"argv": [], "container": '{"image": "docker://r.example/x:1"}'},
+     "argv must not be empty"),  # only a step that runs its image's ENTRYPOINT and CMD
     ({"env": {"A": 1}}, "env must map strings"),
     ({"ntasks": -1}, "ntasks must be a non-negative"),
     ({"output": 5}, "output must be a string"),
@@ -116,6 +118,11 @@ def test_task_environment_has_slurm_step_variables() -> None:
 def test_launch_validation_names_the_field(change: dict[str, object], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         _launch(**change)
+
+
+def test_a_container_step_with_entrypoint_may_give_no_command() -> None:
+    spec = '{"image": "docker://r.example/x:1", "entrypoint": true}'
+    assert _launch(argv=[], container=spec).argv == []
 
 
 def test_frames_round_trip_in_pieces() -> None:

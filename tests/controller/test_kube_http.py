@@ -122,3 +122,8 @@ def test_volcano_host_commands_is_a_controller_setting() -> None:
 
     with pytest.raises(ConfigError, match='must be "container" or "host"'):
         Ctl({"controller": {"volcano_images": "docker"}})
+    assert Ctl({}).cfg.controller.volcano_python == ""  # the controller's interpreter
+    assert Ctl({"controller": {"volcano_python": "/usr/bin/python3"}}).cfg.controller \
+        .volcano_python == "/usr/bin/python3"
+    with pytest.raises(ConfigError, match="controller.volcano_python.*absolute path"):
+        Ctl({"controller": {"volcano_python": "python3"}})

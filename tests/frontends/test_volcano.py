@@ -362,3 +362,94 @@ def test_fields_real_volcano_accepts_are_honoured() -> None:
         parse_job(m)  # a cluster that does not place by switches refuses it, saying why
     assert any("placement" in str(c) for c in err.value.causes), err.value.causes
     assert vj.plan["policies"][0]["events"] == ["TaskFailed"]
+
+
+def test_an_image_task_may_leave_the_command_to_its_image() -> None:
+    """In an image (``volcano_images = "container"``) ``command`` and ``args`` are
+    Kubernetes': either or both may be missing (the image's ENTRYPOINT/CMD run); on the
+    host a command is required, and the message says why."""
+    m = copy.deepcopy(CFD_AI)
+    ct = m["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    ct.pop("command")
+    ct["args"] = ["-parallel"]
+    ct["workingDir"] = "/workspace"  # only inside the image
+    vj = parse_job(m, images="container")
+    t = vj.plan["tasks"][0]
+    assert (t["command"], t["args"], t["argv"], t["workdir"]) == (
+        [], ["-parallel"], ["-parallel"], "/workspace")
+    assert vj.submission.workdir == ""  # not the job's directory: the user's home
+    with pytest.raises(ManifestError) as err:
+        parse_job(m)  # host mode
+    assert err.value.causes == [(
+        "spec.tasks[0].template.spec.containers[0].command", "FieldValueInvalid",
+        "Required value: this cluster runs a task's command on the host, not in its image "
+        "([controller] volcano_images = \"host\"), so the image's ENTRYPOINT/CMD cannot "
+        "stand in for it")]
+    ct.pop("image")
+    with pytest.raises(ManifestError, match="a task without an image runs its command on "
+                                            "the host"):
+        parse_job(m, images="container")
+    ct["image"] = "Not/Valid"  # one cause: the image's, not also the command's
+    with pytest.raises(ManifestError) as err:
+        parse_job(m, images="container")
+    assert [f for f, _r, _m in err.value.causes] == [
+        "spec.tasks[0].template.spec.containers[0].image"]
+    ct["image"], ct["workingDir"] = "registry.chpc.edu.cn/hpc/openfoam:latest", "rel/dir"
+    with pytest.raises(ManifestError, match=r"workingDir: Invalid value: 'rel/dir': an "
+                                            "absolute path"):
+        parse_job(m, images="container")
+
+
+def test_an_image_tasks_working_directory_is_the_jobs_where_it_exists_here(
+        tmp_path: Path) -> None:
+    m = copy.deepcopy(CFD_AI)
+    m["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["workingDir"] = str(tmp_path)
+    assert parse_job(m, images="container").submission.workdir == str(tmp_path)
+
+
+def _container_sub(spec: JobSpec, container: str) -> JobSubmission:
+    return JobSubmission(spec=spec, script="#!/bin/sh\nsrun ./solve\n", workdir="/home/u",
+                         dialect="slurm", extra={"container": container})
+
+
+def test_an_exported_job_runs_in_its_own_image() -> None:
+    from corral.containers.spec import ContainerSpec, Mount, parse_image
+
+    spec = JobSpec(name="ctr", nodes_min=2, cpus_per_task=2)
+    c = ContainerSpec(image=parse_image("docker://reg.example:5000/hpc/solver:2"),
+                      mounts=(Mount("/data", "/data", True), Mount("/scratch/u", "/s")),
+                      workdir="/work", entrypoint=True)
+    out = export(_container_sub(spec, c.to_text()), 5)
+    _valid(out)
+    batch, worker = (t["template"]["spec"] for t in out["spec"]["tasks"])
+    ct = batch["containers"][0]
+    assert ct["image"] == "reg.example:5000/hpc/solver:2"
+    assert ct["args"] == ["/bin/bash", "-c", "#!/bin/sh\nsrun ./solve\n"]
+    assert "command" not in ct and ct["workingDir"] == "/work"
+    assert batch["volumes"] == [{"name": "host-0", "hostPath": {"path": "/data"}}]
+    assert ct["volumeMounts"] == [{"name": "host-0", "mountPath": "/data",
+                                   "readOnly": True}]
+    assert out["metadata"]["annotations"]["corral.dev/container-mounts"] == "/scratch/u:/s"
+    wct = worker["containers"][0]  # the worker's own command, not after the ENTRYPOINT
+    assert wct["image"] == ct["image"] and wct["command"][:2] == ["/bin/sh", "-c"]
+    # Corral takes the export back: the task runs in that image
+    again = parse_job(out | {"metadata": {"name": "ctr-again"}}, images="container")
+    assert again.plan["tasks"][0]["run_image"] == "docker://reg.example:5000/hpc/solver:2"
+    assert again.plan["tasks"][0]["command"] == []
+
+
+def test_an_exported_host_job_has_no_image() -> None:
+    from corral.containers.spec import ContainerSpec, parse_image
+
+    spec = JobSpec(name="host", nodes_min=1)
+    out = export(JobSubmission(spec=spec, script="#!/bin/sh\nhostname\n", dialect="slurm"),
+                 6)
+    _valid(out)
+    ct = out["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    assert "image" not in ct and ct["command"][:2] == ["/bin/bash", "-c"]
+    assert parse_job(out, images="container").plan["tasks"][0]["run_image"] is None
+    sif = ContainerSpec(image=parse_image("/images/solver.sif"))  # no registry image
+    out = export(_container_sub(spec, sif.to_text()), 7)
+    assert "image" not in out["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    assert out["metadata"]["annotations"]["corral.dev/container-image"] == \
+        "/images/solver.sif"

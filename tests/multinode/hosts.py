@@ -245,6 +245,11 @@ class NetnsCluster:
                 "default = true"]
         return "\n".join(out) + "\n"
 
+    def reconfigure(self, settings: dict[str, dict[str, Any]]) -> None:
+        """Write the configuration again with ``settings`` (before ``start``: settings
+        that name the cluster's own addresses, such as a registry on the head host)."""
+        self.config.write_text(self._config_text(settings))
+
     # ---- lifecycle --------------------------------------------------------------------
 
     def start(self, timeout: float = 60.0) -> NetnsCluster:

@@ -184,3 +184,35 @@ def test_step_end_usage_is_checked(shim_cluster: ShimCluster, tmp_path: Path) ->
         assert p.stdout.splitlines() == [f"{jid}.{sid}|00:01.500|3M|{node}||00:00:01"]
     finally:
         c.run("scancel", jid)
+
+
+def test_a_step_end_carries_why_its_tasks_could_not_start(shim_cluster: ShimCluster,
+                                                          tmp_path: Path) -> None:
+    """srun's end report names the error of a container that could not be made; the
+    step record keeps it (the Pod's CreateContainerError), and its stored row too."""
+    from types import SimpleNamespace
+
+    from corral.client import CorralError
+    from corral.controller.steps import StepRecord
+
+    c = shim_cluster
+    jid = _sbatch(c, "--wrap=sleep 60", cwd=tmp_path)
+    try:
+        c.wait_job(jid, lambda r: r["state"] == "RUNNING")
+        with c.client() as cl:
+            sid = cl.start_step(jid, [], ntasks=1, nodes=[c.node])
+            url = f"/jobs/{jid}/steps/{sid}/end"
+            with pytest.raises(CorralError) as err:
+                cl.request("POST", url, {"exit_code": 1, "error": ["no"]})
+            assert err.value.code == "invalid" and "error must be a string" in \
+                err.value.message
+            done = cl.request("POST", url, {"exit_code": 1, "error": "no command specified"})
+            assert (done["state"], done["error"]) == ("FAILED", "no command specified")
+            assert cl.job(jid)["steps"][0]["error"] == "no command specified"
+    finally:
+        c.run("scancel", jid)
+    st = StepRecord(1, 0, 0, "pod", [], 1, ["n"], 1, 0.0, error="why")
+    row = SimpleNamespace(**st.insert_row())
+    assert StepRecord.from_row(row).error == "why"
+    assert StepRecord.from_row(SimpleNamespace(**StepRecord(
+        1, 0, 1, "p", ["x"], 1, ["n"], 1, 0.0).insert_row())).to_api()["error"] is None

@@ -157,6 +157,19 @@ def _env_list(job_env: dict[str, str], image_cfg: dict[str, Any],
     return [f"{k}={v}" for k, v in env.items() if "\0" not in k + v]
 
 
+def process_args(spec: ContainerSpec, image_cfg: dict[str, Any],
+                 command: list[str]) -> list[str]:
+    """What the container runs: ``command``; with ``--container-entrypoint`` the image's
+    ENTRYPOINT before it, and without a command ENTRYPOINT + CMD (Docker's rule, which
+    Kubernetes follows: arguments replace CMD; a pod's ``command`` replaces both, and
+    the launcher then gives no ``--container-entrypoint``). ``[]``: nothing to run."""
+    args = list(command)
+    if spec.entrypoint:
+        cmd = args or [str(a) for a in image_cfg.get("Cmd") or []]
+        args = [str(a) for a in image_cfg.get("Entrypoint") or []] + cmd
+    return args
+
+
 def plan(spec: ContainerSpec, *, lower: str, image_cfg: dict[str, Any], job_id: int,
          restarts: int, step: str, node: str, jdir: str, runtime: str, state_root: str,
          command: list[str], env: dict[str, str], workdir: str, user: str, uid: int,
@@ -209,11 +222,10 @@ def plan(spec: ContainerSpec, *, lower: str, image_cfg: dict[str, Any], job_id: 
     for m in (*default_mounts, *spec.mounts):
         add(m)
     keep = spec.env
-    args = list(command)
-    if spec.entrypoint:
-        args = [str(a) for a in image_cfg.get("Entrypoint") or []] + args
-    cwd = spec.workdir or (workdir if workdir in bound else
-                           str(image_cfg.get("WorkingDir") or "/"))
+    args = process_args(spec, image_cfg, command)
+    image_wd = str(image_cfg.get("WorkingDir") or "/")
+    cwd = spec.workdir or (image_wd if spec.image_workdir else
+                           workdir if workdir in bound else image_wd)
     process: dict[str, Any] = {
         "terminal": False, "args": args, "env": _env_list(env, image_cfg, keep), "cwd": cwd,
         "user": {"uid": uid, "gid": gid, "additionalGids": [g for g in groups if g != gid]},

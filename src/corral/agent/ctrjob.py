@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.agent import aptenv, ocigpu
-from corral.agent.container import ContainerPlan, plan
+from corral.agent.container import ContainerPlan, plan, process_args
 from corral.agent.images import ImageCache, ImageError
 from corral.agent.launch import LaunchRequest
 from corral.agent.runtimes import ContainerSettings
@@ -140,6 +140,11 @@ def prepare(spec: ContainerSpec, req: LaunchRequest, settings: ContainerSettings
         defaults = tuple(m for text in settings.default_mounts for m in parse_mounts(text))
     except ContainerError as exc:
         raise PrepareError(f"[containers] default_mounts: {exc}") from None
+    if not process_args(spec, image_cfg, command):
+        if pin >= 0:
+            os.close(pin)
+        raise PrepareError(f"no command specified: the image {ref.canonical} has no "
+                           "ENTRYPOINT or CMD, and none was given")
     gpu = None
     if req.gpus:  # the job's GPU devices and the driver's files (corral.agent.ocigpu)
         gpu = ocigpu.for_job(req.hidden_devices, sif=ref.kind == "sif")

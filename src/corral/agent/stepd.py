@@ -338,12 +338,18 @@ class StepProcess:
                     else None
                 early = jobscripts.run_task_prologs(prologs, env, self.req.script_timeout_s,
                                                     creds=creds, cwd=self.launch.cwd)
+            cwd, argv = self.launch.cwd, self.launch.argv
+            if self.container is not None and not self.container.sif:
+                # the plan's process: --container-workdir / the image's WorkingDir, and
+                # the image's ENTRYPOINT (and CMD) with --container-entrypoint
+                proc = self.container.config["process"]
+                cwd, argv = str(proc["cwd"]), [str(a) for a in proc["args"]]
             if self.container is not None:  # (imports before the chroot: no sources there)
                 from corral.agent import aptenv
                 from corral.agent.container import chroot_task, image_env
 
                 stage = "container"
-                chroot_task(self.root, self.launch.cwd)
+                chroot_task(self.root, cwd)
                 env = image_env(env, self.container)
                 if self.container.sif:  # Apptainer's exec environment (aptenv)
                     env = aptenv.step_env(env, self.container.sif, self.container.keep_env,
@@ -355,9 +361,9 @@ class StepProcess:
                 os.setuid(self.req.uid)
             note = b""
             try:
-                os.chdir(self.launch.cwd)
+                os.chdir(cwd)
             except OSError as exc:
-                note = (f"slurmstepd: error: couldn't chdir to `{self.launch.cwd}': "
+                note = (f"slurmstepd: error: couldn't chdir to `{cwd}': "
                         f"{exc.strerror}: going to /tmp instead\n").encode()
                 os.chdir("/tmp")
             if "pty" not in pipes:
@@ -406,7 +412,6 @@ class StepProcess:
                 stage = "TaskProlog"
                 self._prolog_outcome(early if early is not None else jobscripts.run_task_prologs(
                     prologs, env, self.req.script_timeout_s, creds=None, cwd=os.getcwd()))
-            argv = self.launch.argv
             if self.container is not None and self.container.sif:
                 argv, env = aptenv.in_tree(argv, env, runscript=self.container.sif_run)
             stage = f"execve(): {argv[0]}"
@@ -587,11 +592,14 @@ class StepProcess:
                         task.pty_fd = -1
         for fd in list(self.fd_task):
             self._close_fd(fd)
-        self.send(sp.DONE, 0, sp.encode_json({
+        done: dict[str, Any] = {
             "node": self.node,
             "cpu_time_s": round(sum(t.cpu_s for t in self.tasks), 3),
             "max_rss_mb": round(max((t.rss_kb for t in self.tasks), default=0) / 1024.0, 3),
-            "pids": [t.pid for t in self.tasks]}))
+            "pids": [t.pid for t in self.tasks]}
+        if self.container_error:  # the tasks never started: srun records why (the step's
+            done["error"] = self.container_error  # "error", a pod's CreateContainerError)
+        self.send(sp.DONE, 0, sp.encode_json(done))
         try:
             self.sock.shutdown(socket.SHUT_WR)
         except OSError:

@@ -296,6 +296,9 @@ def validate(cfg: ClusterConfig) -> None:
     if cfg.controller.volcano_images not in ("container", "host"):
         raise ConfigError("controller.volcano_images",
                           f'must be "container" or "host", got {cfg.controller.volcano_images!r}')
+    if c.volcano_python and not c.volcano_python.startswith("/"):
+        raise ConfigError("controller.volcano_python",
+                          f"must be an absolute path, got {c.volcano_python!r}")
     if not 0.5 <= c.lease_s <= 600:
         raise ConfigError("controller.lease_s", "must be between 0.5 and 600 seconds")
     if not (c.standby_refresh_s == 0 or 0.1 <= c.standby_refresh_s <= 3600):

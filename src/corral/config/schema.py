@@ -76,6 +76,10 @@ class ControllerConfig:
     # runs the command on the host, which volcano_host_commands = false refuses instead
     volcano_images: str = "container"
     volcano_host_commands: bool = True
+    # the Python a Volcano job's launcher (corral.frontends.volcano_run) runs with on the
+    # nodes, as the submitting user: "" is the controller's own interpreter; set it where
+    # that one is not executable by every user or not installed on the nodes
+    volcano_python: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -250,7 +250,12 @@ class ContainerSpec:
     writable: bool = False  # pyxis/enroot default: read-only root filesystem
     mount_home: bool = True
     remap_root: bool = False
-    entrypoint: bool = False  # run the image's ENTRYPOINT before the command
+    # run the image's ENTRYPOINT before the command; with no command, ENTRYPOINT + CMD
+    # (``docker run IMAGE`` without arguments; Kubernetes' container without command/args)
+    entrypoint: bool = False
+    # without ``workdir``: the image's WorkingDir (Kubernetes' default), not the submit
+    # directory (pyxis')
+    image_workdir: bool = False
     extra_flags: tuple[str, ...] = field(default_factory=tuple)  # accepted, not acted on
 
     def to_json(self) -> dict[str, Any]:
@@ -258,7 +263,7 @@ class ContainerSpec:
                 "mounts": [m.to_json() for m in self.mounts], "workdir": self.workdir,
                 "env": list(self.env), "name": self.name, "writable": self.writable,
                 "mount_home": self.mount_home, "remap_root": self.remap_root,
-                "entrypoint": self.entrypoint}
+                "entrypoint": self.entrypoint, "image_workdir": self.image_workdir}
 
     def to_text(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
@@ -290,7 +295,8 @@ class ContainerSpec:
             writable=bool(data.get("writable", False)),
             mount_home=bool(data.get("mount_home", True)),
             remap_root=bool(data.get("remap_root", False)),
-            entrypoint=bool(data.get("entrypoint", False)))
+            entrypoint=bool(data.get("entrypoint", False)),
+            image_workdir=bool(data.get("image_workdir", False)))
 
     @staticmethod
     def from_text(text: str) -> ContainerSpec:

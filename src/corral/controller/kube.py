@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import pwd
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
@@ -64,7 +65,15 @@ def host_commands(ctl: Controller) -> bool:
 
 
 def _pod_status(o: dict[str, Any]) -> str:
+    """kubectl's STATUS: the reason of a container that could not be made
+    (``CreateContainerError``, ``ErrImagePull``), else the phase's word."""
     ph = str(o["status"]["phase"])
+    for cs in o["status"].get("containerStatuses") or ():
+        state = cs.get("state") or {}
+        reason = (state.get("terminated") or {}).get("reason") or \
+            (state.get("waiting") or {}).get("reason")
+        if reason in ("CreateContainerError", "ErrImagePull"):
+            return str(reason)
     return {"Succeeded": "Completed", "Failed": "Error"}.get(ph, ph)
 
 
@@ -129,6 +138,7 @@ class Kube:
             vj = parse_job(body, namespace=ns, host_commands=host_commands(self.ctl),
                            images=self.ctl.cfg.controller.volcano_images,
                            allowed_registries=self.ctl.cfg.containers.allowed_registries,
+                           python=self.ctl.cfg.controller.volcano_python or sys.executable,
                            topology_placement=self.ctl.cfg.scheduler.placement
                            is PlacementMode.TOPOLOGY)
         except ManifestError as exc:

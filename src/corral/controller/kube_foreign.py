@@ -63,7 +63,8 @@ def plan(rec: JobRecord) -> dict[str, Any]:
         tasks.append({"name": t["name"], "replicas": int(t["replicas"]),
                       "cpus": int(req.get("cpu", 1)), "mem_mb": _mb(req.get("memory", "")),
                       "gpus": int(req.get("nvidia.com/gpu", 0)), "gres": gres,
-                      "argv": list(c["command"]), "image": c["image"],
+                      "argv": list(c.get("command") or []) + list(c.get("args") or []),
+                      "image": c.get("image"),
                       "container": c["name"]})
     return {"job": name_of(rec), "tasks": tasks}
 

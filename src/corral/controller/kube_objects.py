@@ -244,6 +244,14 @@ def pods(rec: JobRecord, steps: list[dict[str, Any]], now: float,
     return out
 
 
+def container_error_reason(error: str) -> str:
+    """The reason kubelet gives a container that could not be started: ``ErrImagePull``
+    for an image that could not be had, ``CreateContainerError`` otherwise (no command,
+    a mount or runtime that failed)."""
+    return "ErrImagePull" if error.startswith("image pull failed") else \
+        "CreateContainerError"
+
+
 def _pod_phase(rec: JobRecord, st: dict[str, Any] | None,
                waiting: bool = False) -> tuple[str, dict[str, Any]]:
     if not is_vcjob(rec):
@@ -259,6 +267,9 @@ def _pod_phase(rec: JobRecord, st: dict[str, Any] | None,
     ok = st.get("state") == "COMPLETED" and code == 0
     term: dict[str, Any] = {"exitCode": code, "reason": "Completed" if ok else "Error",
             "startedAt": ts(st.get("start_time")), "finishedAt": ts(st.get("end_time"))}
+    if st.get("error"):  # its container could not be made (the image, its command)
+        term["reason"] = container_error_reason(str(st["error"]))
+        term["message"] = str(st["error"])
     if st.get("signal"):
         term["signal"] = int(st["signal"])
     return ("Succeeded" if ok else "Failed"), {"terminated": term}
@@ -276,9 +287,15 @@ def pod(rec: JobRecord, task: dict[str, Any], index: int, name: str, ns: str,
         req["nvidia.com/gpu"] = str(task["gpus"])
     for gname, n in task.get("gres") or ():
         req[f"corral.dev/{gname}"] = str(n)
-    container = {"name": task.get("container") or task["name"],
-                 "image": task.get("image") or "corral.host/none",
-                 "command": list(task["argv"]), "resources": {"requests": req, "limits": req}}
+    container: dict[str, Any] = {"name": task.get("container") or task["name"],
+                                 "image": task.get("image") or "corral.host/none",
+                                 "resources": {"requests": req, "limits": req}}
+    if "command" in task:  # as the manifest gave them (plans before: command + args)
+        for key in ("command", "args"):
+            if task[key]:
+                container[key] = list(task[key])
+    else:
+        container["command"] = list(task["argv"])
     started = st.get("start_time") if st else None
     return {
         "apiVersion": "v1", "kind": "Pod",
@@ -455,16 +472,26 @@ def events(rec: JobRecord, now: float) -> list[dict[str, Any]]:
         out.append((kind, phase_of(rec), f"job ended {rec.state.value}"
                     + (f" (exit {rec.exit_code})" if rec.exit_code is not None else ""),
                     rec.end_time))
+    job_obj = {"apiVersion": API_VERSION, "kind": "Job", "name": name, "namespace": ns,
+               "uid": uid_of("job", str(rec.id))}
+    objs = [job_obj] * len(out)
+    if is_vcjob(rec):  # replicas whose container could not be made: kubelet's event
+        for st in rec.steps:
+            if st.error:
+                out.append(("Warning", container_error_reason(st.error), f"Error: {st.error}",
+                            st.end_time or st.start_time))
+                objs.append({"apiVersion": "v1", "kind": "Pod", "name": st.name,
+                             "namespace": ns, "uid": uid_of("pod", f"{rec.id}/{st.name}")})
     return [{"apiVersion": "v1", "kind": "Event",
              "metadata": {"name": f"{name}.{rec.id}.{k}", "namespace": ns,
                           "uid": uid_of("event", f"{rec.id}/{k}"),
                           "resourceVersion": str(int(t * 1000)),
                           "creationTimestamp": ts(t)},
-             "involvedObject": {"apiVersion": API_VERSION, "kind": "Job", "name": name,
-                                "namespace": ns, "uid": uid_of("job", str(rec.id))},
+             "involvedObject": objs[k],
              "type": kind, "reason": reason, "message": msg, "count": 1,
              "firstTimestamp": ts(t), "lastTimestamp": ts(t),
-             "source": {"component": "corral-scheduler"}}
+             "source": {"component": "corral-scheduler" if objs[k] is job_obj
+                        else "corral-agent"}}
             for k, (kind, reason, msg, t) in enumerate(out)]
 
 

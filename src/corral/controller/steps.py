@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from corral.controller.records import JobRecord
     from corral.controller.service import Controller
 
+ERROR_MAX = 2000  # characters of a step's error kept
 END_STATES = frozenset(s.value for s in JobState if s.is_finished)
 _KEEP_JOB_STATE = frozenset({"NODE_FAIL", "OUT_OF_MEMORY"})
 
@@ -64,6 +65,9 @@ class StepRecord:
     node_tasks: list[list[int]] = field(default_factory=list)
     # what the end report measured (``check_usage``'s form), None when not measured
     usage: dict[str, Any] | None = None
+    # why its tasks could not start on a node (srun's end report: a container that could
+    # not be made, an image that could not be pulled); "" when they started
+    error: str = ""
 
     @property
     def is_open(self) -> bool:
@@ -81,6 +85,7 @@ class StepRecord:
             "usage": _copy_usage(usage) if usage is not None else None,
             "cpu_time_s": usage.get("cpu_time_s") if usage is not None else None,
             "max_rss_mb": usage.get("max_rss_mb") if usage is not None else None,
+            "error": self.error or None,
         }
 
     def _data(self) -> str:
@@ -91,6 +96,8 @@ class StepRecord:
             data["tasks"] = self.node_tasks
         if self.usage is not None:
             data["usage"] = self.usage
+        if self.error:
+            data["error"] = self.error
         return json.dumps(data, separators=(",", ":"))
 
     def insert_row(self) -> dict[str, Any]:
@@ -112,7 +119,8 @@ class StepRecord:
             num_cpus=int(data.get("num_cpus") or 0), start_time=float(row.start_time),
             pid=data.get("pid"), state=str(row.state), end_time=row.end_time,
             exit_code=data.get("exit_code"), signal=int(data.get("signal") or 0),
-            node_tasks=_stored_tasks(data.get("tasks")), usage=_stored_usage(data.get("usage")))
+            node_tasks=_stored_tasks(data.get("tasks")), usage=_stored_usage(data.get("usage")),
+            error=str(data.get("error") or ""))
 
 
 def _copy_usage(usage: dict[str, Any]) -> dict[str, Any]:
@@ -373,7 +381,7 @@ def check_usage(raw: Any, st: StepRecord) -> dict[str, Any] | None:
 
 async def end_step(ctl: Controller, ref: str, step: str, body: Any,
                    who: Identity) -> dict[str, Any]:
-    """Record the end of a step: ``{state, exit_code, signal, end_time, usage}``."""
+    """Record the end of a step: ``{state, exit_code, signal, end_time, usage, error}``."""
     if not isinstance(body, dict):
         raise ApiError("invalid", "a step end is a JSON object {state, exit_code, signal, "
                                   "end_time}")
@@ -397,7 +405,12 @@ async def end_step(ctl: Controller, ref: str, step: str, body: Any,
         raise ApiError("not_found", f"job {rec.display_id} has no step {step} in its current "
                                     "run", slurm="Invalid job id specified")
     usage = check_usage(body.get("usage"), st)
+    error = body.get("error")
+    if error is not None and not isinstance(error, str):
+        raise ApiError("invalid", "error must be a string (why the step's tasks could not "
+                                  "start)")
     if st.is_open:
+        st.error = (error or "")[:ERROR_MAX]
         st.usage = usage
         st.state = str(state)
         st.exit_code = exit_code

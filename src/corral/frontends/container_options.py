@@ -51,12 +51,14 @@ class ContainerDraft:
     mount_home: bool | None = None
     remap_root: bool | None = None
     entrypoint: bool | None = None
+    image_workdir: bool | None = None
 
     @property
     def given(self) -> bool:
         return any(v not in (None, []) for v in (
             self.bundle, self.image, self.mounts, self.workdir, self.env, self.name,
-            self.writable, self.mount_home, self.remap_root, self.entrypoint))
+            self.writable, self.mount_home, self.remap_root, self.entrypoint,
+            self.image_workdir))
 
 
 def _wrap(fn: Callable[[ContainerDraft, str, SubmitContext], None]
@@ -120,6 +122,7 @@ HANDLERS: dict[str, Callable[[ContainerDraft, str | None, SubmitContext], None]]
     "no_container_remap_root": _wrap(_flag("remap_root", False)),
     "container_entrypoint": _wrap(_flag("entrypoint", True)),
     "no_container_entrypoint": _wrap(_flag("entrypoint", False)),
+    "container_image_workdir": _wrap(_flag("image_workdir", True)),
 }
 
 
@@ -140,7 +143,8 @@ def build_spec(d: ContainerDraft, ctx: SubmitContext) -> ContainerSpec | None:
     return ContainerSpec(
         image=image, mounts=tuple(d.mounts), workdir=d.workdir, env=d.env or (),
         name=d.name, writable=bool(d.writable), mount_home=d.mount_home is not False,
-        remap_root=bool(d.remap_root), entrypoint=bool(d.entrypoint))
+        remap_root=bool(d.remap_root), entrypoint=bool(d.entrypoint),
+        image_workdir=bool(d.image_workdir))
 
 
 def finish(d: ContainerDraft, ctx: SubmitContext, extra: dict[str, str]) -> None:

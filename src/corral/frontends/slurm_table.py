@@ -143,8 +143,11 @@ ROWS: tuple[Row, ...] = (
         "appear as root inside the container (only where the cluster allows it)"),
     Row("no_container_remap_root", ("no-container-remap-root",), None, N, "bsa"),
     Row("container_entrypoint", ("container-entrypoint",), None, N, "bsa",
-        "run the image's entrypoint before the command"),
+        "run the image's entrypoint before the command (srun without a command: "
+        "its ENTRYPOINT and CMD)"),
     Row("no_container_entrypoint", ("no-container-entrypoint",), None, N, "bsa"),
+    Row("container_image_workdir", ("container-image-workdir",), None, N, "bsa",
+        "start in the image's WorkingDir, not the submit directory (Corral)"),
     Row("uid", ("uid",), None, R, "bsa"),
     Row("gid", ("gid",), None, R, "bsa"),
     # --- I/O and environment

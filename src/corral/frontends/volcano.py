@@ -21,15 +21,18 @@ feature constraint
 GPU type); ``activeDeadlineSeconds`` -> the time limit. Images (``[controller]
 volcano_images``): ``"container"`` runs a task's replicas in its image (each replica a
 step with ``--container-image``; the reference is checked here, and its registry against
-``allowed_registries``); ``"host"`` runs ``command``/``args`` on the host and records the
-image only when ``host_commands`` (``[controller] volcano_host_commands``, default true),
-else refuses an image. A task without an image runs on the host in either mode.
+``allowed_registries``; ``command`` and ``args`` may be left to the image's ENTRYPOINT and
+CMD, which the node resolves, and ``workingDir`` is inside the image); ``"host"`` runs
+``command``/``args`` on the host (``command`` required) and records the image only when
+``host_commands`` (``[controller] volcano_host_commands``, default true), else refuses an
+image. A task without an image runs its (required) command on the host in either mode.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shlex
 import sys
@@ -78,6 +81,9 @@ class _Check:
 
     def bad(self, path: str, message: str, reason: str = "FieldValueInvalid") -> None:
         self.causes.append((path, reason, message))
+
+    def causes_at(self, path: str) -> bool:
+        return any(f == path for f, _r, _m in self.causes)
 
     def unsupported(self, path: str, why: str = "") -> None:
         self.bad(path, "Forbidden: not supported by Corral" + (f" ({why})" if why else ""),
@@ -364,9 +370,20 @@ def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
     run_image = _image(c, image, f"{cpath}.image", images, host_commands, allowed)
     command = c.strings(ct.get("command"), f"{cpath}.command")
     args = c.strings(ct.get("args"), f"{cpath}.args")
-    if not command:
-        c.bad(f"{cpath}.command", "Required value: Corral runs the command (an image's "
-                                  "entrypoint is not used)")
+    if not command and run_image is None and not c.causes_at(f"{cpath}.image"):
+        from corral.frontends.volcano_export import HOST_IMAGE
+
+        c.bad(f"{cpath}.command", "Required value: this cluster runs a task's command on "
+                                  "the host, not in its image ([controller] volcano_images "
+                                  "= \"host\"), so the image's ENTRYPOINT/CMD cannot stand "
+                                  "in for it" if image and image != HOST_IMAGE else
+                                  "Required value: a task without an image runs its "
+                                  "command on the host")
+    workdir = ct.get("workingDir")
+    if workdir is not None and (not isinstance(workdir, str) or not workdir.startswith("/")
+                                or "\0" in workdir):
+        c.bad(f"{cpath}.workingDir", f"Invalid value: {workdir!r}: an absolute path")
+        workdir = None
     env: dict[str, str] = {}
     for ei, e in enumerate(ct.get("env") or []):
         epath = f"{cpath}.env[{ei}]"
@@ -401,8 +418,9 @@ def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
         c.bad(f"{path}.dependsOn.iteration", f"Unsupported value: {dep['iteration']!r}: "
                                              "supported values: \"all\", \"any\"")
     return {"name": name, "replicas": replicas, "min_available": tmin, "argv": command + args,
+            "command": command, "args": args,
             "depends_on": c.strings(dep.get("name"), f"{path}.dependsOn.name"),
-            "env": env, "workdir": ct.get("workingDir"), "policies": pols,
+            "env": env, "workdir": workdir or None, "policies": pols,
             "max_retry": c.integer(t.get("maxRetry"), f"{path}.maxRetry"),
             "cpus": cpus, "mem_mb": mem_mb, "gpus": gpus, "gpu_type": gpu_type,
             "gres": [list(g) for g in gres],
@@ -525,7 +543,12 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
                  qos=spec.get("priorityClassName") or None, task_groups=groups,
                  min_available=min_av, time_limit_s=max(deadlines) if deadlines else None,
                  requeue=False, switches=switches)
-    workdir = next((t["workdir"] for t in tasks if t["workdir"]), None)
+    # the job's directory (the replicas' logs, the host replicas' working directory): the
+    # first host task's workingDir, else the first image task's that is a directory here
+    # too (one only inside its image, such as /workspace, is no place for the job)
+    workdir = next((t["workdir"] for t in tasks if t["workdir"] and not t["run_image"]),
+                   None) or next((t["workdir"] for t in tasks if t["workdir"]
+                                  and os.path.isdir(str(t["workdir"]))), None)
     extra = {"k8s_meta": json.dumps({"labels": labels, "annotations": annotations}),
              "vc_spec": json.dumps(spec, separators=(",", ":"))}
     if ttl is not None:

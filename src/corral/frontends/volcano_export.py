@@ -15,9 +15,15 @@ translated for a site moving work to a Kubernetes cluster with Volcano:
   (any other expression is kept in the ``corral.dev/constraint`` annotation); the time
   limit becomes ``activeDeadlineSeconds``; partition -> ``queue``; QOS ->
   ``priorityClassName``; account -> namespace;
-* the image is ``corral.dev/host`` (a placeholder: the job ran on the host; set a real
-  image before applying it elsewhere); the submit environment is not copied (it holds the
-  submitting shell's whole environment).
+* the image is the job's own container image (``--container-image``, ``--image``) in
+  Kubernetes' form (``registry/name:tag``), its ``--container-entrypoint`` as ``args``
+  (the image's ENTRYPOINT runs before them) instead of ``command``, its mounts of a host
+  path at the same path as ``hostPath`` volumes (other mounts, and an image that is no
+  registry image, a SIF or a directory, are named in annotations); a job that ran on the
+  host has **no** ``image``: Corral runs such a manifest on the host again, and a
+  Kubernetes cluster refuses it (``containers[0].image: Required value``) until an image
+  is set, rather than pulling a made-up one. The submit environment is not copied (it
+  holds the submitting shell's whole environment).
 
 Every rendered manifest validates against the Volcano v1.15 CRD schema
 (``shared/schemas/volcano``; tested).
@@ -25,6 +31,7 @@ Every rendered manifest validates against the Volcano v1.15 CRD schema
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from typing import Any
@@ -32,7 +39,7 @@ from typing import Any
 from corral.frontends.volcano import API_VERSION
 from corral.submission import JobSubmission
 
-HOST_IMAGE = "corral.dev/host"
+HOST_IMAGE = "corral.dev/host"  # what exports wrote before: still read as "the host"
 
 
 def dns_label(text: str, suffix: str = "") -> str:
@@ -70,13 +77,70 @@ def _selector(constraint: str | None) -> tuple[dict[str, str], str | None]:
     return {}, constraint
 
 
+class Image:
+    """The container part of an exported replica (``image`` None: the host)."""
+
+    def __init__(self, sub: JobSubmission, annotations: dict[str, str]) -> None:
+        from corral.containers.spec import ContainerError
+        from corral.frontends.container_options import spec_of
+
+        self.image: str | None = None
+        self.entrypoint = False
+        self.workdir: str | None = None
+        self.mounts: list[tuple[str, bool]] = []  # host paths mounted at the same path
+        try:
+            spec = spec_of(sub.extra)
+        except ContainerError:
+            spec = None
+        if spec is None:
+            return
+        if spec.image.kind != "docker":
+            annotations["corral.dev/container-image"] = spec.image.canonical or \
+                str(spec.name or "")
+            return
+        self.image = spec.image.canonical.removeprefix("docker://")
+        self.entrypoint = spec.entrypoint
+        self.workdir = spec.workdir
+        other = []
+        for m in spec.mounts:
+            if m.source == m.target and not m.flags:
+                self.mounts.append((m.source, m.readonly))
+            else:
+                other.append(f"{m.source}:{m.target}" + (":ro" if m.readonly else ""))
+        if other:
+            annotations["corral.dev/container-mounts"] = ",".join(other)
+
+    def without_entrypoint(self) -> Image:
+        """For a multi-node job's ``worker`` task, whose command is the export's own."""
+        out = copy.copy(self)
+        out.entrypoint = False
+        return out
+
+    def apply(self, container: dict[str, Any], pod: dict[str, Any]) -> None:
+        if self.image is None:
+            return
+        container["image"] = self.image
+        if self.entrypoint:  # the image's ENTRYPOINT, then these (Kubernetes' args)
+            container["args"] = container.pop("command")
+        if self.workdir:
+            container["workingDir"] = self.workdir
+        if self.mounts:
+            pod["volumes"] = [{"name": f"host-{i}", "hostPath": {"path": path}}
+                              for i, (path, _ro) in enumerate(self.mounts)]
+            container["volumeMounts"] = [
+                {"name": f"host-{i}", "mountPath": path} | ({"readOnly": True} if ro else {})
+                for i, (path, ro) in enumerate(self.mounts)]
+
+
 def _pod(name: str, argv: list[str], res: dict[str, Any], selector: dict[str, str],
-         workdir: str, deadline: int | None, gpu_type: str | None) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": name, "image": HOST_IMAGE, "command": argv,
-                                 "resources": res}
+         workdir: str, deadline: int | None, gpu_type: str | None,
+         image: Image | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": name, "command": argv, "resources": res}
     if workdir and workdir != "/":
         container["workingDir"] = workdir
     spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
+    if image is not None:
+        image.apply(container, spec)
     sel = dict(selector)
     if gpu_type:
         sel["nvidia.com/gpu.product"] = gpu_type
@@ -103,6 +167,7 @@ def export(sub: JobSubmission, job_id: int, partition: str | None = None) -> dic
         return {"apiVersion": API_VERSION, "kind": "Job", "metadata": md,
                 "spec": json.loads(sub.extra["vc_spec"])}
     annotations = {"corral.dev/job-id": str(job_id), "corral.dev/dialect": sub.dialect}
+    image = Image(sub, annotations)
     selector, rest = _selector(spec.constraint)
     if rest:
         annotations["corral.dev/constraint"] = rest
@@ -119,7 +184,7 @@ def export(sub: JobSubmission, job_id: int, partition: str | None = None) -> dic
                                      g.cpus_per_task, g.mem_per_task_mb, g.gpus_per_task,
                                      g.gres),
                                      _selector(g.constraint)[0] | selector, sub.workdir,
-                                     deadline, g.gpu_type or spec.gpu_type)}
+                                     deadline, g.gpu_type or spec.gpu_type, image)}
             if g.min_available is not None:
                 t["minAvailable"] = g.min_available
             if g.numa_policy != "none":
@@ -137,11 +202,11 @@ def export(sub: JobSubmission, job_id: int, partition: str | None = None) -> dic
             spec.gpus // nodes if spec.gpus else 0)
         res = _resources(cpus, mem, gpus, spec.gres)
         tasks.append({"name": "batch", "replicas": 1, "template": _pod(
-            "batch", argv, res, selector, sub.workdir, deadline, spec.gpu_type)})
+            "batch", argv, res, selector, sub.workdir, deadline, spec.gpu_type, image)})
         if nodes > 1:
             tasks.append({"name": "worker", "replicas": nodes - 1, "template": _pod(
                 "worker", ["/bin/sh", "-c", "sleep infinity"], res, selector, sub.workdir,
-                deadline, spec.gpu_type)})
+                deadline, spec.gpu_type, image.without_entrypoint())})
             plugins = {"svc": [], "ssh": []}
             policies = [{"event": "TaskCompleted", "action": "CompleteJob"}]
             tasks[0]["policies"] = policies

@@ -22,7 +22,10 @@ of ``corral.frontends.volcano.parse_job`` on stdin) on the job's first node. Alg
    has every replica, this node's too, started through ``srun -w NODE
    --container-image=IMG`` (the node's agent pulls and starts it as any container step;
    its hostPath mounts as ``--container-mounts``, the replica's variables winning over
-   the image's through ``--container-env``).
+   the image's through ``--container-env``; Kubernetes' rule for what runs: a task
+   without ``command`` gets ``--container-entrypoint`` and its ``args`` (none: the image's
+   ENTRYPOINT + CMD, which the node reads from the image), one without ``workingDir``
+   ``--container-image-workdir``).
    Output goes to ``<submit dir>/.corral/vcjob-<id>/<pod>.log`` (``kubectl logs``).
 3. Each replica is recorded as a job step named after its pod (``<job>-<task>-<i>``), so
    the controller reports pod phases, and ``sacct``/``squeue -s`` show them.
@@ -166,6 +169,11 @@ def container_flags(task: dict[str, Any], env: dict[str, str]) -> list[str]:
         flags.append("--container-mounts=" + ",".join(task["mounts"]))
     if task.get("workdir"):
         flags.append(f"--container-workdir={task['workdir']}")
+    else:  # Kubernetes: the image's WorkingDir
+        flags.append("--container-image-workdir")
+    if "command" in task and not task["command"]:
+        # no command: the image's ENTRYPOINT, before the args or else its CMD
+        flags.append("--container-entrypoint")
     names = sorted(n for n in env if n in task["env"] or n.startswith(("VC_", "VK_"))
                    or n in ("CORRAL_POD_NAME", "HOSTNAME"))
     if names:
@@ -307,8 +315,8 @@ class Launcher:
         else:
             pin = pin_set(r.cpus)
             env.update(own_gpus(r.gpus, env.get("CUDA_VISIBLE_DEVICES", "")))
-        try:
-            r.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out,
+        try:  # (an image replica's workingDir is inside its image: srun --chdir takes it)
+            r.proc = subprocess.Popen(argv, env=env, cwd=None if ctr else cwd, stdout=out,
                                       stderr=subprocess.STDOUT, start_new_session=True,
                                       preexec_fn=_pinner(pin) if pin else None)
         except OSError as exc:

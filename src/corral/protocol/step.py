@@ -122,7 +122,9 @@ class StepLaunch:
                     "tasks", "io_addr", "io_key"):
             if key not in d:
                 raise ValueError(f"step launch: missing field {key!r}")
-        _check_str_list(d["argv"], "argv", nonempty=True)
+        # empty only for a container step that runs its image's ENTRYPOINT and CMD
+        # (srun --container-entrypoint without a command; the node checks the image has one)
+        _check_str_list(d["argv"], "argv", nonempty=not _runs_entrypoint(d.get("container")))
         _check_str_list(d["nodes"], "nodes", nonempty=True)
         for key in ("env", "extra_env"):
             env = d.get(key, {})
@@ -166,6 +168,15 @@ class StepLaunch:
 
 
 _FIELDS = tuple(StepLaunch.__dataclass_fields__)
+
+
+def _runs_entrypoint(container: Any) -> bool:
+    """The step's container spec text asks for the image's ENTRYPOINT."""
+    try:
+        spec = json.loads(container) if isinstance(container, str) and container else {}
+    except ValueError:
+        return False
+    return isinstance(spec, dict) and spec.get("entrypoint") is True
 
 
 def _check_str_list(value: Any, name: str, *, nonempty: bool = False) -> None:

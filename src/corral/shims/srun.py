@@ -348,7 +348,8 @@ def remote_step(ctx: Context, client: Any, opts: SlurmOptions, command: list[str
 
     return RemoteStep(
         client=client, job_id=plan.job_id,
-        name=opts.job_name or os.path.basename(command[0]), argv=list(command),
+        name=opts.job_name or (os.path.basename(command[0]) if command else "entrypoint"),
+        argv=list(command),
         cwd=opts.chdir or ctx.cwd, env=env, nodes=plan.nodes, tasks=plan.layout, err=err,
         cpus_per_task=plan.cpus or 1, cpu_bind=opts.extra.get("cpu_bind") or "",
         distribution=opts.extra.get("distribution") or "block", output=opts.output,
@@ -429,6 +430,12 @@ def _run_remote(ctx: Context, client: Client, opts: SlurmOptions, command: list[
     return rc
 
 
+def image_command(opts: SlurmOptions) -> bool:
+    """A step in a job may give no command when it runs its image's ENTRYPOINT and CMD
+    (``--container-entrypoint``, as ``docker run IMAGE`` does)."""
+    return bool(opts.container.entrypoint) and opts.container.given
+
+
 def main(ctx: Context) -> int:
     """``srun``'s entry point (always in the caller's process)."""
     from corral.shims.local import make_client
@@ -449,10 +456,10 @@ def main(ctx: Context) -> int:
 
         sys.stdout.write(MPI_LIST_TEXT)
         return 0
-    if not command:
+    inside = bool(ctx.env.get("SLURM_JOB_ID")) and "jobid" not in opts.extra
+    if not command and not (inside and image_command(opts)):
         _err("srun: fatal: No command given to execute.")
         return 1
-    inside = bool(ctx.env.get("SLURM_JOB_ID")) and "jobid" not in opts.extra
     if inside:
         try:
             client: Client | None = make_client()

@@ -90,6 +90,8 @@ def prepare(ctx: Context, addr: str, key: str) -> FastStep | bytes:
         from corral.shims.pmi import MPI_LIST_TEXT
 
         return encode_frame(0, MPI_LIST_TEXT, "")
+    if not command and srun.image_command(opts):
+        return PYTHON  # the image's ENTRYPOINT and CMD: srun's own checks decide
     if not command:
         return encode_frame(1, "", "srun: fatal: No command given to execute.\n")
     env = dict(ctx.env)

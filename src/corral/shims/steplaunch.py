@@ -519,11 +519,17 @@ class RemoteStep:
         sig = rc - 128 if rc > 128 else 0
         code = 0 if sig else rc
         state = "COMPLETED" if rc == 0 else ("CANCELLED" if sig else "FAILED")
-        return {"state": state, "exit_code": min(code, 255), "signal": sig,
-                "end_time": time.time(),
-                "usage": {"nodes": self.usage,
-                          "cpu_time_s": round(sum(float(u.get("cpu_time_s", 0))
-                                                  for u in self.usage.values()), 3),
-                          "max_rss_mb": max((float(u.get("max_rss_mb", 0))
-                                             for u in self.usage.values()), default=0.0)}}
+        body: dict[str, Any] = {
+            "state": state, "exit_code": min(code, 255), "signal": sig,
+            "end_time": time.time(),
+            "usage": {"nodes": self.usage,
+                      "cpu_time_s": round(sum(float(u.get("cpu_time_s", 0))
+                                              for u in self.usage.values()), 3),
+                      "max_rss_mb": max((float(u.get("max_rss_mb", 0))
+                                         for u in self.usage.values()), default=0.0)}}
+        errors = [str(u["error"]) for u in self.usage.values()
+                  if isinstance(u, dict) and u.get("error")]
+        if errors:  # why its tasks could not start (a container that could not be made)
+            body["error"] = errors[0]
+        return body
 
