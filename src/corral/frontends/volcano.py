@@ -43,7 +43,8 @@ from corral.core.model.job import JobSpec, TaskGroup
 from corral.frontends import volcano_spec
 from corral.submission import JobSubmission
 
-API_VERSION = "batch.volcano.sh/v1alpha1"
+API_VERSION = volcano_spec.API_VERSION
+HOST_IMAGE = volcano_spec.HOST_IMAGE
 KIND = "Job"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
@@ -284,7 +285,6 @@ def _image(c: _Check, image: Any, path: str, images: str, host_commands: bool,
            allowed: tuple[str, ...]) -> str | None:
     """The canonical reference a task's replicas run in (None: on the host)."""
     from corral.containers.spec import ContainerError, parse_image
-    from corral.frontends.volcano_export import HOST_IMAGE
 
     if not image or image == HOST_IMAGE:  # an exported host job's placeholder: the host
         return None
@@ -371,8 +371,7 @@ def _task(c: _Check, t: dict[str, Any], path: str, host_commands: bool,
     command = c.strings(ct.get("command"), f"{cpath}.command")
     args = c.strings(ct.get("args"), f"{cpath}.args")
     if not command and run_image is None and not c.causes_at(f"{cpath}.image"):
-        from corral.frontends.volcano_export import HOST_IMAGE
-
+    
         c.bad(f"{cpath}.command", "Required value: this cluster runs a task's command on "
                                   "the host, not in its image ([controller] volcano_images "
                                   "= \"host\"), so the image's ENTRYPOINT/CMD cannot stand "

@@ -36,10 +36,8 @@ import json
 import re
 from typing import Any
 
-from corral.frontends.volcano import API_VERSION
+from corral.frontends.volcano_spec import API_VERSION
 from corral.submission import JobSubmission
-
-HOST_IMAGE = "corral.dev/host"  # what exports wrote before: still read as "the host"
 
 
 def dns_label(text: str, suffix: str = "") -> str:

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+API_VERSION = "batch.volcano.sh/v1alpha1"
+HOST_IMAGE = "corral.dev/host"  # what exports wrote before: still read as "the host"
 PLUGINS = ("env", "svc", "ssh")
 PLUGIN_FLAGS = {"svc": ("--publish-not-ready-addresses", "--disable-network-policy"),
                 "ssh": ("--no-root",), "env": ()}
