@@ -12,7 +12,8 @@ from corral.controller.kube_http import (
     merge_patch,
     table,
 )
-from corral.controller.kube_objects import Versions, age
+from corral.controller.kube_objects import Versions
+from corral.controller.kube_time import age
 
 
 def test_field_selectors() -> None:

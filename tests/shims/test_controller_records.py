@@ -193,7 +193,7 @@ def test_a_step_end_carries_why_its_tasks_could_not_start(shim_cluster: ShimClus
     from types import SimpleNamespace
 
     from corral.client import CorralError
-    from corral.controller.steps import StepRecord
+    from corral.controller.steprecord import StepRecord
 
     c = shim_cluster
     jid = _sbatch(c, "--wrap=sleep 60", cwd=tmp_path)

@@ -39,6 +39,7 @@ from corral.controller.kube_http import (
     table,
     wants_table,
 )
+from corral.controller.kube_time import age
 from corral.core.config import PlacementMode
 from corral.frontends.volcano import ManifestError, parse_job
 
@@ -325,7 +326,7 @@ JOB_COLUMNS: list[Column] = [
     ("STATUS", "string", 0, lambda o: o["status"]["state"]["phase"]),
     ("MINAVAILABLE", "integer", 0, lambda o: o["status"]["minAvailable"]),
     ("RUNNINGS", "integer", 0, lambda o: o["status"]["running"]),
-    ("AGE", "string", 0, lambda o: ko.age(_epoch(o["metadata"]["creationTimestamp"]),
+    ("AGE", "string", 0, lambda o: age(_epoch(o["metadata"]["creationTimestamp"]),
                                           time.time())),
     ("QUEUE", "string", 1, lambda o: o["spec"].get("queue") or "default"),
 ]
@@ -335,7 +336,7 @@ POD_COLUMNS: list[Column] = [
     ("STATUS", "string", 0, _pod_status),
     ("RESTARTS", "integer", 0,
      lambda o: o["status"]["containerStatuses"][0]["restartCount"]),
-    ("AGE", "string", 0, lambda o: ko.age(_epoch(o["metadata"]["creationTimestamp"]),
+    ("AGE", "string", 0, lambda o: age(_epoch(o["metadata"]["creationTimestamp"]),
                                           time.time())),
     ("NODE", "string", 1, lambda o: o["spec"].get("nodeName") or "<none>"),
 ]
@@ -345,7 +346,7 @@ NODE_COLUMNS: list[Column] = [
                                        == "True" else "NotReady")
      + (",SchedulingDisabled" if o["spec"].get("unschedulable") else "")),
     ("ROLES", "string", 0, lambda o: "<none>"),
-    ("AGE", "string", 0, lambda o: ko.age(_epoch(o["metadata"]["creationTimestamp"]),
+    ("AGE", "string", 0, lambda o: age(_epoch(o["metadata"]["creationTimestamp"]),
                                           time.time())),
     ("VERSION", "string", 0, lambda o: o["status"]["nodeInfo"]["kubeletVersion"]),
     ("CPU", "string", 1, lambda o: o["status"]["capacity"]["cpu"]),
@@ -355,11 +356,11 @@ NAME_AGE: list[Column] = [
     ("NAME", "string", 0, lambda o: o["metadata"]["name"]),
     ("STATUS", "string", 0, lambda o: (o.get("status") or {}).get("phase")
      or (o.get("status") or {}).get("state", "")),
-    ("AGE", "string", 0, lambda o: ko.age(_epoch(o["metadata"]["creationTimestamp"]),
+    ("AGE", "string", 0, lambda o: age(_epoch(o["metadata"]["creationTimestamp"]),
                                           time.time())),
 ]
 EVENT_COLUMNS: list[Column] = [
-    ("LAST SEEN", "string", 0, lambda o: ko.age(_epoch(o["lastTimestamp"]), time.time())),
+    ("LAST SEEN", "string", 0, lambda o: age(_epoch(o["lastTimestamp"]), time.time())),
     ("TYPE", "string", 0, lambda o: o["type"]),
     ("REASON", "string", 0, lambda o: o["reason"]),
     ("OBJECT", "string", 0, lambda o: f"job/{o['involvedObject']['name']}"),

@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from corral.controller.kube_time import ts
 from corral.core.model.job import JobState
 from corral.frontends.volcano_export import dns_label, export
 
@@ -84,8 +85,6 @@ def layout(rec: JobRecord) -> dict[str, list[str]]:
 
 
 def pod_phase(rec: JobRecord) -> tuple[str, dict[str, Any]]:
-    from corral.controller.kube_objects import ts
-
     if rec.state is JobState.PENDING:
         return "Pending", {"waiting": {"reason": "Unschedulable"}}
     if rec.state.is_active:

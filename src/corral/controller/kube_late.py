@@ -12,7 +12,7 @@ replicas succeeded, else ``Failed``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from corral.core.model.job import JobState
@@ -44,9 +44,10 @@ def waiting(parts: list[JobRecord]) -> bool:
     return any(not p.state.is_finished for p in parts)
 
 
-def phase(rec: JobRecord, parts: list[JobRecord], own: str, counts: dict[str, int]) -> str:
-    from corral.controller.kube_objects import phase_of
-
+def phase(rec: JobRecord, parts: list[JobRecord], own: str, counts: dict[str, int],
+          phase_of: Callable[[JobRecord], str], min_success: int | None) -> str:
+    """The whole job's phase; ``phase_of`` gives one ended part's phase, ``min_success``
+    is the job's ``minSuccess`` (None or 0: ``minAvailable``)."""
     if rec.state is JobState.PENDING:
         return own
     if rec.state.is_active or waiting(parts):
@@ -56,7 +57,5 @@ def phase(rec: JobRecord, parts: list[JobRecord], own: str, counts: dict[str, in
         if bad in ends:
             return bad
     plan_need = int(rec.sub.spec.min_available or 1)
-    from corral.controller.kube_objects import plan
-
-    need = int(plan(rec).get("min_success") or plan_need)
+    need = int(min_success or plan_need)
     return "Completed" if counts["succeeded"] >= need else "Failed"

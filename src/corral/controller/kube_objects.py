@@ -27,10 +27,10 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from corral.controller import kube_foreign as kf
+from corral.controller.kube_time import ts
 from corral.core.model.job import JobState
 from corral.core.model.node import NodeSpec
 from corral.core.placement import task_cores
@@ -48,23 +48,6 @@ if TYPE_CHECKING:
 CORE_MAP = {JobState.PENDING: "Pending", JobState.RUNNING: "Running",
             JobState.SUSPENDED: "Running", JobState.COMPLETING: "Completing",
             JobState.COMPLETED: "Completed", JobState.CANCELLED: "Terminated"}
-
-
-def ts(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def age(t: float | None, now: float) -> str:
-    """kubectl's short age: 5s, 3m, 2h, 4d."""
-    if t is None:
-        return "<unknown>"
-    s = max(0, int(now - t))
-    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= 2 * n or (unit == "m" and s >= 120):
-            return f"{s // n}{unit}"
-    return f"{s}s"
 
 
 def namespace_of(rec: JobRecord) -> str:
@@ -347,7 +330,8 @@ def vcjob(rec: JobRecord, steps: list[dict[str, Any]], now: float,
                                {"phase": {}})["phase"]
         per[ph] = per.get(ph, 0) + 1
     if parts:
-        phase = kube_late.phase(rec, parts, phase, counts)
+        phase = kube_late.phase(rec, parts, phase, counts, phase_of,
+                                plan(rec).get("min_success"))
     changed = rec.end_time or rec.start_time or rec.submit_time
     state: dict[str, Any] = {"phase": phase, "lastTransitionTime": ts(changed)}
     if rec.state is JobState.PENDING and rec.reason not in ("None", ""):

@@ -21,7 +21,7 @@ from corral.core.parse.hostlist import compress
 from corral.submission import JobSubmission
 
 if TYPE_CHECKING:
-    from corral.controller.steps import StepRecord
+    from corral.controller.steprecord import StepRecord
 
 ACTIVE_STATES = frozenset(s for s in JobState if not s.is_finished)
 
