@@ -51,6 +51,7 @@ def test_tuned_profile_scheduler_parameters() -> None:
     res = import_slurm_conf(str(DATA / "bench-slurm-tuned.conf"))
     s = res.data["scheduler"]
     assert (s["bf_resolution_s"], s["bf_continue"], s["max_jobs_per_cycle"]) == (600, True, 500)
+    assert s["max_starts_per_cycle"] == 200  # sched_max_job_start=200
     assert res.data["controller"]["min_job_age_s"] == 5
     skipped = {u.key for u in res.unmapped}
     assert "SchedulerParameters:bf_interval" in skipped
@@ -399,3 +400,29 @@ def test_power_saving_keys_and_cloud_nodes_map(tmp_path: Path) -> None:
     assert nodes["cloud3"].cloud and not nodes["head1"].cloud
     assert (p.resume_rate, p.suspend_rate) == (10, 0)  # nodes per minute; 0: no limit
     assert "ResumeRate" not in res.stderr and "State=CLOUD" not in res.stderr
+
+
+def test_start_cap_and_cycle_bound(tmp_path: Path) -> None:
+    """sched_max_job_start maps to [scheduler] max_starts_per_cycle (0, Slurm's default,
+    to no cap); the controller's own bound is [controller] cycle_max_starts; both are
+    checked when the configuration is read."""
+    from corral.config.load import ConfigError
+
+    conf = tmp_path / "slurm.conf"
+    base = "ClusterName=c\nNodeName=n1 CPUs=2 RealMemory=1000\nPartitionName=p Nodes=n1\n"
+    conf.write_text(base + "SchedulerParameters=sched_max_job_start=0\n")
+    assert "max_starts_per_cycle" not in import_slurm_conf(str(conf)).data.get("scheduler", {})
+    conf.write_text(base + "SchedulerParameters=sched_max_job_start=-1\n")
+    assert any(u.key == "SchedulerParameters:sched_max_job_start"
+               for u in import_slurm_conf(str(conf)).unmapped)
+    cfg = parse_config(tomllib.loads("[scheduler]\nmax_starts_per_cycle = 64\n"))
+    assert cfg.to_scheduler_config().max_starts_per_cycle == 64
+    default = parse_config({})
+    assert default.to_scheduler_config().max_starts_per_cycle is None  # the simulator's
+    assert default.controller.cycle_max_starts == 1000
+    for text, key in (("[scheduler]\nmax_starts_per_cycle = 0\n",
+                       "scheduler.max_starts_per_cycle"),
+                      ("[controller]\ncycle_max_starts = -1\n", "controller.cycle_max_starts")):
+        with pytest.raises(ConfigError) as err:
+            parse_config(tomllib.loads(text))
+        assert err.value.key == key, (text, err.value)

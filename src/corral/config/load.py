@@ -287,6 +287,12 @@ def validate(cfg: ClusterConfig) -> None:
     for key in ("schedule_delay_ms", "tick_s", "node_down_after_s", "node_fail_grace_s"):
         if getattr(c, key) < 0:
             raise ConfigError(f"controller.{key}", "must not be negative")
+    if not 0 <= c.cycle_max_starts <= 10_000_000:
+        raise ConfigError("controller.cycle_max_starts", "must be 0 (no bound) to 10000000")
+    cap = cfg.scheduler.max_starts_per_cycle
+    if cap is not None and not 1 <= cap <= 10_000_000:
+        raise ConfigError("scheduler.max_starts_per_cycle",
+                          "must be 1 to 10000000 (leave it out for no cap)")
     if c.event_retention_s < 60:
         raise ConfigError("controller.event_retention_s", "must be at least 60 seconds")
     if not 1 <= c.max_event_streams_per_user <= 10_000:

@@ -54,6 +54,11 @@ class ControllerConfig:
     # takeover (a cold standby)
     standby_refresh_s: float = 2.0
     schedule_delay_ms: float = 3.0  # coalescing delay after an event before a cycle
+    # the controller's own bound on one cycle: at most this many jobs start per cycle
+    # (the rest in the next one, run at once), so a burst of thousands of starts is split
+    # over cycles; 0: no bound. A [scheduler] max_starts_per_cycle, when set, is used as
+    # it is instead (it applies to the simulator too; this one does not)
+    cycle_max_starts: int = 1000
     tick_s: float = 5.0  # periodic cycle for time-based things (begin times, age)
     node_down_after_s: float = 30.0  # no heartbeat for this long: node DOWN
     node_fail_grace_s: float = 300.0  # DOWN for this long: its jobs NODE_FAIL (or requeue)
@@ -266,6 +271,7 @@ class SchedulerSection:
     bf_resolution_s: int = 60
     bf_continue: bool = True
     max_jobs_per_cycle: int | None = None
+    max_starts_per_cycle: int | None = None  # [sched_max_job_start]
     default_time_s: int = 3600
     default_mem_per_cpu_mb: int = 0
     max_array_size: int = 4001
@@ -406,6 +412,7 @@ class ClusterConfig:
             bf_resolution_s=s.bf_resolution_s,
             bf_continue=s.bf_continue,
             max_jobs_per_cycle=s.max_jobs_per_cycle,
+            max_starts_per_cycle=s.max_starts_per_cycle,
             preempt_type=p.type,
             preempt_mode=p.mode,
             preempt_grace_s=p.grace_s,

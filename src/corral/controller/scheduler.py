@@ -8,6 +8,16 @@ runs ``corral.core.run_cycle`` (in a worker thread, unless the last cycle took u
 result on the event loop. Events that arrive during a cycle trigger the next one. A slow
 periodic tick (``tick_s``) covers time-based changes (begin times, priority age).
 
+Bounded cycles: at most ``[controller] cycle_max_starts`` jobs start in one cycle (or the
+``[scheduler] max_starts_per_cycle`` cap when set; ``SchedulerConfig.max_starts_per_cycle``).
+The core's pass stops starting there, so what it decided is the first part of what an
+unbounded pass decides (nothing before the cap depends on the jobs after it; no
+reservation is delayed), and the jobs behind it wait with reason ``Priority``; a cycle
+that reached the cap triggers the next one. A burst (a deep queue released on an idle
+cluster) is so split over cycles whose work is bounded by the cap plus what is linear in
+the queue at C level (priorities, the sort, the compact waiting tail), and every
+cycle's decisions are applied, persisted and dispatched before the next snapshot.
+
 Binder: each ``Start`` is re-checked against what changed during the cycle (job still
 pending and not held or cancelled, nodes still schedulable), moved to RUNNING in memory,
 persisted in one commit, and only then sent to the agents. A launch the agent cannot
@@ -31,6 +41,7 @@ from corral.controller.jobscripts import launch_after_prolog, script_environment
 from corral.controller.records import JobRecord
 from corral.controller.runtimes import job_runtime
 from corral.controller.suspend import resume_ready, suspend
+from corral.core.config import SchedulerConfig
 from corral.core.decisions import (
     CycleResult,
     PendingInfo,
@@ -60,7 +71,7 @@ class SchedulerLoop:
 
             cycle_fn = run_cycle
         self.cycle_fn = cycle_fn
-        self.sched_cfg = ctl.cfg.to_scheduler_config()
+        self.sched_cfg = self._scheduler_config()
         self._event = asyncio.Event()
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cycle")
         self.generation = 0
@@ -86,6 +97,19 @@ class SchedulerLoop:
             self._validate = validate
         except ImportError:
             self._validate = None
+
+    def _scheduler_config(self) -> SchedulerConfig:
+        """The core's configuration as the cycles use it: ``[scheduler]``, bounded by
+        ``[controller] cycle_max_starts`` when the scheduler sets no start cap of its own.
+        One object for as long as the configuration is the same (the core memoizes its
+        plans by this object's identity)."""
+        cfg = self.ctl.cfg.to_scheduler_config()
+        bound = self.ctl.cfg.controller.cycle_max_starts
+        if cfg.max_starts_per_cycle is None and bound:
+            from dataclasses import replace
+
+            cfg = replace(cfg, max_starts_per_cycle=bound)
+        return cfg
 
     def trigger(self) -> None:
         self._event.set()
@@ -202,7 +226,7 @@ class SchedulerLoop:
         self._accounts = self.ctl.cfg.account_tree()
         self._qos = self.ctl.cfg.qos_models()
         self._licenses = tuple((lic.name, lic.count) for lic in self.ctl.cfg.licenses)
-        self.sched_cfg = self.ctl.cfg.to_scheduler_config()
+        self.sched_cfg = self._scheduler_config()
         self._feasible_key = None
         self._feasible_memo.clear()
 
@@ -257,6 +281,9 @@ class SchedulerLoop:
         started = await self.apply(result, time.time())
         ctl.metrics.cycle(elapsed, started)
         self.last_cycle_end = time.time()
+        cap = self.sched_cfg.max_starts_per_cycle
+        if cap is not None and len(result.starts) >= cap:
+            self.trigger()  # the start cap stopped the pass: the rest in the next cycle
 
     def _culprits(self, snap: ClusterSnapshot, now: float) -> list[int] | None:
         """The pending jobs whose evaluation makes the cycle raise, found by bisection

@@ -83,6 +83,10 @@ class SchedulerConfig:
     bf_resolution_s: int = 60
     bf_continue: bool = True
     max_jobs_per_cycle: int | None = None  # cap on jobs examined by the main pass
+    # cap on jobs started by one cycle (Slurm's sched_max_job_start); None: no cap. The
+    # pass stops starting once it is reached: its decisions are a prefix of the uncapped
+    # pass's, and the rest waits (reason Priority) for the next cycle, which the shell runs
+    max_starts_per_cycle: int | None = None
     preempt_type: PreemptType = PreemptType.NONE
     preempt_mode: PreemptMode = PreemptMode.REQUEUE
     preempt_grace_s: int = 0

@@ -15,7 +15,7 @@ Translation (``translate``): nodes (hostlist names kept, ``Boards x SocketsPerBo
 (``PriorityType``, ``PriorityWeight*``, ``PriorityDecayHalfLife``, ``PriorityMaxAge``,
 ``PriorityFavorSmall``, ``PriorityFlags``), scheduling (``SchedulerType``,
 ``SchedulerParameters`` bf_window/bf_max_job_test/bf_resolution/bf_continue/
-default_queue_depth, ``SelectTypeParameters``), preemption (``PreemptType``,
+default_queue_depth/sched_max_job_start, ``SelectTypeParameters``), preemption (``PreemptType``,
 ``PreemptMode``), ``DefMemPerCPU``, ``MaxArraySize``, ``MinJobAge``, ``KillWait``,
 ``ClusterName``, the prolog/epilog programs (``Prolog``, ``Epilog``, ``TaskProlog``,
 ``TaskEpilog``, ``PrologSlurmctld``, ``EpilogSlurmctld``, ``PrologEpilogTimeout``,
@@ -359,6 +359,11 @@ def _scheduler_parameters(line: ConfLine, key: str, value: str, data: dict[str, 
                 data.setdefault("scripts", {}).setdefault("flags", []).append("nohold")
             elif low == "default_queue_depth" and eq:
                 sched["max_jobs_per_cycle"] = int(v)
+            elif low == "sched_max_job_start" and eq:
+                if int(v) < 0:
+                    raise ValueError(v)
+                if int(v):  # 0: Slurm's default, no limit
+                    sched["max_starts_per_cycle"] = int(v)
             elif low == "max_array_tasks" and eq:
                 c.skip(line, f"{key}:{name}", v, "no Corral equivalent")
             elif low in ("bf_interval", "sched_interval", "sched_min_interval",

@@ -2,10 +2,11 @@
 
 Property: for random queues (held jobs, begin times, dependencies, array task limits,
 admin priorities, own time limits, licenses, jobs too large to ever run, a down
-partition), under EASY and conservative backfill, FCFS and multifactor order and small
-``bf_max_job_test``, a cycle with ``Pass.compact_tail`` on and one with it off (every job
-visited) make the same decisions, and the ``PendingMap`` reads exactly as the per-job
-dict: same keys, same ``PendingInfo`` for every job.
+partition), under EASY and conservative backfill, FCFS and multifactor order, small
+``bf_max_job_test`` and with or without a start cap (``max_starts_per_cycle``), a cycle
+with ``Pass.compact_tail`` on and one with it off (every job visited) make the same
+decisions, and the ``PendingMap`` reads exactly as the per-job dict: same keys, same
+``PendingInfo`` for every job.
 """
 
 from __future__ import annotations
@@ -86,10 +87,10 @@ def _compare(a: CycleResult, b: CycleResult) -> None:
 @settings(max_examples=60, deadline=None)
 @given(JOBS, st.sampled_from([BackfillMode.EASY, BackfillMode.CONSERVATIVE]),
        st.sampled_from([Ordering.FCFS, Ordering.MULTIFACTOR]), st.integers(0, 4),
-       st.booleans())
+       st.booleans(), st.sampled_from([None, None, 1, 2, 4]))
 def test_tail_reads_as_per_job_reasons(jobs: list[tuple[str, int, int, int]],
                                        mode: BackfillMode, ordering: Ordering,
-                                       max_test: int, again: bool) -> None:
+                                       max_test: int, again: bool, cap: int | None) -> None:
     c = cluster(nodes=3)
     c.partition("off", state=PartitionState.DOWN)
     c.licenses = (("matlab", 1),)
@@ -97,7 +98,8 @@ def test_tail_reads_as_per_job_reasons(jobs: list[tuple[str, int, int, int]],
     running = [job(10_000 + k).cpus(8).walltime_s(500 * (k + 1)).running_on(
         (f"n00{k + 1}", 8), start=0).build() for k in range(2)]
     snap = c.snapshot(pending=pending, running=running)
-    cfg = SchedulerConfig(backfill=mode, ordering=ordering, bf_max_job_test=max_test)
+    cfg = SchedulerConfig(backfill=mode, ordering=ordering, bf_max_job_test=max_test,
+                          max_starts_per_cycle=cap)  # the tail behind a start cap too
     clear_caches()
     Pass.compact_tail = False
     general = run_cycle(snap, cfg, 100.0)

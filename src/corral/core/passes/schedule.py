@@ -20,7 +20,15 @@ Backfill uses time limits only, never run times. A job with ``--time-min`` that 
 start with its full limit starts with the longest limit down to that minimum which fits
 without delaying a reservation (Slurm's TimeMin; not in strict mode). At most
 ``bf_max_job_test`` jobs are tested after the first blocked one; the rest wait with reason
-``Priority``. The EASY reservation of a partition group is made whatever ``bf_window_s``
+``Priority``. With ``max_starts_per_cycle``, once that many jobs have started no later job
+is tested either (reason ``Priority``, "not started this cycle"): nothing the pass decided
+before the cap depends on the jobs after it, so a capped cycle decides for the jobs
+before the cap exactly what the uncapped pass decides for them (starts, reservations,
+preemptions), the jobs after it start nothing and so delay no reservation (under
+conservative backfill they keep last cycle's, as behind the test limit); the shell runs
+the next cycle for the rest.
+
+The EASY reservation of a partition group is made whatever ``bf_window_s``
 says (a bounded window would starve wide jobs); in conservative mode reservations beyond
 the window are not made.
 
@@ -54,7 +62,7 @@ from corral.core.passes.lean import LeanWalk
 from corral.core.passes.plan import Planner
 from corral.core.passes.preemption import Preemptor
 from corral.core.passes.state import Outcome, is_unit_cluster
-from corral.core.passes.tail import TailWalk, untested_detail
+from corral.core.passes.tail import TailWalk
 from corral.core.placement import Placement
 from corral.core.placement.numa import slots as numa_slots
 from corral.core.placement.select import Pick, demand
@@ -133,6 +141,9 @@ class Pass(LeanWalk, TailWalk, Planner, Preemptor):
         cfg = self.config
         max_test = cfg.bf_max_job_test if cfg.bf_max_job_test > 0 else 0
         max_cycle = cfg.max_jobs_per_cycle
+        cap = cfg.max_starts_per_cycle
+        backfill = self.mode != BackfillMode.NONE
+        behind: str | None = None  # why the jobs behind ``limited`` wait
         attempts = 0
         if self.mode == BackfillMode.CONSERVATIVE and self.snap.reservations:
             self.preload(order)
@@ -151,7 +162,8 @@ class Pass(LeanWalk, TailWalk, Planner, Preemptor):
         plans_get = memo[4].get  # the memo of ``planned``, read inline (the hot loop)
         # behind a blocked head, a replay's queue walk skips and counts what it only
         # would count (``passes.lean``); otherwise every job in order
-        lean = prefilter and max_cycle is None and not limits_on and not self.boot_mask
+        lean = (prefilter and max_cycle is None and cfg.max_starts_per_cycle is None
+                and not limits_on and not self.boot_mask)
         # annotated: the jobs behind the test limit that can only wait come as one
         # compact tail (``passes.tail``); otherwise every job in order
         waits: dict[int, Job] | None = None  # jobs that only wait behind the limit
@@ -201,7 +213,8 @@ class Pass(LeanWalk, TailWalk, Planner, Preemptor):
                 self.pend(job, rank, pr, R.PRIORITY,
                           f"not examined this cycle (max_jobs_per_cycle={max_cycle})")
                 continue
-            if self.blocked and self.mode != BackfillMode.NONE and self.out.tested >= max_test:
+            if (self.blocked and backfill and self.out.tested >= max_test) or (
+                    cap is not None and len(self.out.starts) >= cap):  # ``limited``
                 if held is not None:  # not re-planned: keep last cycle's guarantee
                     self.recarry(job, held)
                 if not self.annotate:
@@ -209,7 +222,9 @@ class Pass(LeanWalk, TailWalk, Planner, Preemptor):
                 if waits is not None and plain and held is None and (
                         job.admin_priority is None):
                     waits[id(job)] = job  # it goes into the compact tail next time
-                self.pend(job, rank, pr, R.PRIORITY, untested_detail(max_test))
+                if behind is None:  # one detail for every job behind the limit
+                    behind = self.limit_detail(max_test)
+                self.pend(job, rank, pr, R.PRIORITY, behind)
                 continue
             attempts += 1
             if self.blocked:

@@ -19,6 +19,12 @@ backfill). The loop records such jobs in ``waits`` (kept with the planning memo,
 context starts empty, and bounded by the queue). The pass takes the tail only with
 QOS/account limits off, no ``max_jobs_per_cycle`` and backfill on.
 
+The same holds behind the start cap (``max_starts_per_cycle``): once that many jobs have
+started, no later job is tested, and a plain job can only get ``Priority`` "not started
+this cycle". Which of the two limits a pass is behind never changes once one is reached
+(behind the test limit nothing starts any more; behind the cap nothing is tested), so
+``limit_detail`` gives one detail for the whole tail, the one the loop gives each job.
+
 Such a job passes every check of the loop before the test limit (its plan, held by the
 memo, is the same; it has no static or dynamic reason, a runnable partition), so the
 tail's reason is exactly the loop's.
@@ -35,9 +41,11 @@ from itertools import compress, repeat
 from operator import and_, attrgetter, contains, neg, not_
 
 from corral.core import reasons as R
+from corral.core.config import BackfillMode
 from corral.core.decisions import PendingTail
 from corral.core.model.job import Job
 from corral.core.passes.state import PassState
+from corral.core.priority.multifactor import Priorities
 
 _SPEC = attrgetter("spec")
 _ID = attrgetter("id")
@@ -48,10 +56,30 @@ def untested_detail(max_test: int) -> str:
     return f"not tested by backfill this cycle (bf_max_job_test={max_test})"
 
 
+def capped_detail(max_starts: int) -> str:
+    return f"not started this cycle (max_starts_per_cycle={max_starts}); next cycle"
+
+
 class TailWalk(PassState):
     """The queue walk with a compact waiting tail (see the module docstring)."""
 
     compact_tail = True  # False: the general loop visits every job (tests)
+
+    def limited(self, max_test: int) -> bool:
+        """No later job of the queue is tested: the start cap is reached, or (backfill on)
+        a job has blocked and ``max_test`` jobs have been tested since."""
+        cap = self.config.max_starts_per_cycle
+        if cap is not None and len(self.out.starts) >= cap:
+            return True
+        return (bool(self.blocked) and self.mode != BackfillMode.NONE
+                and self.out.tested >= max_test)
+
+    def limit_detail(self, max_test: int) -> str:
+        """Why a job behind ``limited`` waits (the same for every job of one pass)."""
+        cap = self.config.max_starts_per_cycle
+        if cap is not None and len(self.out.starts) >= cap:
+            return capped_detail(cap)
+        return untested_detail(max_test)
 
     def tail_walk(self, order: list[Job], prio: Mapping[int, float] | None,
                   max_test: int) -> Iterator[tuple[int, Job]]:
@@ -61,7 +89,7 @@ class TailWalk(PassState):
         rank = 0
         n = len(order)
         while rank < n:
-            if self.blocked and self.out.tested >= max_test:
+            if self.limited(max_test):
                 yield from self._tail(order, rank, prio, max_test)
                 return
             job = order[rank]
@@ -89,9 +117,11 @@ class TailWalk(PassState):
         if prio is None:  # FCFS: what the loop computes, float(-submit_time)
             prios = tuple(map(float, map(neg, map(_SUBMIT, tail))))
         else:
-            prios = tuple(map(float, map(prio.get, ids, repeat(0.0))))
+            # a ``Priorities``' own dict: its ``get`` at C level, not a method per job
+            get = prio.by_id().get if isinstance(prio, Priorities) else prio.get
+            prios = tuple(map(float, map(get, ids, repeat(0.0))))
         first = start + 1
-        self.out.tail = PendingTail(R.PRIORITY, untested_detail(max_test), ids,
+        self.out.tail = PendingTail(R.PRIORITY, self.limit_detail(max_test), ids,
                                     tuple(compress(range(first, first + len(rest)), mask)),
                                     prios)
         for k in compress(range(len(rest)), map(not_, mask)):

@@ -323,6 +323,10 @@ class Priorities(Mapping[int, float]):
             got = self._by_id = dict(zip(map(_ID, self.pending), self.in_order, strict=True))
         return got
 
+    def by_id(self) -> dict[int, float]:
+        """The priorities as a plain dict by job id (built once; not to be changed)."""
+        return self._mapping()
+
     def __getitem__(self, job_id: int) -> float:
         return self._mapping()[job_id]
 
