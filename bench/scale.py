@@ -57,7 +57,7 @@ CONFIG = """
 [controller]
 listen = "127.0.0.1:{port}"
 schedule_delay_ms = 3
-
+{bound}
 [scheduler]
 default_mem_per_cpu_mb = 100
 
@@ -68,6 +68,9 @@ mem_mb = 256000
 """
 TARGETS = {"submit_p99_ms": 20.0, "squeue_j_ms": 50.0, "squeue_u_ms": 200.0,
            "cycle_p99_ms": 500.0, "rss_per_pending_kb": 4.0, "restart_to_schedule_s": 10.0}
+
+
+CYCLE_MAX_STARTS: int | None = None  # --cycle-max-starts; None: the controller's default
 
 
 def runtime_s(i: int) -> int:
@@ -156,7 +159,9 @@ class Point:
         with socket.socket() as probe:  # a fixed port: the agents reconnect to it after
             probe.bind(("127.0.0.1", 0))  # the restart
             port = probe.getsockname()[1]
-        self.cfg.write_text(CONFIG.format(prefix=PREFIX, last=nodes, cpus=CPUS, port=port))
+        bound = "" if CYCLE_MAX_STARTS is None else f"cycle_max_starts = {CYCLE_MAX_STARTS}\n"
+        self.cfg.write_text(CONFIG.format(prefix=PREFIX, last=nodes, cpus=CPUS, port=port,
+                                          bound=bound))
         self.nodes, self.jobs, self.clients = nodes, jobs, clients
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_",
                                                                              "SLURM_"))}
@@ -393,6 +398,12 @@ def verdicts(r: dict[str, Any]) -> dict[str, tuple[float, float, bool]]:
     return {k: (v, TARGETS[k], v <= TARGETS[k]) for k, v in got.items()}
 
 
+def _label(r: dict[str, Any]) -> str:
+    """A row's point, with what set it apart (``label``, e.g. the cycle bound) if any."""
+    text = f"{r['nodes']} × {r['jobs']}, {r['clients']}"
+    return f"{text}, {r['label']}" if r.get("label") else text
+
+
 def render_md(res: dict[str, Any]) -> str:
     lines = [
         "# Scale: one controller, N stand-in agents over TCP, a deep queue",
@@ -412,7 +423,7 @@ def render_md(res: dict[str, Any]) -> str:
         s, q, rs, ru = r["submit"], r["queries"], r["restart"], r["run"]
         sps = ru.get("started_per_s_10_90")
         lines.append(
-            f"| {r['nodes']} × {r['jobs']}, {r['clients']} | {s['submit_per_s']:.0f} | "
+            f"| {_label(r)} | {s['submit_per_s']:.0f} | "
             f"{s['submit_p50_ms']:.1f} / {s['submit_p99_ms']:.1f} | "
             f"{q['squeue_j']['p50_ms']:.1f} / {q['squeue_u']['p50_ms']:.0f} / "
             f"{q['squeue_all']['p50_ms']:.0f} | {r['rss_pending_kb'] / 1024:.0f}, "
@@ -432,7 +443,7 @@ def render_md(res: dict[str, Any]) -> str:
         v = verdicts(r)
         cells = [f"{got:.1f} ≤ {want:g}: {'met' if ok else '**missed**'}"
                  for got, want, ok in v.values()]
-        lines.append(f"| {r['nodes']} × {r['jobs']}, {r['clients']} | " + " | ".join(cells)
+        lines.append(f"| {_label(r)} | " + " | ".join(cells)
                      + " |")
     if res.get("notes"):
         lines += ["", str(res["notes"]).strip()]
@@ -448,7 +459,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--notes", type=Path, default=None)
     ap.add_argument("--render", type=Path, default=None)
+    ap.add_argument("--cycle-max-starts", type=int, default=None,
+                    help="[controller] cycle_max_starts (default: the controller's, 1000)")
     args = ap.parse_args()
+    global CYCLE_MAX_STARTS
+    CYCLE_MAX_STARTS = args.cycle_max_starts
     if args.render is not None:
         res0 = json.loads(args.render.read_text())
         if args.notes is not None:
@@ -468,6 +483,8 @@ def main() -> None:
             for k in (int(x) for x in args.clients.split(",")):
                 print(f"point {n} nodes × {j} jobs, {k} client(s)", flush=True)
                 res["points"].append(run_point(work, n, j, k, args.reps))
+                if CYCLE_MAX_STARTS is not None:
+                    res["points"][-1]["label"] = f"cycle_max_starts {CYCLE_MAX_STARTS}"
                 args.out.mkdir(parents=True, exist_ok=True)
                 (args.out / "scale.json").write_text(json.dumps(res, indent=2) + "\n")
     finally:
