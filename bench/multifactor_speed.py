@@ -6,7 +6,8 @@ under ``fcfs+easy`` and ``multifactor+easy`` in this tree, and, with ``--baselin
 ``multifactor+easy`` in the code of DIR (a ``git archive`` of the commit before the change,
 run with ``PYTHONPATH=DIR/src`` in a child process). Process CPU seconds of the
 simulation (``time.process_time``), interleaved rounds, minimum and median per policy
-(the ratio of each; the machine is shared, so both are given). Writes
+(the ratio of each, and of each round's pair: the machine is shared, so noise hits
+both runs of a round alike; the load average is recorded). Writes
 ``bench/results/multifactor_speed.json`` and ``.md``.
 
 Usage: ``.venv/bin/python bench/multifactor_speed.py [--baseline /tmp/base] [--rounds 2]``
@@ -63,6 +64,8 @@ def main() -> None:
         cases.append(("multifactor+easy", a.baseline))
     cpu: dict[str, list[float]] = {}
     check: dict[str, float] = {}
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    pair_ratios: list[float] = []  # multifactor / fcfs within each round (same noise)
     for _ in range(a.rounds):
         for policy, src in cases:
             key = policy + (" (before)" if src else "")
@@ -70,6 +73,8 @@ def main() -> None:
             cpu.setdefault(key, []).append(round(c, 2))
             check[key] = digest
             print(key, c, flush=True)
+        pair_ratios.append(round(cpu["multifactor+easy"][-1] / cpu["fcfs+easy"][-1], 3))
+    load_after = [round(x, 2) for x in os.getloadavg()]
     best = {k: min(v) for k, v in cpu.items()}
     median = {k: round(statistics.median(v), 2) for k, v in cpu.items()}
     ratio = best["multifactor+easy"] / best["fcfs+easy"]
@@ -78,6 +83,9 @@ def main() -> None:
            "cpu_s": cpu, "min_cpu_s": best, "median_cpu_s": median,
            "multifactor_over_fcfs": round(ratio, 2),
            "multifactor_over_fcfs_median": round(median_ratio, 2),
+           "pair_ratios": pair_ratios,
+           "pair_ratio_median": round(statistics.median(pair_ratios), 3),
+           "load_average_before": load_before, "load_average_after": load_after,
            "same_starts_before_after": (check.get("multifactor+easy (before)")
                                         in (None, check["multifactor+easy"]))}
     if a.baseline:
@@ -99,6 +107,10 @@ def main() -> None:
               f"**{median_ratio:.2f}x** of the medians"
               + (f" (before: {out['before_multifactor_over_fcfs']:.2f}x and "
                  f"{out['before_multifactor_over_fcfs_median']:.2f}x)" if a.baseline else "")
+              + f"; per round (interleaved pairs) {', '.join(f'{r:.2f}' for r in pair_ratios)}"
+              f"x, median **{out['pair_ratio_median']:.2f}x**; load average (1, 5, 15 min) "
+              f"{', '.join(map(str, load_before))} before, "
+              f"{', '.join(map(str, load_after))} after"
               + "; same start times before and after: "
               f"{'yes' if out['same_starts_before_after'] else 'NO'}. Target of issue 18: "
               f"2x."]

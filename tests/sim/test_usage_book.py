@@ -103,3 +103,42 @@ def test_a_new_association_gets_a_new_keys_tuple_and_index() -> None:
     assert first.keys_ == (("g", "a"),) and ("g", "b") not in first
     assert second.keys_ == (("g", "a"), ("g", "b")) and second.keys_ is not first.keys_
     assert first.get(("g", "b"), -1.0) == -1.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([0.0, 600.0, 604800.0]), STEPS,
+       st.lists(st.sampled_from(ASSOCS), unique=True))
+def test_placed_first_the_same_floats_and_zero_for_the_idle(
+        half_life: float, steps: list[tuple[str, Key, float, int]],
+        placed: list[Key]) -> None:
+    """``place_all`` (what the engine does with its tree) changes no float: each table holds
+    the placed associations first, in that order, then the others in first-seen order; every
+    value is the one of a book that places on first use, and a placed association never
+    used reads 0.0. The keys tuple stays the same while no association is new."""
+    now = 1000.0
+    early, lazy = UsageBook(half_life, now), UsageBook(half_life, now)
+    early.place_all(placed)
+    early.place_all(placed)  # again: nothing new
+    assert early.keys == tuple(placed)
+    running: dict[Key, list[int]] = {}
+    last_keys: tuple[Key, ...] | None = None
+    for kind, assoc, dt, cpus in steps:
+        now += dt
+        if kind == "start":
+            running.setdefault(assoc, []).append(cpus)
+            early.change(assoc, now, cpus)
+            lazy.change(assoc, now, cpus)
+        elif kind == "end" and running.get(assoc):
+            c = running[assoc].pop()
+            early.change(assoc, now, -c)
+            lazy.change(assoc, now, -c)
+        elif kind == "table":
+            got, want = early.table(now), lazy.table(now)
+            assert got.keys_[:len(placed)] == tuple(placed)
+            assert set(got) == set(placed) | set(want)
+            for a in got:
+                assert got[a] == want.get(a, 0.0)
+                assert math.copysign(1.0, got[a]) == math.copysign(1.0, want.get(a, 0.0))
+            if last_keys is not None and len(last_keys) == len(got.keys_):
+                assert got.keys_ is last_keys
+            last_keys = got.keys_

@@ -229,6 +229,8 @@ class Engine:
         reserved: tuple[int, ...] = ()
         last_reservations: tuple[Reserve, ...] = ()
         book = UsageBook(config.decay_half_life_s, submit[0] if n else 0.0)
+        if self.track_usage:  # the tree's order: the table's keys are the ranking's users
+            book.place_all((a.account, a.user) for a in self.tree.associations)
 
         samples_t: array[float] = array("d")
         samples_q: array[float] = array("d")

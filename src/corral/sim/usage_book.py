@@ -25,6 +25,7 @@ of the arithmetic above, over random sequences of starts, ends and cycles).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from corral.core.priority.usage_table import UsageTable
 
@@ -50,6 +51,17 @@ class UsageBook:
         self.own_t: dict[int, float] = {}
         self.active: set[int] = set()  # places with a non-zero rate
         self.since_all = start
+
+    def place_all(self, assocs: Iterable[Key]) -> None:
+        """Give ``assocs`` their places now, in that order, with zero usage (what a place
+        made later starts with; an idle place stays ``0.0`` through every decay). The
+        simulator places its account tree's associations first, in tree order, so the
+        table's keys are the fair-share ranking's users in its order and a reader
+        (``fs_flat.FlatList.usage_of``) takes the values as they are; the floats are
+        the same as with places made on first use."""
+        for assoc in assocs:
+            if assoc not in self.index:
+                self._place(assoc, self.since_all)
 
     def _place(self, assoc: Key, now: float) -> int:
         i = self.index.get(assoc)

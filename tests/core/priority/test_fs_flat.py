@@ -83,6 +83,38 @@ def test_counting_equals_the_whole_ranking(shape: tuple[AccountTree, str],
         assert {k: got[k] for k in wanted} == {k: want[k] for k in wanted}
 
 
+@settings(max_examples=200, deadline=None)
+@given(flat_trees(), st.data())
+def test_a_table_of_the_users_in_ranking_order_is_read_as_it_is(
+        shape: tuple[AccountTree, str], data: st.DataObject) -> None:
+    """A ``UsageTable`` whose keys are the flat list's users in its order (what the
+    simulator passes: its tree's associations, placed first) is read without gathering
+    (the places are the users' own) and gives the whole ranking's floats; tables in
+    another order, and dicts, in between still do."""
+    tree, where = shape
+    known = tuple((a.account, a.user) for a in tree.associations)
+    cache = FairShareCache()
+    cache.factors_of(tree, {}, set(), FAIR_TREE)  # builds the flat list, if it is flat
+    order = cache.flat.keys if cache.flat is not None else known
+    assert set(order) == set(known)
+    for _ in range(data.draw(st.integers(1, 6))):
+        values = data.draw(st.lists(VALUES, min_size=len(order), max_size=len(order)))
+        usage = dict(zip(order, values, strict=True))
+        kind = data.draw(st.sampled_from(["in order", "in order", "reversed", "dict"]))
+        given: Mapping[Key, float] = usage
+        if kind == "in order":
+            given = UsageTable(order, tuple(values))  # the same tuple object every time
+        elif kind == "reversed":
+            given = UsageTable(order[::-1], tuple(values[::-1]))
+        wanted = set(data.draw(st.lists(st.sampled_from(known), max_size=5)))
+        got, _ = cache.factors_of(tree, given, wanted, FAIR_TREE)
+        want = fair_tree_factors(build_tree(tree, usage))
+        assert {k: got[k] for k in wanted} == {k: want[k] for k in wanted}
+        if kind == "in order" and cache.flat is not None and len(order) > 1:
+            assert isinstance(given, UsageTable)
+            assert cache.flat.usage_of(given) is given.values_  # read as it is
+
+
 def test_the_counting_path_is_taken_and_handles_rounding_ties() -> None:
     users = [f"u{i}" for i in range(6)]
     tree = AccountTree((Account("g"),), tuple(Association(u, "g") for u in users))

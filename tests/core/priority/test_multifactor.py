@@ -17,7 +17,7 @@ from corral.core.config import (
 from corral.core.model import Account, Association, HoldKind, Partition, Qos
 from corral.core.model.job import Dependency, DependencyKind, DependencySpec, JobState
 from corral.core.priority import FACTOR_NAMES, compute, explain, explain_all
-from corral.core.priority.multifactor import clear_memo
+from corral.core.priority.multifactor import MultifactorContext, clear_memo
 from corral.core.snapshot import FinishedJob
 
 DAY = 86400.0
@@ -304,3 +304,24 @@ def test_ten_thousand_jobs_stay_linear() -> None:
     got = compute(snap, SchedulerConfig(), 1.2e6)
     assert len(got) == 10_000
     assert time.perf_counter() - t0 < 2.0
+
+
+@pytest.mark.parametrize(("w_age", "max_age"), [
+    (1000, 7 * 86400), (3, 1), (0, 0),
+    (2**53 + 1, 2**55 + 3),  # not exact as floats: the int arithmetic is kept
+    (2**60, 2**61)])  # large but exact as floats
+def test_compute_is_the_float_of_computed_whatever_the_age_weights(w_age: int,
+                                                                   max_age: int) -> None:
+    """``multifactor_priorities`` takes the age weight and ``PriorityMaxAge`` as floats
+    where they convert exactly (the interpreter's fast case); every priority is still the
+    very float ``MultifactorContext.computed`` gives, for waits below, at and past the
+    maximum age."""
+    clear_memo()
+    snap = _random_snapshot(7, 120)
+    c = SchedulerConfig(weights=PriorityWeights(age=w_age, max_age_s=max_age, assoc=300))
+    for now in (1.2e6, 3e6, 2.0**62):
+        got = compute(snap, c, now)
+        ctx = MultifactorContext(snap, c, now)
+        for j in snap.pending:
+            want = float(j.admin_priority) if j.admin_priority is not None else ctx.computed(j)
+            assert got[j.id] == want, (j.id, got[j.id], want)

@@ -92,7 +92,8 @@ class FairShareCache:
 
         ``keys`` are the associations pending jobs name (leaves added when the tree
         lacks them, as ``build_tree``'s ``extra``)."""
-        self._prepare(tree, usage, keys, algorithm)
+        self._prepare(tree, usage, keys if isinstance(keys, Collection) else list(keys),
+                      algorithm)
         return self._all_factors(usage, algorithm)
 
     def factors_of(
@@ -112,7 +113,7 @@ class FairShareCache:
                 return got, self.assoc
         return self._all_factors(usage, algorithm)
 
-    def _prepare(self, tree: AccountTree, usage: Mapping[Key, float], keys: Iterable[Key],
+    def _prepare(self, tree: AccountTree, usage: Mapping[Key, float], keys: Collection[Key],
                  algorithm: FairshareAlgorithm) -> None:
         """Keep or rebuild the numbered structure for this call's tree and leaves."""
         if tree is not self.tree:
@@ -121,7 +122,8 @@ class FairShareCache:
             self.extra = None
             self.usage_in_tree = []
         have = self.assoc_keys
-        extra = frozenset(k for k in keys if k not in have and k not in usage)
+        extra = (frozenset() if have.issuperset(keys)  # the common case, at C level
+                 else frozenset(k for k in keys if k not in have and k not in usage))
         # the same keys as last time need no new check (a ``UsageTable``'s keys tuple is
         # the same object while they are; a list otherwise, compared at C level)
         seen = usage.keys_ if isinstance(usage, UsageTable) else list(usage)

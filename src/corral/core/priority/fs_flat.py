@@ -56,7 +56,8 @@ class FlatList:
         self.pos = {k: i for i, k in enumerate(keys)}  # each user's place in ``keys``
         self._seen: Sequence[Key] = []  # the keys of the last usage mapping, in its order
         # per user, its place in ``_seen`` (``len(_seen)``: absent), as one C-level getter
-        self._gather: Callable[[list[float]], Sequence[float]] = _nothing
+        # (``None``: those places are the users' own, in order: no gathering)
+        self._gather: Callable[[list[float]], Sequence[float]] | None = _nothing
 
     def usage_of(self, usage: Mapping[Key, float]) -> Sequence[float]:
         """Each user's usage (0.0 when absent), in tree order. A shell passes the same keys
@@ -67,15 +68,23 @@ class FlatList:
         seen: Sequence[Key]
         values: list[float]
         if isinstance(usage, UsageTable):
+            if usage.keys_ is self._seen and self._gather is None:
+                return usage.values_  # a table of these users, in order (floats already)
             seen, values = usage.keys_, list(usage.values_)
         else:
             seen, values = list(usage), list(map(float, usage.values()))
         if seen is not self._seen and seen != self._seen:
-            where = {k: i for i, k in enumerate(seen)}
-            places = [where.get(k, len(seen)) for k in self.keys]
-            # itemgetter of one place returns the item, not a 1-tuple
-            self._gather = itemgetter(*places) if len(places) > 1 else _single(places[0])
             self._seen = seen
+            if tuple(seen) == self.keys:  # the users themselves, in order: read as they are
+                self._gather = None
+            else:
+                where = {k: i for i, k in enumerate(seen)}
+                places = [where.get(k, len(seen)) for k in self.keys]
+                # itemgetter of one place returns the item, not a 1-tuple
+                self._gather = (itemgetter(*places) if len(places) > 1
+                                else _single(places[0]))
+        if self._gather is None:
+            return values
         values.append(0.0)
         return self._gather(values)
 

@@ -378,8 +378,9 @@ def _job_terms(ctx: MultifactorContext, pending: tuple[Job, ...],
         inv_cc = 1.0 / ctx.cluster_cpus if ctx.cluster_cpus else 0.0
         default_acct = ctx.default_acct
         none = HoldKind.NONE
-        for k, entry in enumerate(got):
-            if entry is not None:
+        # arrivals come last in a shell's queue: start at the first job not seen
+        for k in range(got.index(None), len(got)):
+            if got[k] is not None:
                 continue
             job = pending[k]
             spec = job.spec
@@ -462,11 +463,17 @@ def multifactor_priorities(
         # the factors of these associations only (a flat tree counts instead of ranking)
         fairshare, assoc = _MEMO.fs.factors_of(snapshot.accounts, snapshot.usage, keys,
                                                config.fairshare)
-    w_age, w_fs, w_assoc = w.age, w.fairshare, w.assoc
+    w_fs, w_assoc = w.fairshare, w.assoc
+    # as floats where they convert exactly: ``int * float`` and ``float / int`` convert
+    # the int this way first, and comparing with an exactly converted int is the same;
+    # float-only arithmetic is the interpreter's fast case
+    w_age: float | int = w.age
+    max_age: float | int = w.max_age_s
+    if float(w_age) == w_age and float(max_age) == max_age:
+        w_age, max_age = float(w_age), float(max_age)
     # per association, its two weighted factors (the same products as per job)
     per_key = {number: (w_assoc * assoc.get(key, 0.0), w_fs * fairshare.get(key, 0.0))
                for number, key in zip(numbers, keys, strict=True)}
-    max_age = w.max_age_s
     saturated = max_age <= 0  # any wait gives the whole age factor
     values: list[float] = []
     add = values.append
