@@ -35,10 +35,11 @@ from corral.sim.compare import parse_policy
 from corral.sim.engine import EngineOptions, simulate
 wl = select(build_workload(read_swf(sys.argv[1])), sys.argv[2])
 cl = from_header(wl.max_nodes, wl.max_procs)
-p = parse_policy(sys.argv[3])
+p = parse_policy("fcfs+easy" if sys.argv[3] == "none" else sys.argv[3])
 c0 = time.process_time()
-r = simulate(wl, cl, EngineOptions(config=p.config))
-print(time.process_time() - c0, float(r.start_s.sum()))
+if sys.argv[3] != "none":  # none: everything but the simulation (--instructions)
+    r = simulate(wl, cl, EngineOptions(config=p.config))
+    print(time.process_time() - c0, float(r.start_s.sum()))
 """
 
 
@@ -51,12 +52,33 @@ def run(trace: Path, jobs: str, policy: str, src: Path | None) -> tuple[float, f
     return float(out[0]), float(out[1])
 
 
+def instructions(trace: Path, jobs: str, policy: str, src: Path | None) -> int:
+    """Instructions the simulation executes (``valgrind --tool=cachegrind``, without cache
+    simulation; a run that stops before simulating is subtracted): a count that the load
+    of a shared machine does not move, unlike CPU seconds. Hash seed fixed."""
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    if src is not None:
+        env["PYTHONPATH"] = str(src / "src")
+
+    def count(what: str) -> int:
+        err = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
+                              "--cachegrind-out-file=/dev/null", sys.executable, "-c",
+                              CHILD, str(trace), jobs, what], env=env, capture_output=True,
+                             text=True, check=True).stderr
+        line = next(x for x in err.splitlines() if "I   refs:" in x or "I refs:" in x)
+        return int(line.split(":")[1].replace(",", ""))
+
+    return count(policy) - count("none")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default="CTC-SP2-1996-3.1-cln.swf.gz")
     ap.add_argument("--jobs", default="20000")
     ap.add_argument("--baseline", type=Path)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count each case's instructions under cachegrind (minutes)")
     a = ap.parse_args()
     trace = TRACES / a.trace
     cases = [("fcfs+easy", None), ("multifactor+easy", None)]
@@ -75,6 +97,12 @@ def main() -> None:
             print(key, c, flush=True)
         pair_ratios.append(round(cpu["multifactor+easy"][-1] / cpu["fcfs+easy"][-1], 3))
     load_after = [round(x, 2) for x in os.getloadavg()]
+    instr: dict[str, int] = {}
+    if a.instructions:
+        for policy, src in cases:
+            key = policy + (" (before)" if src else "")
+            instr[key] = instructions(trace, a.jobs, policy, src)
+            print(key, instr[key], "instructions", flush=True)
     best = {k: min(v) for k, v in cpu.items()}
     median = {k: round(statistics.median(v), 2) for k, v in cpu.items()}
     ratio = best["multifactor+easy"] / best["fcfs+easy"]
@@ -93,12 +121,20 @@ def main() -> None:
             best["multifactor+easy (before)"] / best["fcfs+easy"], 2)
         out["before_multifactor_over_fcfs_median"] = round(
             median["multifactor+easy (before)"] / median["fcfs+easy"], 2)
+    if instr:
+        out["instructions"] = instr
+        out["instructions_multifactor_over_fcfs"] = round(
+            instr["multifactor+easy"] / instr["fcfs+easy"], 3)
+        if a.baseline:
+            out["instructions_before_multifactor_over_fcfs"] = round(
+                instr["multifactor+easy (before)"] / instr["fcfs+easy"], 3)
     res = ROOT / "bench" / "results"
     (res / "multifactor_speed.json").write_text(json.dumps(out, indent=1) + "\n")
     lines = [f"# multifactor+easy vs fcfs+easy ({a.trace}, jobs {a.jobs})", "",
              f"Measured {out['measured']}; `.venv/bin/python bench/multifactor_speed.py "
              f"--trace {a.trace} --jobs {a.jobs} --rounds {a.rounds}"
-             + (" --baseline DIR`" if a.baseline else "`")
+             + (" --baseline DIR" if a.baseline else "")
+             + (" --instructions`" if a.instructions else "`")
              + ". Simulation CPU seconds, minimum and median of the rounds.", "",
              "| policy | CPU s (min) | CPU s (median) | rounds |", "|---|---|---|---|"]
     lines += [f"| {k} | {best[k]:.2f} | {median[k]:.2f} | {', '.join(map(str, v))} |"
@@ -114,6 +150,15 @@ def main() -> None:
               + "; same start times before and after: "
               f"{'yes' if out['same_starts_before_after'] else 'NO'}. Target of issue 18: "
               f"2x."]
+    if instr:
+        lines += ["", "Instructions of the simulation (`--instructions`: cachegrind, one run "
+                  "each, hash seed 0; not moved by the machine's load):", "",
+                  "| policy | instructions |", "|---|---|"]
+        lines += [f"| {k} | {v / 1e6:,.0f}M |" for k, v in instr.items()]
+        lines += ["", "multifactor+easy / fcfs+easy in instructions: "
+                  f"**{out['instructions_multifactor_over_fcfs']:.3f}x**"
+                  + (f" (before: {out['instructions_before_multifactor_over_fcfs']:.3f}x)"
+                     if a.baseline else "") + "."]
     (res / "multifactor_speed.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
