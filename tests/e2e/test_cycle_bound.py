@@ -2,8 +2,8 @@
 
 Ten held one-CPU jobs released at once on a 16-CPU node, at most 3 starts a cycle, and a
 periodic tick far away (60 s): each cycle that reaches the cap runs the next one at once,
-so all ten run within seconds, over at least four cycles. Without the re-trigger the jobs after the first three would wait for
-the tick.
+so all ten run within seconds, over at least four cycles. Without the re-trigger the
+jobs after the first three would wait for the tick.
 """
 
 from __future__ import annotations
