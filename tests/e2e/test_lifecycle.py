@@ -306,3 +306,22 @@ def test_job_is_configuring_while_prolog_slurmctld_runs(lc: Cluster) -> None:
         gate.unlink()
     done = lc.wait_done(jid)
     assert done["state"] == "COMPLETED" and not done["configuring"], done
+
+
+def test_cancel_while_prolog_slurmctld_runs(lc: Cluster) -> None:
+    """A job cancelled while the controller's prolog runs never reaches an agent: it ends
+    CANCELLED when the prolog is done (it used to stay RUNNING, waiting for an exit)."""
+    out: Path = lc.out  # type: ignore[attr-defined]
+    gate = out / "gate-ctld-prolog"
+    gate.touch()
+    try:
+        jid = lc.submit("true")
+        wait_for(lambda: lc.job(jid).get("configuring"), 1.5, interval=0.01,
+                 what="CONFIGURING while the prolog runs")
+        lc.client.cancel([jid])
+    finally:
+        gate.unlink()
+    done = lc.wait_done(jid)
+    assert done["state"] == "CANCELLED" and done["end_reason"].startswith("cancelled by"), done
+    assert not (out / f"task-epilog-{jid}").exists()  # it never ran on the node
+    wait_for(lambda: _node(lc)["state"] == "IDLE", 10, what="testnode free again")

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from corral.agent.launch import JobExit, LaunchRequest
 from corral.controller.images import refresh_preferences
+from corral.controller.jobscripts import end_unlaunched
 from corral.controller.liveusage import live_samples
 from corral.controller.records import JobRecord, images_from_agent
 from corral.core.model.job import JobState
@@ -365,11 +366,7 @@ class AgentHub:
                     continue
                 if rec.cancel_requested or rec.requeue_requested:
                     # it never ran here (or its exit is lost): end it as asked
-                    now = time.time()
-                    if rec.requeue_requested:
-                        ctl.requeue_record(rec, now, hold=rec.requeue_hold)
-                    else:
-                        ctl.finish(rec, JobState.CANCELLED, now, reason=rec.end_reason)
+                    end_unlaunched(ctl, rec, time.time())
                     await ctl.persist(updates=[rec])
                     continue
                 conn.send({"t": "launch", "req": ctl.sched.launch_request(rec).to_json()})

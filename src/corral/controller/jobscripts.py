@@ -129,6 +129,17 @@ def _interactive(rec: JobRecord) -> bool:
     return rec.sub.extra.get("alloc_holder") == "1" or rec.sub.extra.get("interactive") == "1"
 
 
+def end_unlaunched(ctl: Controller, rec: JobRecord, now: float) -> None:
+    """End a run that never reached an agent as its pending cancel or requeue asks (the
+    caller persists): a cancel, requeue or preemption that came while the start was being
+    committed (or PrologSlurmctld ran) was sent to an agent that did not know the job,
+    so no exit will ever come for it."""
+    if rec.requeue_requested:
+        ctl.requeue_record(rec, now, hold=rec.requeue_hold)
+    else:
+        ctl.finish(rec, JobState.CANCELLED, now, reason=rec.end_reason)
+
+
 def launch_after_prolog(ctl: Controller, rec: JobRecord, req: LaunchRequest,
                         shares: list[tuple[str, LaunchRequest]]) -> None:
     """Launch ``rec`` now, or after PrologSlurmctld when one is configured."""
@@ -165,11 +176,19 @@ async def _prolog_then_launch(ctl: Controller, rec: JobRecord, restarts: int,
     finally:
         rec.prolog_running = False
         rec.touch()
-    if rec.state is not JobState.RUNNING or rec.restarts != restarts:
-        return  # cancelled or requeued meanwhile
+    if not rec.state.is_active or rec.restarts != restarts:
+        return  # ended or requeued meanwhile
     if ok:
-        if not rec.cancel_requested:
-            ctl.hub.launch(rec, req, shares)
+        if rec.cancel_requested or rec.requeue_requested:
+            import time
+
+            end_unlaunched(ctl, rec, time.time())  # cancelled while the prolog ran
+            await ctl.persist(updates=[rec])
+            ctl.sched.trigger()
+            return
+        ctl.hub.launch(rec, req, shares)
+        if rec.state is JobState.SUSPENDED:
+            ctl.hub.suspend(rec)  # suspended while the prolog ran
         return
     log.warning("job %d: PrologSlurmctld %s failed: %s", rec.id, cfg.prolog_slurmctld, what)
     import time

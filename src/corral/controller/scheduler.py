@@ -37,7 +37,11 @@ from corral.agent.launch import LaunchRequest
 from corral.agent.prepare import output_paths
 from corral.controller.env import job_environment, pbs_nodefile_text
 from corral.controller.errors import ApiError
-from corral.controller.jobscripts import launch_after_prolog, script_environment
+from corral.controller.jobscripts import (
+    end_unlaunched,
+    launch_after_prolog,
+    script_environment,
+)
 from corral.controller.records import JobRecord
 from corral.controller.runtimes import job_runtime
 from corral.controller.suspend import resume_ready, suspend
@@ -443,6 +447,7 @@ class SchedulerLoop:
             for rec, _st in starts:  # owed in the commit of the start (outbox.py)
                 if rec.sub.extra.get("mail_type") and not rec.cancel_requested:
                     job_event(ctl, rec, "BEGIN")
+        runs = {rec.id: rec.restarts for rec, _st in starts}
         preempted, suspended = self._preempt(result, now)
         if starts or preempted or suspended:
             recs = [r for r, _ in starts] + preempted + suspended
@@ -450,19 +455,28 @@ class SchedulerLoop:
             ctl.metrics.set_jobs(len(ctl.pending), len(ctl.running))
         unlaunchable: list[JobRecord] = []
         for rec, _st in starts:
-            if rec.state is JobState.RUNNING and not rec.cancel_requested:
-                try:
-                    req, shares = self.launch_request(rec), self.share_requests(rec)
-                except Exception as exc:  # this job's record, not the others'
-                    log.exception("job %d: cannot build its launch; holding it", rec.id)
-                    ctl.requeue_record(rec, now)
-                    rec.restarts -= 1  # it never ran
-                    hold_unevaluable(rec, f"{exc.__class__.__name__}: {exc}")
-                    unlaunchable.append(rec)
-                    continue
-                launch_after_prolog(ctl, rec, req, shares)
-                if ctl.cfg.power.enabled:
-                    ctl.power.started(rec)
+            if not rec.state.is_active or rec.restarts != runs[rec.id]:
+                continue  # ended while the start was committed (no agent was told)
+            if rec.cancel_requested or rec.requeue_requested:
+                # cancelled (or requeued) while the start was committed: the agent did
+                # not know the job then, so nothing would ever report its end
+                end_unlaunched(ctl, rec, now)
+                unlaunchable.append(rec)
+                continue
+            try:
+                req, shares = self.launch_request(rec), self.share_requests(rec)
+            except Exception as exc:  # this job's record, not the others'
+                log.exception("job %d: cannot build its launch; holding it", rec.id)
+                ctl.requeue_record(rec, now)
+                rec.restarts -= 1  # it never ran
+                hold_unevaluable(rec, f"{exc.__class__.__name__}: {exc}")
+                unlaunchable.append(rec)
+                continue
+            launch_after_prolog(ctl, rec, req, shares)
+            if rec.state is JobState.SUSPENDED and not rec.prolog_running:
+                ctl.hub.suspend(rec)  # suspended while the start was committed
+            if ctl.cfg.power.enabled:
+                ctl.power.started(rec)
         if ctl.cfg.power.enabled:
             ctl.power.flush()  # resume the powered-down nodes these starts got
             ctl.power.plan(result.reservations, now)  # ... or the planned starts need
