@@ -559,7 +559,8 @@ def parse_job(manifest: Any, *, namespace: str = "default", host_commands: bool 
 
 def launcher_script(plan: dict[str, Any], python: str) -> str:
     """The batch script of a Volcano job: the launcher with its plan on stdin."""
-    body = json.dumps(plan, indent=1, sort_keys=True)
+    # the plan names its interpreter, so late companions start under the same one
+    body = json.dumps(dict(plan, python=python), indent=1, sort_keys=True)
     marker = "CORRAL_VCJOB_PLAN"
     while marker in body:
         marker += "_"

@@ -382,7 +382,7 @@ class Launcher:
         try:
             got = self._api().submit_result(volcano_late.companion(
                 self.plan, late, self.root, self.env.get("CORRAL_SUBMIT_DIR") or os.getcwd(),
-                self.env))
+                self.env, python=str(self.plan.get("python") or sys.executable)))
             print(f"corral: late replicas {late} wait in job {got.get('job_ids')}",
                   file=sys.stderr)
         except Exception as exc:  # noqa: BLE001 - the gang's own replicas run anyway
