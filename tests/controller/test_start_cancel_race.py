@@ -13,7 +13,6 @@ connection is a recorder of the frames the controller sends.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -29,6 +28,7 @@ from corral.controller.service import Controller
 from corral.controller.store import Store
 from corral.core.model.job import JobSpec, JobState
 from corral.core.model.node import NodeSpec
+from corral.protocol.messages import decode_frame
 from corral.submission import JobSubmission
 
 
@@ -39,9 +39,7 @@ class _AgentSide:
         self.msgs: list[dict[str, Any]] = []
 
     async def send_text(self, text: str) -> None:
-        for line in text.splitlines():
-            if line.strip():
-                self.msgs.append(json.loads(line))
+        self.msgs.extend(decode_frame(text))
 
     def types(self, job_id: int) -> list[str]:
         return [str(m.get("t")) for m in self.msgs
@@ -115,6 +113,12 @@ def test_cancel_or_requeue_during_the_start_commit(tmp_path: Path, action: str) 
             launches = [m for m in side.msgs if m.get("t") == "launch"
                         and m["req"]["job_id"] == jid and m["req"]["restarts"] == 0]
             assert launches == [], side.types(jid)  # the first run never went out
+            if action == "cancel":  # the kill the agent ignored (it did not know the job)
+                await _wait(lambda: "cancel" in side.types(jid), "the cancel frame")
+            else:  # the recorder does see launches: the new run's
+                await _wait(lambda: any(m.get("t") == "launch" and m["req"]["job_id"] == jid
+                                        and m["req"]["restarts"] == 1 for m in side.msgs),
+                            "the second run's launch")
             loop = asyncio.get_running_loop()
             for _ in range(400):  # the end (or the requeue) is committed too
                 rows = await loop.run_in_executor(None, ctl.store.get_jobs, [jid])

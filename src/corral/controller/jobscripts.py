@@ -27,6 +27,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from typing import TYPE_CHECKING, Any
 
 from corral.agent.launch import JobExit, LaunchRequest
@@ -180,18 +181,15 @@ async def _prolog_then_launch(ctl: Controller, rec: JobRecord, restarts: int,
         return  # ended or requeued meanwhile
     if ok:
         if rec.cancel_requested or rec.requeue_requested:
-            import time
-
             end_unlaunched(ctl, rec, time.time())  # cancelled while the prolog ran
             await ctl.persist(updates=[rec])
             ctl.sched.trigger()
             return
         ctl.hub.launch(rec, req, shares)
         if rec.state is JobState.SUSPENDED:
-            ctl.hub.suspend(rec)  # suspended while the prolog ran
+            ctl.hub.suspend(rec)  # preempted (suspend mode) while the prolog ran
         return
     log.warning("job %d: PrologSlurmctld %s failed: %s", rec.id, cfg.prolog_slurmctld, what)
-    import time
 
     now = time.time()
     why = f"PrologSlurmctld failed: {what}"
@@ -246,7 +244,6 @@ def on_script_failure(ctl: Controller, node: str, rec: JobRecord | None,
         return False
     if rec.cancel_requested:
         return False  # the cancel's end stands
-    import time
 
     now = time.time()
     hold = ctl.cfg.scripts.hold_on_prolog_failure

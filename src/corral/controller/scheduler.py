@@ -447,7 +447,6 @@ class SchedulerLoop:
             for rec, _st in starts:  # owed in the commit of the start (outbox.py)
                 if rec.sub.extra.get("mail_type") and not rec.cancel_requested:
                     job_event(ctl, rec, "BEGIN")
-        runs = {rec.id: rec.restarts for rec, _st in starts}
         preempted, suspended = self._preempt(result, now)
         if starts or preempted or suspended:
             recs = [r for r, _ in starts] + preempted + suspended
@@ -455,7 +454,7 @@ class SchedulerLoop:
             ctl.metrics.set_jobs(len(ctl.pending), len(ctl.running))
         unlaunchable: list[JobRecord] = []
         for rec, _st in starts:
-            if not rec.state.is_active or rec.restarts != runs[rec.id]:
+            if not rec.state.is_active:
                 continue  # ended while the start was committed (no agent was told)
             if rec.cancel_requested or rec.requeue_requested:
                 # cancelled (or requeued) while the start was committed: the agent did
@@ -473,8 +472,6 @@ class SchedulerLoop:
                 unlaunchable.append(rec)
                 continue
             launch_after_prolog(ctl, rec, req, shares)
-            if rec.state is JobState.SUSPENDED and not rec.prolog_running:
-                ctl.hub.suspend(rec)  # suspended while the start was committed
             if ctl.cfg.power.enabled:
                 ctl.power.started(rec)
         if ctl.cfg.power.enabled:
