@@ -25,7 +25,10 @@ ext4 that cost 1.9 ms of CPU per job and 16 ms of waiting on removal (online dis
 against 0.1 ms on tmpfs. Nothing is lost that could be kept: the spool only has to
 outlive the agent and supervisor processes, and a reboot ends the node's jobs anyway
 (NODE_FAIL, as in Slurm). A ``jobs`` that is a real directory (an older agent's) is kept.
-Spools whose state directory is gone are removed by the next agent that starts.
+Spools whose state directory is gone are removed by the next agent that starts. Setting
+up a spool and collecting stale ones hold ``<base>/corral-<uid>/.lock`` (``flock``), so
+an agent starting beside another never sees the other's fresh spool, not yet linked from
+its state directory, as stale.
 
 Privacy: ``request.json`` carries the job's environment (``CORRAL_TOKEN`` and whatever
 secrets the user passed), so the spool is the agent's alone: directories 0700 (the tmpfs
@@ -34,12 +37,15 @@ base ``corral-<uid>`` too), files 0600. Jobs never read it (they run as their us
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +108,8 @@ def open_spool(state_dir: Path, where: str = "auto") -> Path:
     if link.is_symlink():
         target = Path(os.readlink(link))
         if _private_dir(target.parent) and _private_dir(target):
+            if not (target / _OWNER).exists():  # made again after a reboot emptied the tmpfs
+                (target / _OWNER).write_text(str(state_dir.resolve()))
             return target
         link.unlink()  # not usable any more (another owner?): start over
     elif link.is_dir():
@@ -112,17 +120,31 @@ def open_spool(state_dir: Path, where: str = "auto") -> Path:
     top = base / f"corral-{os.geteuid()}"
     if not _private_dir(top):
         return _plain_spool(link)
-    _collect_stale(top)
-    digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:20]
-    target = top / f"agent-{digest}"
-    if not _private_dir(target):
-        return _plain_spool(link)
-    (target / _OWNER).write_text(str(state_dir.resolve()))
+    with _base_lock(top):
+        _collect_stale(top)
+        digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:20]
+        target = top / f"agent-{digest}"
+        if not _private_dir(target):
+            return _plain_spool(link)
+        try:
+            os.symlink(target, link)
+        except FileExistsError:
+            pass  # another agent of this state dir linked it first: open it through the link
+        else:
+            (target / _OWNER).write_text(str(state_dir.resolve()))
+            return target
+    return open_spool(state_dir, where)
+
+
+@contextlib.contextmanager
+def _base_lock(top: Path) -> Iterator[None]:
+    """Hold the tmpfs base's lock: spools are created and collected one agent at a time."""
+    fd = os.open(top / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
-        os.symlink(target, link)
-    except FileExistsError:
-        return open_spool(state_dir, where)
-    return target
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _plain_spool(link: Path) -> Path:
