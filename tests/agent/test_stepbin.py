@@ -135,6 +135,11 @@ CASES: dict[str, dict[str, Any]] = {
                       send=[(sp.STDIN, 1, b"for one\n"), (sp.STDIN_EOF, 1, b"")]),
     "signal-from-srun": dict(argv=["sh", "-c", "echo up; exec sleep 30"], ntasks=1,
                              tasks=[[0]], after_output=[(sp.SIGNAL, sp.ALL_TASKS, b"9")]),
+    "mem-bind": dict(argv=["sh", "-c", "grep -m1 -oE '(bind|prefer):[0-9,-]+' "
+                           "/proc/self/numa_maps || echo unbound; echo $SLURM_MEM_BIND_TYPE"],
+                     mem_bind="map_mem:0,7"),  # task 1: node 7, which this host lacks
+    "mem-prefer": dict(argv=["sh", "-c", "grep -m1 -oE '(bind|prefer):[0-9,-]+' "
+                             "/proc/self/numa_maps"], mem_bind="prefer,local"),
     "task-env": dict(argv=["sh", "-c", "echo $SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID "
                            "$SLURM_STEP_ID $SLURM_STEP_NUM_TASKS $SLURM_JOB_ID"]),
 }
@@ -194,6 +199,19 @@ def test_one_step_server_runs_the_steps_of_a_job_and_outlives_its_signals() -> N
             assert os.waitstatus_to_exitcode(status) == 0  # pipe closed: a clean exit
 
 
+def test_memory_binding_of_each_task() -> None:
+    def out(frames: list[tuple[int, int, bytes]]) -> dict[int, bytes]:
+        got: dict[int, bytes] = {}
+        for kind, task, payload in frames:
+            if kind == sp.STDOUT:
+                got[task] = got.get(task, b"") + payload
+        return got
+
+    assert out(run_step("c", **CASES["mem-bind"])) == {0: b"bind:0\nmap_mem:\n",
+                                                       1: b"unbound\nmap_mem:\n"}
+    assert out(run_step("c", **CASES["mem-prefer"])) == {0: b"prefer:0\n", 1: b"prefer:0\n"}
+
+
 def test_what_the_frames_say() -> None:
     frames = run_step("c", **CASES["output-and-codes"])
     exits = {t: json.loads(p) for k, t, p in frames if k == sp.EXIT}
@@ -247,6 +265,10 @@ def test_what_the_compiled_one_leaves_to_python() -> None:
                             False, (), None) is None
     assert stepbin.plan_for(_launch(1, ["true"]), _req(task_prolog="/bin/true"), "n1", {},
                             False, (), None) is None  # the cluster's [scripts] task_prolog
+    assert stepbin.plan_for(_launch(1, ["true"], mem_bind="verbose,local"), req, "n1", {},
+                            False, (), None) is None  # its report line
+    assert stepbin.plan_for(_launch(1, ["true"], mem_bind="local"), req, "n1", {},
+                            False, (), None) is not None
     bad_env = _launch(1, ["true"], env={"A=B": "x"})
     assert stepbin.plan_for(bad_env, req, "n1", {}, False, (), None) is None
     with pytest.raises(ValueError):

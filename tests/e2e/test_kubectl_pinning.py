@@ -27,6 +27,8 @@ CONFIG = TEST_CONFIG.replace("[controller]\n",
     "cpus = 16\n", "sockets = 2\ncores_per_socket = 1\nthreads_per_core = 1\ngpus = 2\n", 1)
 assert "sockets = 2" in CONFIG
 SHOW = "grep Cpus_allowed_list /proc/self/status | tr -d ' \\t'"
+# the replica's memory policy (its CPUs' NUMA nodes: node 0, this host's only one)
+MEMS = "grep -m1 -oE '(bind|prefer):[0-9,-]+' /proc/self/numa_maps || echo unbound"
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def pin_kube() -> Iterator[Kube]:
 
 def test_single_numa_node_replicas_run_on_their_own_cpus(pin_kube: Kube) -> None:
     kube, c = pin_kube, pin_kube.c
-    t = task("w", 2, SHOW, cpu=1)
+    t = task("w", 2, f"{SHOW}; {MEMS}", cpu=1)
     t["topologyPolicy"] = "single-numa-node"
     kube.apply(vcjob("pinned", t))
     kube.wait_phase("pinned", "Completed")
@@ -46,11 +48,11 @@ def test_single_numa_node_replicas_run_on_their_own_cpus(pin_kube: Kube) -> None
     assert sorted(na["cores"]) == [0, 1] and na["tasks"] == 2
     logs = [kube.run("logs", f"pinned-w-{i}").stdout for i in range(2)]
     # replica k holds the k-th of the entry's cores (one CPU each here)
-    assert logs == [f"Cpus_allowed_list:{na['cores'][k]}\n" for k in range(2)], logs
-    kube.apply(vcjob("shared", task("w", 2, SHOW, cpu=1)))
+    assert logs == [f"Cpus_allowed_list:{na['cores'][k]}\nbind:0\n" for k in range(2)], logs
+    kube.apply(vcjob("shared", task("w", 2, f"{SHOW}; {MEMS}", cpu=1)))
     kube.wait_phase("shared", "Completed")
     assert [kube.run("logs", f"shared-w-{i}").stdout for i in range(2)] == [
-        "Cpus_allowed_list:0-1\n"] * 2
+        "Cpus_allowed_list:0-1\nunbound\n"] * 2
 
 
 def test_single_numa_node_replicas_see_only_their_own_gpus(pin_kube: Kube) -> None:

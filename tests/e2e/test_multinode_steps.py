@@ -239,6 +239,46 @@ def test_cancel_and_batch_end_reach_every_node(two: TwoNodes) -> None:
     wait_for(lambda: not pids(f"{marker}-b"), 15, what="the left-over step on mb to die")
 
 
+_POLICY = "grep -m1 -oE '(bind|prefer):[0-9,-]+' /proc/self/numa_maps || echo unbound"
+
+
+def test_mem_bind_sets_each_tasks_memory_policy(two: TwoNodes) -> None:
+    """srun --mem-bind through the compiled step process, the Python one (verbose) and
+    srun's own tasks (CORRAL_SRUN_LAUNCH=local): the kernel's policy of each task,
+    read back from /proc/self/numa_maps; node 0 is this host's only NUMA node."""
+    out = two.work / "membind.out"
+    jid = two.sbatch(
+        "#!/bin/bash\n"
+        f"srun -w ma -n2 --mem-bind=local -l bash -c "
+        f"\"{_POLICY}; echo type=\\$SLURM_MEM_BIND_TYPE\"\n"
+        f"srun -N2 -n2 --mem-bind=map_mem:0 -l bash -c \"echo \\$SLURMD_NODENAME; {_POLICY}\"\n"
+        f"srun -N2 -n2 --mem-bind=v,prefer,mask_mem:0x1 -l bash -c \"{_POLICY}\"\n"
+        f"srun -N2 -n2 --mem-bind=map_mem:7 -l bash -c \"{_POLICY}\"\n"
+        f"srun -N2 -n2 -l bash -c \"{_POLICY}\"\n"
+        f"CORRAL_SRUN_LAUNCH=local srun -w ma -n1 --mem-bind=v,local bash -c \"{_POLICY}\"\n"
+        "srun -N2 -n2 --mem-bind=bogus true; echo rc=$?\n"
+        "srun -N2 -n2 --mem-bind=map_mem:x true; echo rc=$?\n",
+        "-N2", "-n2", "-o", str(out))
+    assert two.wait_done(jid)["state"] == "COMPLETED"
+    lines = _lines(out)
+    text = "\n".join(lines)
+    assert lines[:4] == ["0: bind:0", "0: type=local", "1: bind:0", "1: type=local"] or \
+        sorted(lines[:4]) == ["0: bind:0", "0: type=local", "1: bind:0", "1: type=local"], text
+    assert sorted(lines[4:8]) == ["0: bind:0", "0: ma", "1: bind:0", "1: mb"], text
+    assert "0: prefer:0" in lines[8:12] and "1: prefer:0" in lines[8:12], text
+    assert any(ln.startswith("0: mem-bind=MASK_MEM - ma, task  0  0 [") and
+               ln.endswith("]: mask 0x1 set") for ln in lines[8:12]), text
+    assert any("mem-bind=MASK_MEM - mb, task  1  0 [" in ln for ln in lines[8:12]), text
+    assert lines[12:14] == ["0: unbound", "1: unbound"] or \
+        sorted(lines[12:14]) == ["0: unbound", "1: unbound"], text  # no node 7 here
+    assert sorted(lines[14:16]) == ["0: unbound", "1: unbound"], text  # the default: none
+    assert lines[16].startswith("mem-bind=LOCAL - ma, task  0  0 [") and \
+        lines[16].endswith("]: mask 0x1 set") and lines[17] == "bind:0", text  # srun's own
+    assert "srun: error: invalid --mem-bind argument 'bogus'" in text and \
+        "srun: error: bad NUMA node 'x' in --mem-bind list" in text, text
+    assert lines[-1] == "rc=1" and lines.count("rc=1") == 2, text
+
+
 def test_sacct_shows_the_step_nodes(two: TwoNodes) -> None:
     jid = two.sbatch("#!/bin/bash\nsrun -N2 -J both true\nsrun -w mb -J onlyb true\n",
                      "-N2", "-o", "/dev/null")

@@ -40,7 +40,8 @@ def test_replicas_run_on_their_hosts(mn_cluster: NetnsCluster) -> None:
 def test_aligned_replicas_on_other_hosts_are_bound_to_their_own_cpus(
         mn_cluster: NetnsCluster) -> None:
     """topologyPolicy single-numa-node: two one-CPU replicas a host; those on the other
-    hosts run through srun, bound (--cpu-bind=mask_cpu) to the CPU each was given."""
+    hosts run through srun, bound (--cpu-bind=mask_cpu) to the CPU each was given, and
+    every replica's memory to that CPU's NUMA node (node 0: each host has one)."""
     c = mn_cluster
     n = 3 * c.cpus
     manifest = {
@@ -50,7 +51,8 @@ def test_aligned_replicas_on_other_hosts_are_bound_to_their_own_cpus(
             "name": "w", "replicas": n, "topologyPolicy": "single-numa-node",
             "template": {"spec": {"containers": [{
                 "name": "w", "image": "busybox", "workingDir": str(c.shared),
-                "command": ["sh", "-c", "grep Cpus_allowed_list /proc/self/status"],
+                "command": ["sh", "-c", "grep Cpus_allowed_list /proc/self/status; grep -m1 "
+                            "-oE '(bind|prefer):[0-9,-]+' /proc/self/numa_maps || echo no"],
                 "resources": {"requests": {"cpu": 1, "memory": "100Mi"}}}]}}}]}}
     jid = int(c.client.request("POST", "/volcano/jobs", manifest)["job_id"])
     job = c.wait_done(jid, 90)
@@ -62,7 +64,7 @@ def test_aligned_replicas_on_other_hosts_are_bound_to_their_own_cpus(
     logs = c.shared / ".corral" / f"vcjob-{jid}"
     for i, (node, core) in enumerate(slots):
         text = (logs / f"bound-w-{i}.log").read_text().split()
-        assert text == ["Cpus_allowed_list:", str(core)], (i, node, text)
+        assert text == ["Cpus_allowed_list:", str(core), "bind:0"], (i, node, text)
 
 
 def test_aligned_replicas_on_other_hosts_see_only_their_own_gpus(

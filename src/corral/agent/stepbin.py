@@ -5,16 +5,17 @@ A step's share of a node is started either by forking the Python step process
 (``corral.agent.stepd``) or, for the common case, by writing a *plan* to the job's step
 server on the node (``StepServer``, ``stepd.c serve``), which forks a step process for
 it: everything the Python step process would compute before its first
-fork — each task's environment (``stepd.task_environment`` plus the CPU binding's
-variables), CPUs (``cpubind.bind_task``), stdin mode and file names
-(``stepd.expand``) — so that the binary only connects, forks, execs and relays. Same
-frames, same messages, same exit status; no Python in the step process, no copy-on-write
-faults of a Python heap in every task before its exec.
+fork — each task's environment (``stepd.task_environment`` plus the CPU and memory
+bindings' variables), CPUs (``cpubind.bind_task``), memory nodes (``membind.bind_task``:
+``b:<nodes>`` for MPOL_BIND, ``p:<node>`` for MPOL_PREFERRED, empty for none), stdin
+mode and file names (``stepd.expand``) — so that the binary only connects, forks, execs
+and relays. Same frames, same messages, same exit status; no Python in the step process,
+no copy-on-write faults of a Python heap in every task before its exec.
 
 ``plan_for`` returns None (the Python step process then runs the step) for what the binary
-does not do: pty steps, container steps, steps with srun's ``--task-prolog`` or
-``--task-epilog`` (or in a job with the cluster's task prolog/epilog), an I/O address
-that is not numeric IPv4.
+does not do: pty steps, container steps, ``--mem-bind=verbose`` steps (the report
+line), steps with srun's ``--task-prolog`` or ``--task-epilog`` (or in a job with the
+cluster's task prolog/epilog), an I/O address that is not numeric IPv4.
 
 The binary is compiled once per source text with the system C compiler into a root-owned
 cache directory (``/var/cache/corral`` for root, else ``$XDG_CACHE_HOME/corral``), named by
@@ -38,7 +39,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from corral.agent import cpubind
+from corral.agent import cpubind, membind
 from corral.agent.launch import LaunchRequest
 from corral.protocol import step as sp
 
@@ -165,6 +166,7 @@ def plan_for(launch_json: dict[str, Any], req: LaunchRequest, node_name: str,
            _net(str(len(launch.argv))), *(_net(a) for a in launch.argv),
            _net(str(len(gids)))]
     per_task = launch.output is not None and "%t" in launch.output
+    mem_allowed = membind.allowed_nodes() if launch.mem_bind else ()
     for local, gid in enumerate(gids):
         env = stepd.task_environment(launch, node_env, index, gid, local, host)
         try:
@@ -174,6 +176,17 @@ def plan_for(launch_json: dict[str, Any], req: LaunchRequest, node_name: str,
             bind = cpubind.Binding((), {})
         env.update(bind.env)
         cpus = bind.cpus or tuple(req.cpus)
+        mems = ""
+        if launch.mem_bind:
+            try:
+                mbind = membind.bind_task(launch.mem_bind, local, cpus, mem_allowed)
+            except membind.MemBindError:
+                mbind = None
+            if mbind is not None:
+                if mbind.verbose:
+                    return None  # its report line: the Python step process
+                env.update(mbind.env)
+                mems = mbind.plan_text()
         mode = launch.input
         if mode in (None, "", "all"):
             in_mode = "pipe"
@@ -195,7 +208,7 @@ def plan_for(launch_json: dict[str, Any], req: LaunchRequest, node_name: str,
         if any(not k or "=" in k or "\0" in k + v for k, v in env.items()):
             return None  # the Python step process words execve's refusal
         items = [f"{k}={v}" for k, v in env.items()]
-        out += [_net(str(gid)), _net(_ints(cpus)), _net(in_mode), _net(in_path),
+        out += [_net(str(gid)), _net(_ints(cpus)), _net(mems), _net(in_mode), _net(in_path),
                 _net(out_path), _net(err_mode), _net(err_path),
                 _net("1" if per_task and not launch.append else "0"), _net(str(len(items))),
                 *(_net(i) for i in items)]

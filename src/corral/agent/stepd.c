@@ -12,8 +12,9 @@
  * StepProcess.run does, with the same frames (corral/protocol/step.py) and messages:
  *
  * 1. connect to srun's I/O address (numeric IPv4) and send the HELLO the plan carries;
- * 2. start each task: own process group, default signal dispositions, its CPUs, the job's
- *    user (groups, gid, uid of the plan, never anything srun sent), srun's working
+ * 2. start each task: own process group, default signal dispositions, its CPUs and memory
+ *    nodes (set_mempolicy), the job's user (groups, gid, uid of the plan, never anything
+ *    srun sent), srun's working
  *    directory (/tmp with slurmstepd's message when missing), its stdin/stdout/stderr
  *    opened by the task itself after the user switch; SLURM_TASK_PID set; a PATH search
  *    as execvpe's (each task is a vfork: no copy of this process's memory before its exec);
@@ -43,6 +44,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -66,7 +68,7 @@
 
 typedef struct {
     unsigned gid;
-    char *cpus, *in_mode, *in_path, *out_path, *err_mode, *err_path;
+    char *cpus, *mems, *in_mode, *in_path, *out_path, *err_mode, *err_path;
     int trunc;
     char **env;
     char **exec_env;  /* env with SLURM_TASK_PID, built before the task's vfork */
@@ -167,6 +169,29 @@ static void child_fail(const char *stage, int err) {
     _exit(err == ENOENT ? 2 : 1);
 }
 
+/* the task's memory policy (srun --mem-bind, membind.py): "b:0,1" binds its memory to
+ * NUMA nodes 0 and 1 (MPOL_BIND), "p:0" prefers node 0 (MPOL_PREFERRED); inherited by
+ * the exec and everything the task starts */
+#define MEM_LONGS 16
+static void bind_memory(const char *spec) {
+    unsigned long mask[MEM_LONGS] = {0};
+    int mode = spec[0] == 'p' ? 1 : 2;
+    const char *c = spec + 2;
+    while (*c) {
+        char *end;
+        long v = strtol(c, &end, 10);
+        if (end == c)
+            break;
+        if (v >= 0 && v < MEM_LONGS * 64)
+            mask[v / 64] |= 1UL << (v % 64);
+        c = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            break;
+    }
+    if (syscall(SYS_set_mempolicy, mode, mask, (unsigned long)MEM_LONGS * 64 + 1) != 0)
+        child_fail("memory binding", errno);
+}
+
 static int open_to(const char *path, int flags, int target) {
     int fd = open(path, flags | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -226,6 +251,8 @@ static void exec_task(task_t *t, int switch_user, uid_t uid, gid_t gid, gid_t *g
         if (sched_setaffinity(0, sizeof set, &set) != 0)
             child_fail("cpu binding", errno);
     }
+    if (*t->mems)
+        bind_memory(t->mems);
     if (switch_user) {
         snprintf(stage, sizeof stage, "switching to uid %u", (unsigned)uid);
         if (setgroups(ngroups, groups) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
@@ -384,6 +411,7 @@ static int run_plan(void) {
         task_t *t = &tasks[i];
         t->gid = (unsigned)num_field();
         t->cpus = field(NULL);
+        t->mems = field(NULL);
         t->in_mode = field(NULL);
         t->in_path = field(NULL);
         t->out_path = field(NULL);

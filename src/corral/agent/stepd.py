@@ -42,7 +42,7 @@ import termios
 import time
 from typing import Any, NoReturn
 
-from corral.agent import cpubind, jobscripts
+from corral.agent import cpubind, jobscripts, membind
 from corral.agent.launch import LaunchRequest
 from corral.core.parse.hostlist import compress
 from corral.protocol import step as sp
@@ -213,6 +213,7 @@ class StepProcess:
         self.root = ""  # ... and the root its tasks chroot into
         self.container_error = ""  # ... or why it could not be set up (tasks fail with it)
         self.log: Any = None  # the supervisor's log (a failed --task-epilog is told there)
+        self._mem_allowed: tuple[int, ...] | None = None  # NUMA nodes the job may use
 
     # ---- connection to srun ---------------------------------------------------------------
     def connect(self) -> None:
@@ -232,6 +233,21 @@ class StepProcess:
             self.lost = True
 
     # ---- tasks ----------------------------------------------------------------------------
+    def mem_binding(self, local: int, cpus: tuple[int, ...],
+                    env: dict[str, str]) -> membind.MemBinding | None:
+        """Task ``local``'s memory binding on ``cpus`` (None: no ``--mem-bind``, or one the
+        node cannot read: the task runs unbound, as with a bad ``--cpu-bind``)."""
+        if not self.launch.mem_bind:
+            return None
+        if self._mem_allowed is None:
+            self._mem_allowed = membind.allowed_nodes()
+        try:
+            binding = membind.bind_task(self.launch.mem_bind, local, cpus, self._mem_allowed)
+        except membind.MemBindError:
+            return None
+        env.update(binding.env)
+        return binding
+
     def _stdin_mode(self, task: _Task) -> str:
         """"pipe", "null" or "file" for this task."""
         mode = self.launch.input
@@ -256,6 +272,7 @@ class StepProcess:
         except cpubind.CpuBindError:
             bind = cpubind.Binding((), {})
         env.update(bind.env)
+        mems = self.mem_binding(task.local, bind.cpus or tuple(self.req.cpus), env)
         task.env = env
         in_mode = self._stdin_mode(task)
         pipes: dict[str, tuple[int, int]] = {}
@@ -279,7 +296,7 @@ class StepProcess:
         pid = os.fork()
         if pid == 0:
             self._exec_task(task, env, bind.cpus, pipes, out_path, err_path, in_path,
-                            per_task)
+                            per_task, mems)
         task.pid = pid
         for key, (r, w) in pipes.items():
             if key == "pty":
@@ -303,7 +320,8 @@ class StepProcess:
 
     def _exec_task(self, task: _Task, env: dict[str, str], cpus: tuple[int, ...],
                    pipes: dict[str, tuple[int, int]], out_path: str | None,
-                   err_path: str | None, in_path: str | None, per_task: bool) -> NoReturn:
+                   err_path: str | None, in_path: str | None, per_task: bool,
+                   mems: membind.MemBinding | None = None) -> NoReturn:
         stage = "setup"
         try:
             for sig in range(1, signal.NSIG):
@@ -330,6 +348,9 @@ class StepProcess:
                 os.sched_setaffinity(0, cpus)
             elif self.req.cpus:
                 os.sched_setaffinity(0, self.req.cpus)
+            if mems is not None and mems.nodes:
+                stage = "memory binding"
+                membind.apply(mems)
             prologs = [p for p in (self.req.task_prolog, self.launch.task_prolog) if p]
             early: tuple[str, int, list[str]] | None = None
             if prologs and self.container is not None:  # the host's programs: before the
@@ -402,6 +423,8 @@ class StepProcess:
                             os.close(fd)
             if note:
                 os.write(2, note)
+            if mems is not None:
+                membind.report(mems, self.node, task.gid, task.local)
             for text in self.container.warnings if self.container is not None else ():
                 os.write(2, text.encode())
             if self.container_error:  # told on the task's stderr, which srun relays

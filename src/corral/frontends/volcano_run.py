@@ -11,8 +11,10 @@ of ``corral.frontends.volcano.parse_job`` on stdin) on the job's first node. Alg
    ``single-numa-node``) is pinned to its own CPUs, which ``CORRAL_VC_CPUS`` lists slot
    by slot (``task=0,1,2|4,5,6;...``): on this node through its CPU affinity (the CPUs
    it may use here, if any of its own are among them), on another through ``srun
-   --cpu-bind=mask_cpu:``; with GPUs it sees only its own (``CORRAL_VC_GPUS``, slot by
-   slot): ``CUDA_VISIBLE_DEVICES`` here, ``srun --gpu-bind=mask_gpu:`` elsewhere.
+   --cpu-bind=mask_cpu:``; its memory comes from those CPUs' NUMA nodes (here
+   ``set_mempolicy`` before its exec, elsewhere ``srun --mem-bind=local``); with GPUs
+   it sees only its own (``CORRAL_VC_GPUS``, slot by slot): ``CUDA_VISIBLE_DEVICES``
+   here, ``srun --gpu-bind=mask_gpu:`` elsewhere.
 2. Each replica is a process with its container's ``command + args`` and ``env``, plus the
    ``env`` plugin's ``VC_TASK_INDEX``/``VK_TASK_INDEX`` and the ``svc`` plugin's
    ``VC_<TASK>_HOSTS``/``VC_<TASK>_NUM`` and host files (``<task>.host``, one host name a
@@ -42,6 +44,7 @@ of ``corral.frontends.volcano.parse_job`` on stdin) on the job's first node. Alg
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -144,12 +147,14 @@ class Replica:
 
 def remote_argv(r: Replica, pod: str, argv: list[str], cwd: str | None) -> list[str]:
     """The command of replica ``r`` on another node: a step there named after its pod,
-    bound to its own CPUs (a task with a NUMA policy) among those the job holds there."""
+    bound to its own CPUs (a task with a NUMA policy) among those the job holds there,
+    and to those CPUs' NUMA nodes' memory."""
     srun = [sys.executable, "-c", "import sys; from corral.shims.lean import main; "
             "main('srun', sys.argv[1:])", "-N1", "-n1", "-w", r.node, "-J", pod,
             f"--cpus-per-task={r.task['cpus']}", "--export=ALL"]
     if r.cpus:
         srun.append(f"--cpu-bind=mask_cpu:{sum(1 << c for c in r.cpus):#x}")
+        srun.append("--mem-bind=local")
     if r.gpus:
         srun.append(f"--gpu-bind=mask_gpu:{sum(1 << g for g in r.gpus):#x}")
     if cwd:
@@ -193,8 +198,20 @@ def own_gpus(gpus: tuple[int, ...], job_gpus: str) -> dict[str, str]:
 
 
 def _pinner(cpus: set[int]) -> Any:
+    """The pre-exec step of a pinned replica here: its CPUs, and its memory from the NUMA
+    nodes of those CPUs (``set_mempolicy`` MPOL_BIND, as ``srun --mem-bind=local``)."""
+    from corral.agent import membind
+
+    try:
+        mems = membind.bind_task("local", 0, tuple(sorted(cpus)), membind.allowed_nodes())
+    except (OSError, membind.MemBindError):
+        mems = None
+
     def pin() -> None:
         os.sched_setaffinity(0, cpus)
+        if mems is not None:
+            with contextlib.suppress(OSError):
+                membind.apply(mems)
     return pin
 
 

@@ -103,6 +103,7 @@ class StepLaunch:
     job_name: str = ""
     gpus_per_task: int = 0
     gpu_bind: str = ""
+    mem_bind: str = ""  # srun --mem-bind (corral.agent.membind); "" = none
     extra_env: dict[str, str] = field(default_factory=dict)
     task_env: dict[str, dict[str, str]] = field(default_factory=dict)  # "task id" -> vars
     container: str = ""  # ContainerSpec text: the tasks run in that image (corral.containers)
@@ -151,9 +152,11 @@ class StepLaunch:
         if flat != list(range(d["ntasks"])):
             raise ValueError("step launch: tasks must number 0..ntasks-1, each once")
         for key in ("cwd", "io_addr", "io_key", "cpu_bind", "distribution", "job_name",
-                    "gpu_bind", "container", "task_prolog", "task_epilog"):
+                    "gpu_bind", "mem_bind", "container", "task_prolog", "task_epilog"):
             if key in d and not isinstance(d[key], str):
                 raise ValueError(f"step launch: {key} must be a string")
+        if len(d.get("mem_bind", "")) > 4096:
+            raise ValueError("step launch: mem_bind is longer than 4096 characters")
         for key in ("task_prolog", "task_epilog"):
             if d.get(key) and (not d[key].startswith("/") or "\0" in d[key]):
                 raise ValueError(f"step launch: {key} must be an absolute path")

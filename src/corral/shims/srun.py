@@ -226,6 +226,16 @@ def plan_step(opts: SlurmOptions, env: dict[str, str], *, in_job: bool = True) -
             check(opts.extra["cpu_bind"])
         except CpuBindError as exc:
             raise StepShapeError(f"srun: error: {exc}") from None
+    mem_bind = opts.extra.get("mem_bind") or env.get("SLURM_MEM_BIND") or ""
+    if mem_bind:
+        from corral.agent.membind import MemBindError
+        from corral.agent.membind import check as check_mem
+
+        try:
+            check_mem(mem_bind)
+        except MemBindError as exc:
+            raise StepShapeError(str(exc) if "\n" in str(exc)
+                                 else f"srun: error: {exc}") from None
     check_gpu_bind(opts.extra.get("gpu_bind") or "")
     step_container(opts)
     cpus = opts.cpus_per_task or (int(env["SLURM_CPUS_PER_TASK"])
@@ -321,6 +331,7 @@ def _run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: 
         error=opts.error, input=opts.input, append=open_mode == "append",
         kill_on_bad_exit="kill_on_bad_exit" in opts.extra, cpus_per_task=cpus,
         extra_env=extra_env, cpu_bind=opts.extra.get("cpu_bind") or "",
+        mem_bind=opts.extra.get("mem_bind") or env.get("SLURM_MEM_BIND") or "",
     )
     if spec.label is False and "label" in opts.extra and run_tasks == 1 and mpi == "none":
         spec.label = True
@@ -358,6 +369,7 @@ def remote_step(ctx: Context, client: Any, opts: SlurmOptions, command: list[str
         label="label" in opts.extra, job_name=opts.job_name or env.get("SLURM_JOB_NAME", ""),
         on_listen=on_listen, gpus_per_task=opts.gpus_per_task[0] if opts.gpus_per_task else 0,
         gpu_bind=opts.extra.get("gpu_bind") or "", container=step_container(opts),
+        mem_bind=opts.extra.get("mem_bind") or env.get("SLURM_MEM_BIND") or "",
         task_prolog=task_program(opts, "task_prolog", ctx.cwd),
         task_epilog=task_program(opts, "task_epilog", ctx.cwd))
 

@@ -99,6 +99,7 @@ class RemoteStep:
     extra_env: dict[str, str] = field(default_factory=dict)
     gpus_per_task: int = 0
     gpu_bind: str = ""
+    mem_bind: str = ""  # srun --mem-bind
     container: str = ""  # ContainerSpec text (srun --container-image): tasks in that image
     task_prolog: str = ""  # srun --task-prolog / --task-epilog (absolute paths on the nodes)
     task_epilog: str = ""
@@ -135,6 +136,8 @@ class RemoteStep:
                   "pty": self.pty, "job_name": self.job_name, "extra_env": self.extra_env,
                   "gpus_per_task": self.gpus_per_task, "gpu_bind": self.gpu_bind,
                   "task_env": self.task_env}
+        if self.mem_bind:
+            launch["mem_bind"] = self.mem_bind
         if self.container:
             launch["container"] = self.container
         if self.task_prolog:

@@ -19,6 +19,7 @@ killed by signal N; ``--kill-on-bad-exit`` stops the others at the first failure
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -56,6 +57,7 @@ class StepSpec:
     cpus_per_task: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     cpu_bind: str = ""  # --cpu-bind (corral.agent.cpubind); "" = Slurm's default
+    mem_bind: str = ""  # --mem-bind (corral.agent.membind); "" = none
 
 
 def expand_pattern(pattern: str, spec: StepSpec, task: int, node_index: int) -> str:
@@ -274,11 +276,20 @@ class StepRunner:
                 stderr: Any = subprocess.PIPE if spec.label else err_fds[t]
                 env = task_env(spec, t)
                 bound = self._binding(t, env)
+                mems = self._mem_binding(t, bound, env)
 
-                def setup(bound: tuple[int, ...] = bound) -> None:
+                def setup(bound: tuple[int, ...] = bound, mems: Any = mems,
+                          t: int = t) -> None:
                     unblock()
                     if bound:
                         os.sched_setaffinity(0, bound)
+                    if mems is not None:
+                        from corral.agent import membind
+
+                        membind.report(mems, spec.nodes[0] if spec.nodes else "localhost",
+                                       t, t)
+                        with contextlib.suppress(OSError):  # within the job's mems: no
+                            membind.apply(mems)  # failure is expected; unbound if one
 
                 try:
                     p = subprocess.Popen(spec.argv, cwd=spec.cwd, env=env,
@@ -335,6 +346,26 @@ class StepRunner:
             return ()
         env.update(bind.env)
         return bind.cpus
+
+    def _mem_binding(self, task: int, cpus: tuple[int, ...], env: dict[str, str]) -> Any:
+        """The memory binding of task ``task`` on ``cpus`` (None: no --mem-bind)."""
+        if not self.spec.mem_bind:
+            return None
+        from corral.agent import membind
+
+        _node, local = node_of_task(self.spec.tasks_per_node, task)
+        if not cpus:
+            try:
+                cpus = tuple(sorted(os.sched_getaffinity(0)))
+            except OSError:
+                cpus = ()
+        try:
+            binding = membind.bind_task(self.spec.mem_bind, local, cpus,
+                                        membind.allowed_nodes())
+        except membind.MemBindError:
+            return None
+        env.update(binding.env)
+        return binding
 
     def _broadcast_stdin(self) -> None:
         pipes = [p.stdin for p in self.procs if p.stdin is not None]
