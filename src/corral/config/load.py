@@ -314,6 +314,12 @@ def validate(cfg: ClusterConfig) -> None:
         raise ConfigError("controller.first_job_id", "must be between 1 and 2147483647")
     if c.tick_s == 0:
         raise ConfigError("controller.tick_s", "must be positive")
+    if not (c.gc_freeze_s == 0 or 1 <= c.gc_freeze_s <= 86400):
+        raise ConfigError("controller.gc_freeze_s",
+                          "must be 0 (never freeze) or between 1 and 86400 seconds")
+    if not (c.gc_full_s == 0 or c.gc_freeze_s <= c.gc_full_s <= 30 * 86400):
+        raise ConfigError("controller.gc_full_s",
+                          "must be 0 (never) or between gc_freeze_s and 2592000 seconds")
     if c.listen is not None:
         host, _, port = c.listen.rpartition(":")
         if not host or not port.isdigit() or not 0 <= int(port) < 65536:

@@ -60,6 +60,10 @@ class ControllerConfig:
     # it is instead (it applies to the simulator too; this one does not)
     cycle_max_starts: int = 1000
     tick_s: float = 5.0  # periodic cycle for time-based things (begin times, age)
+    # the garbage collector (controller.heapfreeze): the long-lived heap is frozen this
+    # often (0: never, Python's own collector alone), and collected in full this often
+    gc_freeze_s: float = 5.0
+    gc_full_s: float = 600.0
     node_down_after_s: float = 30.0  # no heartbeat for this long: node DOWN
     node_fail_grace_s: float = 300.0  # DOWN for this long: its jobs NODE_FAIL (or requeue)
     kill_grace_s: int = 30  # KillWait: SIGTERM, then SIGKILL after this

@@ -29,6 +29,7 @@ from corral.config.schema import ClusterConfig
 from corral.controller import allocations, intake
 from corral.controller.auth import Identity
 from corral.controller.errors import ApiError, is_number, job_number
+from corral.controller.heapfreeze import HeapFreezer
 from corral.controller.images import image_of
 from corral.controller.metrics import Metrics
 from corral.controller.nodes import NodeTable
@@ -45,6 +46,7 @@ from corral.core.model.transitions import JobEvent, job_transition
 from corral.core.snapshot import FinishedJob
 
 log = logging.getLogger("corral.controller")
+_FINISHED = frozenset(s for s in JobState if s.is_finished)
 
 _EXIT_EVENTS = {
     "COMPLETED": JobEvent.COMPLETE, "FAILED": JobEvent.FAIL, "TIMEOUT": JobEvent.TIMEOUT,
@@ -148,6 +150,7 @@ class Controller:
         self._term_end: asyncio.Future[None] | None = None  # term_end(): the same, a future
         # the per-user request limiter (``corral.controller.ratelimit``; set by the server)
         self.limiter: Any = None
+        self.heap = HeapFreezer(cfg.controller.gc_freeze_s, cfg.controller.gc_full_s)
 
     @property
     def usage(self) -> dict[tuple[str, str], float]:
@@ -296,6 +299,7 @@ class Controller:
             except (asyncio.CancelledError, Exception):
                 pass
         await self.hub.close_all()
+        self.heap.close()
         self._save_usage()
         self.store.flush()
         await asyncio.get_running_loop().run_in_executor(None, self.store.close)
@@ -322,6 +326,7 @@ class Controller:
         self._prune_recent(now)
         self.keys.prune(now)
         self._save_usage()
+        self.heap.tick(now)
         if now - self._events_pruned >= 3600:  # hourly: events past their retention
             self._events_pruned = now
             self.store.submit(self.events.prune_op(
@@ -778,9 +783,10 @@ class Controller:
                         recs.append(r)
             recs.sort(key=lambda r: r.id)
         elif indexed is not None:  # one user's or one name's jobs: the index, no scan
-            recs = [self.jobs[j] for j in sorted(indexed)]
+            jobs = self.jobs
+            recs = [jobs[j] for j in sorted(indexed)]
             if not include_finished:
-                recs = [r for r in recs if not r.state.is_finished]
+                recs = [r for r in recs if r.state not in _FINISHED]
         elif include_finished:
             recs = sorted(self.jobs.values(), key=lambda r: r.id)
         else:
@@ -796,6 +802,10 @@ class Controller:
         part = flt.get("partition")
         account = flt.get("account")
         name = flt.get("name")
+        if indexed is not None and not self.tails:  # the index matched user and name
+            user = name = None
+        if user is None and not states and part is None and account is None and name is None:
+            return recs
         out = []
         for r in recs:
             if user is not None and r.user != user:

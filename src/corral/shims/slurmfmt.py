@@ -16,7 +16,7 @@ Everything takes the controller's job records (``dict``, documented in
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from corral.core.parse.arrayspec import format_array
@@ -195,17 +195,27 @@ def group_name(gid: int) -> str:
     return name
 
 
-def collapse_pending_arrays(records: Iterable[Record]) -> list[Record]:
+def remainder_of(rec: Record) -> tuple[int, str] | None:
+    """The never-started array remainder a record belongs to (array, reason), or None."""
+    if is_array(rec) and is_pending(rec) and not rec.get("restarts"):
+        return (array_job_id(rec), reason(rec))
+    return None
+
+
+def collapse_pending_arrays(
+        records: Iterable[Record],
+        group_of: Callable[[Record], tuple[int, str] | None] = remainder_of) -> list[Record]:
     """One row per never-started array remainder, as squeue and scontrol show it.
 
     Pending tasks of one array with the same reason and no restarts become one record
     whose ``display`` is ``<array id>_[<indices>%<limit>]``; others pass through.
+    ``group_of``: ``remainder_of``, or what it gave for each record before.
     """
     order: list[Record | tuple[int, str]] = []
     groups: dict[tuple[int, str], list[Record]] = {}
     for rec in records:
-        if is_array(rec) and is_pending(rec) and not rec.get("restarts"):
-            key = (array_job_id(rec), reason(rec))
+        key = group_of(rec)
+        if key is not None:
             members = groups.get(key)
             if members is None:
                 groups[key] = members = []

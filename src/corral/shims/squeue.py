@@ -23,6 +23,7 @@ from corral.shims import slurmfmt as sf
 from corral.shims import squeue_fields as qf
 from corral.shims.context import Client, Context
 from corral.shims.ids import IdError, JobRef, parse_job_refs, ref_api_ids, ref_matches
+from corral.shims.squeue_memo import MEMO
 from corral.shims.users import UserError, resolve_users
 
 R, N, OPT = Arg.REQUIRED, Arg.NONE, Arg.OPTIONAL
@@ -262,39 +263,84 @@ def _report(ctx: Context, client: Client, opts: dict[str, list[str | None]],
 
     now = ctx.now
     sf.fill_default_partition(rows, client)
-    rows = [r for r in rows if keep(r)]
-    if "array" not in opts:
-        rows = sf.collapse_pending_arrays(rows)
     sort_spec = values("sort")[-1] if "sort" in opts else None
     if "start" in opts:
-        rows = [r for r in rows if sf.is_pending(r)]
         sort_spec = sort_spec or "S"
-    rows = _sorted(rows, sort_spec, now)
+    items: list[qf.Item] | None = None
+    if "steps" not in opts:
+        fmt = values("format")[-1] if "format" in opts else None
+        long_fmt = values("Format")[-1] if "Format" in opts else None
+        try:
+            if long_fmt is not None:
+                items = qf.parse_long_format(long_fmt)
+            else:
+                if fmt is None:
+                    fmt = ctx.env.get("SQUEUE_FORMAT") or (
+                        START_FORMAT if "start" in opts
+                        else qf.LONG_FORMAT if "long" in opts else qf.DEFAULT_FORMAT
+                    )
+                items = qf.parse_format(fmt)
+        except qf.FormatError as exc:
+            raise ctx.fail(f"squeue: error: {exc}") from None
+        if "json" in opts or "yaml" in opts:
+            raise ctx.fail("squeue: error: --json/--yaml are not supported by Corral's "
+                           "squeue; use `corral queue --json`")
+    line_of = qf.line_renderer(items) if items is not None else None
+    # what each record gives, worked out once per record and view (``squeue_memo``)
+    # (a string: its hash is computed once, not once per row)
+    view = repr(("squeue", sorted(states) if states is not None else None,
+                 sorted(users) if users is not None else None, sorted(partitions),
+                 sorted(names), sorted(accounts), sorted(qos), nodes_filter, job_words,
+                 sort_spec is None, line_of.key if line_of is not None else None))
+    short = sf.state_short
+
+    def derive(r: dict[str, Any]) -> tuple[bool, Any, Any, str | None]:
+        if not keep(r):
+            return False, None, None, None
+        group = sf.remainder_of(r)
+        key = (str(r.get("partition") or ""), short(sf.shown_state(r)),
+               -float(r.get("priority") or 0.0), int(r["id"])) if sort_spec is None else None
+        line = line_of(r, now) if line_of is not None and not r.get("start_time") else None
+        return True, group, key, line
+
+    derived = MEMO.results(rows, view, derive)
+    # parallel lists, no container per row: at 100,000 rows new tuples would cost full
+    # garbage collections of the controller's heap, more than the work itself
+    rows = [r for r, d in zip(rows, derived, strict=True) if d[0]]
+    derived = [d for d in derived if d[0]]
+    if "array" not in opts and any(d[1] is not None for d in derived):
+        groups = {id(r): d[1] for r, d in zip(rows, derived, strict=True) if d[1] is not None}
+        by_id = {id(r): d for r, d in zip(rows, derived, strict=True)}
+        rows = sf.collapse_pending_arrays(rows, lambda r: groups.get(id(r)))
+        derived = [by_id.get(id(r)) or derive(r) for r in rows]  # a remainder: a new record
+    if "start" in opts:
+        pending = [sf.is_pending(r) for r in rows]
+        rows = [r for r, p in zip(rows, pending, strict=True) if p]
+        derived = [d for d, p in zip(derived, pending, strict=True) if p]
+    lines = [d[3] for d in derived]
+    if sort_spec is None:  # the default order (partition, state, priority, id)
+        keys = [d[2] for d in derived]
+        order = sorted(range(len(rows)), key=keys.__getitem__)
+        rows = [rows[i] for i in order]
+        lines = [lines[i] for i in order]
+    else:
+        line_at = {id(r): line for r, line in zip(rows, lines, strict=True)}
+        rows = _sorted(rows, sort_spec, now)
+        lines = [line_at.get(id(r)) for r in rows]
 
     if "steps" in opts:
         _print_steps(ctx, client, rows, values, "noheader" not in opts)
         return
-    fmt = values("format")[-1] if "format" in opts else None
-    long_fmt = values("Format")[-1] if "Format" in opts else None
-    try:
-        if long_fmt is not None:
-            items = qf.parse_long_format(long_fmt)
-        else:
-            if fmt is None:
-                fmt = ctx.env.get("SQUEUE_FORMAT") or (
-                    START_FORMAT if "start" in opts
-                    else qf.LONG_FORMAT if "long" in opts else qf.DEFAULT_FORMAT
-                )
-            items = qf.parse_format(fmt)
-    except qf.FormatError as exc:
-        raise ctx.fail(f"squeue: error: {exc}") from None
-    if "json" in opts or "yaml" in opts:
-        raise ctx.fail("squeue: error: --json/--yaml are not supported by Corral's squeue; "
-                       "use `corral queue --json`")
+    assert items is not None and line_of is not None
     if "long" in opts and "noheader" not in opts and not dated:
         ctx.print(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)))
-    for line in qf.render(items, rows, now, header="noheader" not in opts):
-        ctx.print(line)
+    out: list[str] = []
+    if "noheader" not in opts:
+        out.append(line_of.header)
+    for r, line in zip(rows, lines, strict=True):
+        out.append(line if line is not None else line_of(r, now))
+    if out:
+        ctx.print("\n".join(out))
 
 
 def _print_steps(ctx: Context, client: Client, rows: list[dict[str, Any]],

@@ -312,6 +312,24 @@ def line_format(items: list[Item]) -> str:
     return "".join(parts)
 
 
+class LineRenderer:
+    """One format's lines: ``renderer(rec, now)`` is a record's line, ``header`` the
+    header line, ``key`` what tells two formats apart (``squeue_memo`` views)."""
+
+    def __init__(self, items: list[Item]) -> None:
+        self.fmt = line_format(items)
+        self.getters = [it.getter for it in items if it.getter is not None]
+        self.header = self.fmt % tuple(it.text for it in items if it.getter is not None)
+        self.key = (self.fmt, tuple(self.getters))
+
+    def __call__(self, rec: Record, now: float) -> str:
+        return self.fmt % tuple([g(rec, now) for g in self.getters])
+
+
+def line_renderer(items: list[Item]) -> LineRenderer:
+    return LineRenderer(items)
+
+
 def render(items: list[Item], rows: list[Record], now: float, header: bool) -> list[str]:
     """Lines of output (no newline)."""
     fmt = line_format(items)

@@ -1,0 +1,82 @@
+"""squeue's per-record memo (``corral.shims.squeue_memo``): the controller hands squeue the
+same record objects call after call until a job changes; what squeue prints from them must
+be exactly what it prints from fresh copies, whatever changed in between."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from corral.shims.squeue_memo import VIEWS_PER_ROW, Memo
+from tests.shims.fakes import FakeClient, job
+from tests.shims.scenario import NOW, finished_records, queue_records, run
+
+
+class SameObjects(FakeClient):
+    """The controller's way: the very same dicts every call (``JobRecord.to_api``)."""
+
+    def jobs(self, user: str | None = None, states: Iterable[str] | None = None,
+             partition: str | None = None, ids: Iterable[int | str] | None = None, *,
+             account: str | None = None, name: str | None = None,
+             include_finished: bool = False,
+             fields: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        return list(self.records)
+
+
+ARGVS = [[], ["-l"], ["-h", "-o", "%i %t %M %L %j %R"], ["--sort=-i,P"], ["-t", "all"],
+         ["-r"], ["-u", "root", "-o", "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"],
+         ["--start"], ["-p", "debug", "-n", "needs_all64"], ["-h", "-j", "4", "-o", "%i %t"]]
+
+
+@pytest.mark.parametrize("argv", ARGVS, ids=[" ".join(a) or "default" for a in ARGVS])
+def test_memoized_output_is_the_fresh_output(argv: list[str]) -> None:
+    records = queue_records() + finished_records()
+    same = SameObjects(records)
+    fresh = run("squeue", argv, FakeClient(records))
+    for _ in range(3):  # the first call fills the memo, the others read it
+        assert run("squeue", argv, same) == fresh
+    later = NOW + 3725  # a running job's times move on; a pending one's do not
+    assert run("squeue", argv, same, now=later) == run("squeue", argv, FakeClient(records),
+                                                       now=later)
+
+
+def test_a_changed_job_is_shown_as_it_is_now() -> None:
+    same = SameObjects([job(1, name="first"), job(2, name="second", priority=5.0)])
+    records = same.records
+    argv = ["-h", "-o", "%i %j %t %r"]
+    assert run("squeue", argv, same)[0] == "2 second PD Priority\n1 first PD Priority\n"
+    # the controller drops a changed job's cached record: a new dict comes next time
+    records[1] = job(2, name="second", priority=0.5, reason="Resources")
+    records.append(job(3, name="third", priority=9.0))
+    assert run("squeue", argv, same)[0] == (
+        "3 third PD Priority\n1 first PD Priority\n2 second PD Resources\n")
+    records.pop(0)
+    assert run("squeue", argv, same)[0] == "3 third PD Priority\n2 second PD Resources\n"
+
+
+def test_the_memo_keeps_only_the_last_calls_rows_and_tells_views_apart() -> None:
+    memo = Memo()
+    calls: list[str] = []
+
+    def compute(view: str) -> Any:
+        def f(row: dict[str, Any]) -> str:
+            calls.append(f"{view}:{row['id']}")
+            return f"{view}{row['id']}"
+        return f
+
+    a, b = {"id": 1}, {"id": 2}
+    assert memo.results([a, b], "v", compute("v")) == ["v1", "v2"]
+    assert memo.results([a, b], "v", compute("v")) == ["v1", "v2"]
+    assert calls == ["v:1", "v:2"]  # the second call computed nothing
+    assert memo.results([a], "w", compute("w")) == ["w1"]  # another view: computed
+    assert memo.results([a], "v", compute("v")) == ["v1"]  # both views kept per row
+    assert calls == ["v:1", "v:2", "w:1"]
+    assert memo.results([b], "v", compute("v")) == ["v2"]  # b was not in the last call
+    assert calls[-1] == "v:2"
+    equal = {"id": 1}  # equal content, another object: never taken for ``a``
+    assert memo.results([equal], "v", compute("v")) == ["v1"] and calls[-1] == "v:1"
+    for k in range(VIEWS_PER_ROW + 2):  # a row keeps a bounded number of views
+        memo.results([equal], f"x{k}", compute(f"x{k}"))
+    assert len(memo._table[id(equal)][1]) <= VIEWS_PER_ROW
