@@ -71,6 +71,7 @@ TARGETS = {"submit_p99_ms": 20.0, "squeue_j_ms": 50.0, "squeue_u_ms": 200.0,
 
 
 CYCLE_MAX_STARTS: int | None = None  # --cycle-max-starts; None: the controller's default
+GC_FREEZE_S: float | None = None  # --gc-freeze-s; None: the controller's default
 
 
 def runtime_s(i: int) -> int:
@@ -160,6 +161,8 @@ class Point:
             probe.bind(("127.0.0.1", 0))  # the restart
             port = probe.getsockname()[1]
         bound = "" if CYCLE_MAX_STARTS is None else f"cycle_max_starts = {CYCLE_MAX_STARTS}\n"
+        if GC_FREEZE_S is not None:
+            bound += f"gc_freeze_s = {GC_FREEZE_S}\n"
         self.cfg.write_text(CONFIG.format(prefix=PREFIX, last=nodes, cpus=CPUS, port=port,
                                           bound=bound))
         self.nodes, self.jobs, self.clients = nodes, jobs, clients
@@ -461,9 +464,12 @@ def main() -> None:
     ap.add_argument("--render", type=Path, default=None)
     ap.add_argument("--cycle-max-starts", type=int, default=None,
                     help="[controller] cycle_max_starts (default: the controller's, 1000)")
+    ap.add_argument("--gc-freeze-s", type=float, default=None,
+                    help="[controller] gc_freeze_s (default: the controller's; 0: off)")
     args = ap.parse_args()
-    global CYCLE_MAX_STARTS
+    global CYCLE_MAX_STARTS, GC_FREEZE_S
     CYCLE_MAX_STARTS = args.cycle_max_starts
+    GC_FREEZE_S = args.gc_freeze_s
     if args.render is not None:
         res0 = json.loads(args.render.read_text())
         if args.notes is not None:
@@ -483,8 +489,11 @@ def main() -> None:
             for k in (int(x) for x in args.clients.split(",")):
                 print(f"point {n} nodes × {j} jobs, {k} client(s)", flush=True)
                 res["points"].append(run_point(work, n, j, k, args.reps))
-                if CYCLE_MAX_STARTS is not None:
-                    res["points"][-1]["label"] = f"cycle_max_starts {CYCLE_MAX_STARTS}"
+                labels = ([f"cycle_max_starts {CYCLE_MAX_STARTS}"] if CYCLE_MAX_STARTS
+                          is not None else []) + ([f"gc_freeze_s {GC_FREEZE_S:g}"]
+                                                  if GC_FREEZE_S is not None else [])
+                if labels:
+                    res["points"][-1]["label"] = ", ".join(labels)
                 args.out.mkdir(parents=True, exist_ok=True)
                 (args.out / "scale.json").write_text(json.dumps(res, indent=2) + "\n")
     finally:

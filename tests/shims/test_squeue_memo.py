@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from corral.shims.squeue_memo import VIEWS_PER_ROW, Memo
+from corral.shims.squeue_memo import ANSWERS, VIEWS_PER_ROW, Memo
 from tests.shims.fakes import FakeClient, job
 from tests.shims.scenario import NOW, finished_records, queue_records, run
 
@@ -80,3 +80,26 @@ def test_the_memo_keeps_only_the_last_calls_rows_and_tells_views_apart() -> None
     for k in range(VIEWS_PER_ROW + 2):  # a row keeps a bounded number of views
         memo.results([equal], f"x{k}", compute(f"x{k}"))
     assert len(memo._table[id(equal)][1]) <= VIEWS_PER_ROW
+
+
+def test_a_whole_answer_is_reused_only_for_the_same_records_in_the_same_order() -> None:
+    memo = Memo()
+    a, b = {"id": 1}, {"id": 2}
+    memo.keep_answer([a, b], "v", "1\n2")
+    assert memo.same_answer([a, b], "v") == "1\n2"
+    assert memo.same_answer([b, a], "v") is None  # another order
+    assert memo.same_answer([a, {"id": 2}], "v") is None  # a changed (new) record
+    assert memo.same_answer([a], "v") is None and memo.same_answer([a, b], "w") is None
+    for k in range(ANSWERS + 3):  # a bounded number of views' answers
+        memo.keep_answer([a], f"x{k}", str(k))
+    assert len(memo._answers) == ANSWERS and memo.same_answer([a, b], "v") is None
+
+
+def test_an_unchanged_pending_queue_is_answered_again_at_any_time() -> None:
+    same = SameObjects([job(i, name=f"j{i}", priority=float(i)) for i in range(1, 6)])
+    argv = ["-h", "-o", "%i %j %M %L"]
+    first = run("squeue", argv, same)
+    assert first[0].splitlines()[0] == "5 j5 0:00 UNLIMITED"
+    assert run("squeue", argv, same, now=NOW + 86400) == first  # nothing in it moves
+    same.records[2] = job(3, name="renamed", priority=3.0)
+    assert "3 renamed 0:00 UNLIMITED" in run("squeue", argv, same)[0].splitlines()

@@ -15,6 +15,13 @@ holds the row itself (so its ``id`` cannot be reused while the entry lives) and 
 of up to ``VIEWS_PER_ROW`` views. A miss calls ``compute(row)``. Each call replaces the table
 with the rows it saw, so it never holds more than the last call's rows.
 
+A whole answer is kept too, per view (the last ``ANSWERS`` views): when a call gets the very
+same record objects, in the same order, as the call that made it, and none of its lines
+depended on the time, that answer is the answer (a queue that did not change between two
+polls; checked by identity, one C-level pass over the rows). Any change — a job submitted,
+started, ended, re-prioritised — gives another object somewhere, and the per-record path
+answers.
+
 Invariants: a result is reused only for the identical dict object and the identical view;
 ``compute`` must depend on nothing but the row and the view (a line that depends on the time,
 a started job's, is returned as ``None`` and rendered by the caller every call). Two calls at
@@ -24,17 +31,20 @@ see another row's results.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 VIEWS_PER_ROW = 4
+ANSWERS = 8  # whole answers kept (the most recent views)
 
 
 class Memo:
     def __init__(self) -> None:
         self._table: dict[int, tuple[dict[str, Any], dict[Hashable, Any]]] = {}
+        self._answers: dict[Hashable, tuple[list[dict[str, Any]], str]] = {}
         self._lock = threading.Lock()
 
     def results(self, rows: list[dict[str, Any]], view: Hashable,
@@ -64,9 +74,28 @@ class Memo:
             self._table = new
         return out
 
+    def same_answer(self, rows: list[dict[str, Any]], view: Hashable) -> str | None:
+        """The answer kept for ``view`` when ``rows`` are the very objects it was made
+        from, in the same order; else None."""
+        kept = self._answers.get(view)
+        if kept is None or len(kept[0]) != len(rows):
+            return None
+        if not all(map(operator.is_, rows, kept[0])):
+            return None
+        return kept[1]
+
+    def keep_answer(self, rows: list[dict[str, Any]], view: Hashable, text: str) -> None:
+        """Keep ``text``, made from ``rows`` alone (no line depended on the time)."""
+        with self._lock:
+            self._answers.pop(view, None)
+            while len(self._answers) >= ANSWERS:
+                self._answers.pop(next(iter(self._answers)))
+            self._answers[view] = (list(rows), text)
+
     def clear(self) -> None:
         with self._lock:
             self._table = {}
+            self._answers.clear()
 
 
 _MISS: Any = object()
