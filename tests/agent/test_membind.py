@@ -59,7 +59,14 @@ def test_prefer_keeps_the_first_node_and_the_flags_are_told(two_nodes: str) -> N
     assert b.env["SLURM_MEM_BIND_PREFER"] == "prefer"
     b = bind_task("q,nosort,local", 1, (4,), (0, 1), two_nodes)
     assert (b.nodes, b.prefer, b.verbose, b.plan_text()) == ((1,), False, False, "b:1")
-    assert b.env["SLURM_MEM_BIND_TYPE"] == "local" and b.env["SLURM_MEM_BIND_LIST"] == "0x2"
+    assert b.env == {"SLURM_MEM_BIND": "quiet,local", "SLURM_MEM_BIND_LIST": "",
+                     "SLURM_MEM_BIND_TYPE": "local", "SLURM_MEM_BIND_VERBOSE": "quiet"}
+    b = bind_task("v,p,sort,map_mem:1,0", 0, (0,), (0, 1), two_nodes)  # slurmstepd's words
+    assert b.env == {"SLURM_MEM_BIND": "verbose,prefer,map_mem:1,0",
+                     "SLURM_MEM_BIND_LIST": "1,0", "SLURM_MEM_BIND_TYPE": "map_mem:",
+                     "SLURM_MEM_BIND_VERBOSE": "verbose", "SLURM_MEM_BIND_PREFER": "prefer",
+                     "SLURM_MEM_BIND_SORT": "sort"}
+    assert bind_task("none", 0, (0,), (0, 1), two_nodes).env["SLURM_MEM_BIND"] == "quiet,none"
     for none in ("none", "no", "", "quiet"):
         assert bind_task(none, 0, (0,), (0, 1), two_nodes).nodes == ()
 

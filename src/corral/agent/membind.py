@@ -67,8 +67,8 @@ _KINDS = ("none", "no", "local", "map_mem", "mask_mem", "rank")
 _FLAGS = ("verbose", "v", "quiet", "q", "prefer", "p", "sort", "nosort")
 
 
-def _parse(value: str) -> tuple[str, str, bool, bool]:
-    """(type, list, verbose, prefer) of a ``--mem-bind`` value."""
+def _parse(value: str) -> tuple[str, str, bool, bool, bool]:
+    """(type, list, verbose, prefer, sort) of a ``--mem-bind`` value."""
     kind, arg = "", ""
     text = (value or "").strip()
     head, colon, tail = text.partition(":")
@@ -80,7 +80,7 @@ def _parse(value: str) -> tuple[str, str, bool, bool]:
                                "(only map_mem and mask_mem take a list)")
         if not arg.strip():
             raise MemBindError(f"--mem-bind={kind} needs a list")
-    verbose = prefer = False
+    verbose = prefer = sort = False
     for part in text.split(","):
         p = part.strip().lower()
         if not p:
@@ -92,7 +92,7 @@ def _parse(value: str) -> tuple[str, str, bool, bool]:
         elif p in ("prefer", "p"):
             prefer = True
         elif p in ("sort", "nosort"):
-            pass
+            sort = p == "sort"
         elif p in _KINDS and not kind:
             kind = p
         elif p == "help":
@@ -101,7 +101,7 @@ def _parse(value: str) -> tuple[str, str, bool, bool]:
             raise MemBindError(f"invalid --mem-bind argument {part.strip()!r} (use none, "
                                "local, rank, map_mem:<list>, mask_mem:<list>; flags "
                                "verbose, quiet, prefer, sort, nosort)")
-    return (kind or "none"), arg, verbose, prefer
+    return (kind or "none"), arg, verbose, prefer, sort
 
 
 def help_text() -> str:
@@ -144,7 +144,7 @@ def _ints(arg: str, mask: bool) -> list[set[int]]:
 
 def check(value: str) -> None:
     """Raise MemBindError (srun's message) for a value ``srun`` must refuse."""
-    kind, arg, _, _ = _parse(value)
+    kind, arg, _, _, _ = _parse(value)
     if kind in ("map_mem", "mask_mem"):
         _ints(arg, kind == "mask_mem")
 
@@ -165,7 +165,7 @@ def bind_task(value: str, local: int, task_cpus: tuple[int, ...],
               allowed: tuple[int, ...], sys_root: str = "/sys") -> MemBinding:
     """Binding of local task ``local`` running on ``task_cpus``; ``allowed``: the NUMA
     nodes it may use at all (the host's, within the job's ``mems``)."""
-    kind, arg, verbose, prefer = _parse(value)
+    kind, arg, verbose, prefer, sort = _parse(value)
     want: list[int] = []
     if kind == "local":
         want = numa_nodes_of(task_cpus, sys_root) if task_cpus else []
@@ -178,16 +178,29 @@ def bind_task(value: str, local: int, task_cpus: tuple[int, ...],
     nodes = tuple(n for n in want if n in ok)
     if prefer:
         nodes = nodes[:1]
-    shown = "none" if kind == "no" else kind
-    env = {"SLURM_MEM_BIND": value, "SLURM_MEM_BIND_VERBOSE": "verbose" if verbose else "quiet",
-           "SLURM_MEM_BIND_TYPE": shown + (":" if kind in ("map_mem", "mask_mem") else ""),
-           "SLURM_MEM_BIND_LIST": arg if arg else
-           (hex(sum(1 << n for n in nodes)) if nodes else ""),
-           "SLURM_MEM_BIND_SORT": "", "SLURM_MEM_BIND_PREFER": "prefer" if prefer else ""}
+    env = task_env(kind, arg, verbose, prefer, sort)
     if nodes:
         with contextlib.suppress(OSError):
             _syscall()
     return MemBinding(nodes, prefer, verbose, env)
+
+
+def task_env(kind: str, arg: str, verbose: bool, prefer: bool, sort: bool) -> dict[str, str]:
+    """The ``SLURM_MEM_BIND*`` variables of a task, as slurmstepd sets them:
+    ``SLURM_MEM_BIND`` is ``quiet|verbose[,prefer],<type><list>`` (``quiet,local``,
+    ``quiet,map_mem:0,1``), ``_LIST`` the list as given (empty for the types without
+    one), ``_PREFER`` and ``_SORT`` only with those flags."""
+    shown = ("none" if kind == "no" else kind) + (":" if kind in ("map_mem", "mask_mem")
+                                                   else "")
+    word = "verbose" if verbose else "quiet"
+    env = {"SLURM_MEM_BIND": ",".join([word] + (["prefer"] if prefer else []) + [shown + arg]),
+           "SLURM_MEM_BIND_LIST": arg, "SLURM_MEM_BIND_TYPE": shown,
+           "SLURM_MEM_BIND_VERBOSE": word}
+    if prefer:
+        env["SLURM_MEM_BIND_PREFER"] = "prefer"
+    if sort:
+        env["SLURM_MEM_BIND_SORT"] = "sort"
+    return env
 
 
 def allowed_nodes(sys_root: str = "/sys") -> tuple[int, ...]:
