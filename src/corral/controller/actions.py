@@ -126,6 +126,8 @@ def _act_one(ctl: Controller, action: str, rec: JobRecord, who: Identity,
             raise ApiError("forbidden", "only an operator may place an admin hold")
         rec.hold = HoldKind.ADMIN if admin else HoldKind.USER
         rec.reason = "JobHeldAdmin" if admin else "JobHeldUser"
+        rec.priority = 0.0  # as Slurm shows a held job; the next cycle after a release
+        rec.est_start = None  # gives it its own again (held jobs are not in the pass)
         rec.touch()
         changed.append(rec)
         return True

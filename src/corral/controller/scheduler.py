@@ -144,6 +144,7 @@ class SchedulerLoop:
         thread runs while the loop goes on)."""
         ctl = self.ctl
         self.generation += 1
+        pending, held = self._pending_core()
         nodes = []
         for n in ctl.nodes.nodes.values():
             core = n.to_core()
@@ -162,7 +163,8 @@ class SchedulerLoop:
             partitions=ctl.nodes.partitions,
             qos=self._qos,
             accounts=self._accounts,
-            pending=self._pending_core(),
+            pending=pending,
+            held=held,
             running=tuple(r.to_core() for r in ctl.running.values()),
             finished=ctl.finished if shared else dict(ctl.finished),
             usage=ctl.ledger.view(time.time(), ctl.running.values()),
@@ -176,13 +178,24 @@ class SchedulerLoop:
             boot_ready=ctl.power.boot_ready(time.time()),  # [power] boot_time_s
         )
 
-    def _pending_core(self) -> tuple[Any, ...]:
-        """The pending jobs' core views; one whose record cannot be converted is held
-        (and left out) instead of failing the whole snapshot."""
+    def _pending_core(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """The pending jobs' core views, those on hold apart (``ClusterSnapshot.held``:
+        the pass does not visit them; a queue of 100,000 held jobs cost 0.4-0.75 s a
+        cycle). One whose record cannot be converted is held (and kept apart) instead of
+        failing the whole snapshot."""
         out = []
+        held = []
+        none = HoldKind.NONE
         for rec in self.ctl.pending.values():
-            if rec.hold is HoldKind.ADMIN and rec.reason_detail.startswith(UNEVALUABLE):
-                out.append(_held_core(rec))
+            if rec.hold is not none:
+                if rec.hold is HoldKind.ADMIN and rec.reason_detail.startswith(UNEVALUABLE):
+                    held.append(_held_core(rec))
+                    continue
+                try:
+                    held.append(rec.to_core())
+                except Exception:  # already held: a placeholder for dependency lookups
+                    log.exception("held job %d cannot be evaluated", rec.id)
+                    held.append(_held_core(rec))
                 continue
             try:
                 out.append(rec.to_core())
@@ -190,7 +203,7 @@ class SchedulerLoop:
                 log.exception("job %d cannot be evaluated; holding it", rec.id)
                 hold_unevaluable(rec, f"{exc.__class__.__name__}: {exc}")
                 self._held_now.append(rec)
-        return tuple(out)
+        return tuple(out), tuple(held)
 
     def check_feasible(self, spec: JobSpec) -> None:
         """Reject at submit what can never run (e.g. more CPUs than any node has).

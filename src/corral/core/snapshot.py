@@ -43,6 +43,11 @@ class ClusterSnapshot:
     accounts: AccountTree = field(default_factory=AccountTree)
     pending: tuple[Job, ...] = ()
     running: tuple[Job, ...] = ()
+    # pending jobs on a user or admin hold that the shell keeps out of ``pending``: the
+    # queue pass cannot start them, so it does not visit them (no priority, reason or
+    # estimate); dependency lookups still see them as pending (a target found nowhere
+    # would count as purged, hence satisfied)
+    held: tuple[Job, ...] = ()
     finished: Mapping[int, FinishedJob] = field(default_factory=dict)
     usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
     licenses: GresItems = ()

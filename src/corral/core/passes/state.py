@@ -127,7 +127,8 @@ class PassState:
         """Dependency lookups over the snapshot (most cycles never need one)."""
         if self._deps is None:
             s = self.snap
-            self._deps = DependencyIndex(s.pending, s.running, s.finished)
+            self._deps = DependencyIndex(s.pending + s.held if s.held else s.pending,
+                                         s.running, s.finished)
         return self._deps
 
     def profile(self) -> Profile | CountProfile:

@@ -38,7 +38,7 @@ class Eligibility:
 
     def _build(self) -> None:
         self._built = True
-        for j in self._snap.pending:
+        for j in (*self._snap.pending, *self._snap.held):
             self._pending.setdefault(j.id, []).append(j)
             if j.array_job_id is not None and j.array_job_id != j.id:
                 self._pending.setdefault(j.array_job_id, []).append(j)
