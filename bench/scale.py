@@ -25,7 +25,8 @@ Slurm 22.05 at the same queue depths is ``bench/scale_slurm.py`` (item 2 of the 
 numbers.
 
 Run: ``.venv/bin/python bench/scale.py`` (points ``100x10000,1000x10000``; add
-``--points 1000x100000`` for the deep queue; ``--clients 1,8``). Results:
+``--points 1000x100000`` for the deep queue; ``--clients 1,8``; ``--array-size K`` for the
+same jobs as arrays of K tasks, one request each). Results:
 ``bench/results/scale.{json,md}``.
 """
 
@@ -72,6 +73,7 @@ TARGETS = {"submit_p99_ms": 20.0, "squeue_j_ms": 50.0, "squeue_u_ms": 200.0,
 
 CYCLE_MAX_STARTS: int | None = None  # --cycle-max-starts; None: the controller's default
 GC_FREEZE_S: float | None = None  # --gc-freeze-s; None: the controller's default
+ARRAY_SIZE = 0  # --array-size K: the J jobs come as J/K arrays of K tasks; 0: plain jobs
 
 
 def runtime_s(i: int) -> int:
@@ -236,15 +238,23 @@ class Point:
         ids: list[list[int]] = [[] for _ in range(self.clients)]
         errors: list[str] = []
 
+        calls = self.jobs // ARRAY_SIZE if ARRAY_SIZE else self.jobs
+
         def worker(k: int) -> None:
             try:
                 with self.client() as c:
-                    for i in range(k, self.jobs, self.clients):
-                        body = {"spec": {"name": "s", "time_limit_s": 600},
-                                "argv": ["sleep", str(runtime_s(i))], "workdir": "/tmp",
-                                "stdout": "/dev/null", "hold": True}
+                    for i in range(k, calls, self.clients):
+                        body: dict[str, Any] = {
+                            "spec": {"name": "s", "time_limit_s": 600},
+                            "argv": ["sleep", str(runtime_s(i))], "workdir": "/tmp",
+                            "stdout": "/dev/null", "hold": True}
+                        if ARRAY_SIZE:  # one request per array; the array's id is kept
+                            body["array"] = f"0-{ARRAY_SIZE - 1}"
                         a = time.perf_counter()
-                        ids[k].extend(c.submit(body))
+                        if ARRAY_SIZE:
+                            ids[k].append(int(c.submit_result(body)["array_job_id"]))
+                        else:
+                            ids[k].extend(c.submit(body))
                         lat[k].append(time.perf_counter() - a)
             except Exception as exc:  # noqa: BLE001 - reported
                 errors.append(repr(exc))
@@ -260,7 +270,7 @@ class Point:
             raise RuntimeError(f"submits failed: {errors[:3]}")
         xs = [x for part in lat for x in part]
         self.ids = [i for part in ids for i in part]
-        return {"submit_s": dt, "submit_per_s": self.jobs / dt,
+        return {"submit_s": dt, "submit_per_s": self.jobs / dt, "submit_calls": calls,
                 "submit_p50_ms": pct(xs, 50) * 1000, "submit_p99_ms": pct(xs, 99) * 1000}
 
     def shim(self, argv: list[str], reps: int) -> dict[str, float]:
@@ -464,12 +474,15 @@ def main() -> None:
     ap.add_argument("--render", type=Path, default=None)
     ap.add_argument("--cycle-max-starts", type=int, default=None,
                     help="[controller] cycle_max_starts (default: the controller's, 1000)")
+    ap.add_argument("--array-size", type=int, default=0,
+                    help="submit the jobs as arrays of this many tasks (0: plain jobs)")
     ap.add_argument("--gc-freeze-s", type=float, default=None,
                     help="[controller] gc_freeze_s (default: the controller's; 0: off)")
     args = ap.parse_args()
-    global CYCLE_MAX_STARTS, GC_FREEZE_S
+    global CYCLE_MAX_STARTS, GC_FREEZE_S, ARRAY_SIZE
     CYCLE_MAX_STARTS = args.cycle_max_starts
     GC_FREEZE_S = args.gc_freeze_s
+    ARRAY_SIZE = args.array_size
     if args.render is not None:
         res0 = json.loads(args.render.read_text())
         if args.notes is not None:
@@ -491,7 +504,8 @@ def main() -> None:
                 res["points"].append(run_point(work, n, j, k, args.reps))
                 labels = ([f"cycle_max_starts {CYCLE_MAX_STARTS}"] if CYCLE_MAX_STARTS
                           is not None else []) + ([f"gc_freeze_s {GC_FREEZE_S:g}"]
-                                                  if GC_FREEZE_S is not None else [])
+                                                  if GC_FREEZE_S is not None else []) + (
+                    [f"arrays of {ARRAY_SIZE}"] if ARRAY_SIZE else [])
                 if labels:
                     res["points"][-1]["label"] = ", ".join(labels)
                 args.out.mkdir(parents=True, exist_ok=True)
