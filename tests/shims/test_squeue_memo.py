@@ -103,3 +103,18 @@ def test_an_unchanged_pending_queue_is_answered_again_at_any_time() -> None:
     assert run("squeue", argv, same, now=NOW + 86400) == first  # nothing in it moves
     same.records[2] = job(3, name="renamed", priority=3.0)
     assert "3 renamed 0:00 UNLIMITED" in run("squeue", argv, same)[0].splitlines()
+
+
+def test_calls_that_differ_in_any_option_never_share_an_answer() -> None:
+    """The same records, one call after another with options that change only the order,
+    the header, the array collapsing or the selection: each prints its own answer. Pending
+    jobs only, so that every answer is kept whole (no line depends on the time)."""
+    records = [r for r in queue_records() if not r.get("start_time")]
+    assert len(records) > 5 and any(r.get("array_job_id") for r in records)
+    same = SameObjects(records)
+    sequence = [["-o", "%i %t"], ["-h", "-o", "%i %t"], ["--sort=i", "-o", "%i %t"],
+                ["--sort=-i", "-o", "%i %t"], ["-r", "-o", "%i %t"], ["-o", "%i %t"],
+                ["--start"], ["-t", "PD", "-o", "%i %t"], ["-o", "%i %t"]]
+    fresh = {" ".join(a): run("squeue", a, FakeClient(records)) for a in sequence}
+    for argv in sequence * 2:  # (no fresh call in between: it would replace the answers)
+        assert run("squeue", argv, same) == fresh[" ".join(argv)], argv

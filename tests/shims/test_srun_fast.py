@@ -62,7 +62,8 @@ def job_script(out: Path) -> str:
               "srun -N2 -n2 sh -c 'trap \"echo usr1 $SLURM_PROCID; exit 7\" USR1; "
               "touch ready.$SLURM_PROCID; while :; do sleep 0.05; done' >sig.out 2>sig.err &",
               "pid=$!",
-              "for i in $(seq 3000); do [ -e ready.0 ] && [ -e ready.1 ] && break; sleep 0.02; done",
+              "for i in $(seq 3000); do [ -e ready.0 ] && [ -e ready.1 ] && break; "
+              "sleep 0.02; done",
               "kill -USR1 $pid; wait $pid; echo $? >sig.rc"]
     return "\n".join(lines) + "\n"
 

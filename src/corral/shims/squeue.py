@@ -286,12 +286,11 @@ def _report(ctx: Context, client: Client, opts: dict[str, list[str | None]],
             raise ctx.fail("squeue: error: --json/--yaml are not supported by Corral's "
                            "squeue; use `corral queue --json`")
     line_of = qf.line_renderer(items) if items is not None else None
-    # what each record gives, worked out once per record and view (``squeue_memo``)
-    # (a string: its hash is computed once, not once per row)
-    view = repr(("squeue", sorted(states) if states is not None else None,
-                 sorted(users) if users is not None else None, sorted(partitions),
-                 sorted(names), sorted(accounts), sorted(qos), nodes_filter, job_words,
-                 sort_spec is None, line_of.key if line_of is not None else None))
+    # what each record gives, worked out once per record and view (``squeue_memo``): the
+    # view is every option of the call (filters, order, -r, -h, --start, the format), the
+    # users they resolved to and the format's getters; a string, hashed once, not per row
+    view = repr(("squeue", sorted(opts.items()), sorted(users) if users is not None else None,
+                 line_of.key if line_of is not None else None))
     short = sf.state_short
 
     def derive(r: dict[str, Any]) -> tuple[bool, Any, Any, str | None]:
