@@ -35,21 +35,26 @@ class Binding:
     env: dict[str, str]
 
 
+def split_value(value: str) -> tuple[list[str], str, str]:
+    """``(words, type, list)`` of a ``--cpu-bind``/``--mem-bind`` value: ``[w,...,]type:list``
+    gives the words before the type (lower case) and the type and list; a value without a
+    ``:`` is all words (the type among them), type and list empty."""
+    text = (value or "").strip()
+    head, colon, tail = text.partition(":")
+    kind = ""
+    if colon:  # "[flags,]map_cpu:0,1,...": the list runs to the end of the value
+        text, _, kind = head.rpartition(",")
+        kind = kind.strip().lower()
+    words = [w.strip().lower() for w in text.split(",") if w.strip()]
+    return words, kind, tail if colon else ""
+
+
 def _parse(value: str) -> tuple[str, str, bool]:
     """(type, list, verbose) of a ``--cpu-bind`` value."""
     verbose = False
-    kind, arg = "", ""
-    text = value or ""
-    head, colon, tail = text.partition(":")
-    if colon:  # "[flags,]map_cpu:0,1,...": the list runs to the end of the value
-        flags, _, kind = head.rpartition(",")
-        kind, arg = kind.strip().lower(), tail
-        text = flags
-    for part in text.split(","):
-        p = part.strip()
-        if not p:
-            continue
-        low = p.lower()
+    words, kind, arg = split_value(value)
+    colon = bool(kind)
+    for low in words:
         if low in ("v", "verbose"):
             verbose = True
         elif low in ("q", "quiet"):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.agent.cgroups import numa_nodes_of, parse_cpulist
+from corral.agent.cpubind import split_value
 
 MPOL_PREFERRED = 1
 MPOL_BIND = 2
@@ -64,27 +65,19 @@ class MemBinding:
 
 
 _KINDS = ("none", "no", "local", "map_mem", "mask_mem", "rank")
-_FLAGS = ("verbose", "v", "quiet", "q", "prefer", "p", "sort", "nosort")
 
 
 def _parse(value: str) -> tuple[str, str, bool, bool, bool]:
     """(type, list, verbose, prefer, sort) of a ``--mem-bind`` value."""
-    kind, arg = "", ""
-    text = (value or "").strip()
-    head, colon, tail = text.partition(":")
-    if colon:  # "[flags,]mask_mem:0x1,0x2": the list runs to the end of the value
-        flags, _, kind = head.rpartition(",")
-        kind, arg, text = kind.strip().lower(), tail, flags
+    words, kind, arg = split_value(value)
+    if kind:
         if kind not in ("map_mem", "mask_mem"):
             raise MemBindError(f"invalid --mem-bind argument {value!r} "
                                "(only map_mem and mask_mem take a list)")
         if not arg.strip():
             raise MemBindError(f"--mem-bind={kind} needs a list")
     verbose = prefer = sort = False
-    for part in text.split(","):
-        p = part.strip().lower()
-        if not p:
-            continue
+    for p in words:
         if p in ("verbose", "v"):
             verbose = True
         elif p in ("quiet", "q"):
@@ -98,7 +91,7 @@ def _parse(value: str) -> tuple[str, str, bool, bool, bool]:
         elif p == "help":
             raise MemBindError(help_text())
         else:
-            raise MemBindError(f"invalid --mem-bind argument {part.strip()!r} (use none, "
+            raise MemBindError(f"invalid --mem-bind argument {p!r} (use none, "
                                "local, rank, map_mem:<list>, mask_mem:<list>; flags "
                                "verbose, quiet, prefer, sort, nosort)")
     return (kind or "none"), arg, verbose, prefer, sort

@@ -187,13 +187,12 @@ class SchedulerLoop:
         held = []
         none = HoldKind.NONE
         for rec in self.ctl.pending.values():
-            if rec.hold is not none:
-                if rec.hold is HoldKind.ADMIN and rec.reason_detail.startswith(UNEVALUABLE):
-                    held.append(_held_core(rec))
-                    continue
+            if rec.hold is not none:  # the pass skips it; dependency lookups need its id
+                unevaluable = rec.hold is HoldKind.ADMIN and \
+                    rec.reason_detail.startswith(UNEVALUABLE)
                 try:
-                    held.append(rec.to_core())
-                except Exception:  # already held: a placeholder for dependency lookups
+                    held.append(_held_core(rec) if unevaluable else rec.to_core())
+                except Exception:  # already held: a placeholder will do
                     log.exception("held job %d cannot be evaluated", rec.id)
                     held.append(_held_core(rec))
                 continue

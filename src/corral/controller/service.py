@@ -171,7 +171,9 @@ class Controller:
         without), and every later full collection walked them all again, about 0.5 s a
         time at 100,000 jobs, landing in whatever ran then (a scheduling cycle, a
         request). Frozen objects are still freed by reference counting when their job
-        goes; only a reference cycle among them would outlive its job."""
+        goes; a reference cycle among them outlives its job until the next full
+        collection of ``self.heap`` (``controller.heapfreeze``, which also freezes what
+        was made since, every ``gc_freeze_s``)."""
         enabled = gc.isenabled()
         gc.disable()
         try:

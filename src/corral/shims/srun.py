@@ -226,7 +226,7 @@ def plan_step(opts: SlurmOptions, env: dict[str, str], *, in_job: bool = True) -
             check(opts.extra["cpu_bind"])
         except CpuBindError as exc:
             raise StepShapeError(f"srun: error: {exc}") from None
-    mem_bind = opts.extra.get("mem_bind") or env.get("SLURM_MEM_BIND") or ""
+    mem_bind = mem_bind_of(opts, env)
     if mem_bind:
         from corral.agent.membind import MemBindError
         from corral.agent.membind import check as check_mem
@@ -331,7 +331,7 @@ def _run_step(ctx: Context, client: Client | None, opts: SlurmOptions, command: 
         error=opts.error, input=opts.input, append=open_mode == "append",
         kill_on_bad_exit="kill_on_bad_exit" in opts.extra, cpus_per_task=cpus,
         extra_env=extra_env, cpu_bind=opts.extra.get("cpu_bind") or "",
-        mem_bind=opts.extra.get("mem_bind") or env.get("SLURM_MEM_BIND") or "",
+        mem_bind=mem_bind_of(opts, env),
     )
     if spec.label is False and "label" in opts.extra and run_tasks == 1 and mpi == "none":
         spec.label = True
@@ -369,9 +369,14 @@ def remote_step(ctx: Context, client: Any, opts: SlurmOptions, command: list[str
         label="label" in opts.extra, job_name=opts.job_name or env.get("SLURM_JOB_NAME", ""),
         on_listen=on_listen, gpus_per_task=opts.gpus_per_task[0] if opts.gpus_per_task else 0,
         gpu_bind=opts.extra.get("gpu_bind") or "", container=step_container(opts),
-        mem_bind=opts.extra.get("mem_bind") or env.get("SLURM_MEM_BIND") or "",
+        mem_bind=mem_bind_of(opts, env),
         task_prolog=task_program(opts, "task_prolog", ctx.cwd),
         task_epilog=task_program(opts, "task_epilog", ctx.cwd))
+
+
+def mem_bind_of(opts: SlurmOptions, env: dict[str, str]) -> str:
+    """``--mem-bind``, else the ``SLURM_MEM_BIND`` srun reads as its input ("": none)."""
+    return str(opts.extra.get("mem_bind") or env.get("SLURM_MEM_BIND") or "")
 
 
 def task_program(opts: SlurmOptions, key: str, cwd: str) -> str:

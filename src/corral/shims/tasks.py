@@ -216,6 +216,7 @@ class StepRunner:
         self.threads: list[threading.Thread] = []
         self.files: list[IO[Any]] = []
         self.revoked = False
+        self._mem_allowed: tuple[int, ...] | None = None  # --mem-bind: nodes we may use
 
     # ---- I/O set-up --------------------------------------------------------------------
     def _open(self, path: str) -> int:
@@ -287,7 +288,7 @@ class StepRunner:
                         from corral.agent import membind
 
                         membind.report(mems, spec.nodes[0] if spec.nodes else "localhost",
-                                       t, t)
+                                       t, t)  # one node: the local id is the task id
                         with contextlib.suppress(OSError):  # within the job's mems: no
                             membind.apply(mems)  # failure is expected; unbound if one
 
@@ -359,9 +360,10 @@ class StepRunner:
                 cpus = tuple(sorted(os.sched_getaffinity(0)))
             except OSError:
                 cpus = ()
+        if self._mem_allowed is None:  # read once a step (sysfs and /proc/self/status)
+            self._mem_allowed = membind.allowed_nodes()
         try:
-            binding = membind.bind_task(self.spec.mem_bind, local, cpus,
-                                        membind.allowed_nodes())
+            binding = membind.bind_task(self.spec.mem_bind, local, cpus, self._mem_allowed)
         except membind.MemBindError:
             return None
         env.update(binding.env)
