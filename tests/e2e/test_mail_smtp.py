@@ -183,6 +183,13 @@ def test_time_limit_share_not_mailed_again_after_kill9() -> None:
             jid = c.submit("sleep 60", name="half", time_limit_s=16, extra={
                 "mail_type": "TIME_LIMIT_50,TIME_LIMIT", "mail_user": "ann@example.org"})
             wait_for(lambda: rx.received(), 30, what="the 50 % mail")
+            # delivery is at least once: a kill between the server's acceptance and the
+            # "sent" commit sends it again (same Message-ID); this test is about the
+            # share owed again after the restart, so the kill waits for the commit
+            db = c.state_dir / "corral.db"
+            key = f"{jid}.0.TIME_LIMIT_50:ann@example.org"
+            wait_for(lambda: _outbox_rows(db).get(key, ("", 0))[0] == "sent", 30,
+                     what="the 50 % mail marked sent")
             pid = c.controller_pid()
             assert pid
             c.kill9(pid)
